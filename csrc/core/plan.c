@@ -1,0 +1,735 @@
+/* plan.c -- the execution plan: a compiled Sequential model run as flat op sequences.
+ *
+ * What it provides: gc_plan_create / train_step / eval_step / predict. A plan owns
+ * every activation and gradient buffer (allocated once, for max_batch rows, through the
+ * backend table), borrows the weights and optimizer state from the caller (so models
+ * that share layers share weights, as in Keras), and runs one training step -- forward,
+ * loss, metrics, backward, update -- in a single call that only touches backend ops.
+ * The CUDA backend therefore plugs in without changes here.
+ *
+ * Why this shape: small models are launch-bound, so everything that can be decided
+ * once is decided at creation: buffer sizes, aliasing (Flatten/Reshape are views),
+ * which layers need an input gradient (none below the first trainable layer), and the
+ * softmax/sigmoid + cross-entropy fusion (the loss is computed from the logits, as
+ * TensorFlow does). Creation also runs the whole step once in "check" mode, where
+ * each op call is validated by core instead of executed; steps then call the backend
+ * slots directly. */
+#include "gpucmp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { MODE_TRAIN, MODE_EVAL, MODE_PREDICT } run_mode;
+
+typedef struct {
+    gc_layer_desc d;
+    int64_t in_numel, out_numel;  /* per sample */
+    void *out;                    /* output activations (aliases for views) */
+    void *gout;                   /* gradient w.r.t. the output */
+    void *dw, *db;                /* weight gradients when trainable */
+    void **state_w, **state_b;    /* optimizer state for kernel / bias */
+    int needs_gin;                /* compute the gradient w.r.t. the input */
+    int is_view;                  /* reshape: out aliases the input */
+    int owns_gout;                /* gout was allocated for this layer (not an alias) */
+} plan_layer;
+
+struct gc_plan {
+    const gc_backend *be;
+    int n;
+    plan_layer *L;
+    int64_t max_batch;
+    int64_t in_numel, out_numel; /* per sample, model input / output */
+    void *x;                     /* model input */
+    void *scratch;               /* act' products (dz), largest layer output */
+    int64_t scratch_numel;
+    int training;
+    gc_train_desc train;
+    void **state_copy;
+    /* loss / metrics */
+    int sparse;                  /* int32 labels */
+    int fused;                   /* last softmax/sigmoid folded into the loss */
+    int64_t rows_per_sample;     /* rows of the loss view per sample */
+    int64_t cols;                /* classes / last axis */
+    void *y, *loss_rows, *probs, *metric_rows, *count;
+    float *host_rows;            /* download area for per-row values */
+    int checking;                /* creation dry run: validate instead of execute */
+};
+
+/* ------------------------------------------------------------------ helpers */
+
+static int64_t numel(const int64_t *shape, int nd)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    return n;
+}
+
+/* tensor with a leading batch axis of `rows` */
+static gc_tensor bt(void *data, int64_t rows, const int64_t *shape, int nd)
+{
+    gc_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = GC_F32;
+    t.ndim = nd + 1;
+    t.shape[0] = rows;
+    for (int i = 0; i < nd; i++) t.shape[i + 1] = shape[i];
+    return t;
+}
+
+static gc_tensor t1(void *data, gc_dtype dt, int64_t n)
+{
+    gc_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = 1;
+    t.shape[0] = n;
+    return t;
+}
+
+static gc_tensor t2(void *data, gc_dtype dt, int64_t r, int64_t c)
+{
+    gc_tensor t = t1(data, dt, r);
+    t.ndim = 2;
+    t.shape[1] = c;
+    return t;
+}
+
+static gc_tensor none_tensor(void)
+{
+    gc_tensor t;
+    memset(&t, 0, sizeof t);
+    return t;
+}
+
+static gc_status run(gc_plan *p, gc_op op, const void *params, const gc_tensor *i0,
+                     const gc_tensor *i1, const gc_tensor *i2, gc_tensor *o0, gc_tensor *o1,
+                     gc_tensor *o2)
+{
+    gc_op_call c;
+    c.op = op;
+    c.in[0] = i0; c.in[1] = i1; c.in[2] = i2;
+    c.out[0] = o0; c.out[1] = o1; c.out[2] = o2;
+    c.params = params;
+    if (p->checking) {
+        gc_status s = gc_op_validate(&c);
+        if (s) return s;
+        if (!p->be->ops[op])
+            return gc_fail(GC_ERR_UNSUPPORTED, "%s: not implemented on backend '%s'",
+                           gc_op_name(op), p->be->name);
+        return GC_OK;
+    }
+    return p->be->ops[op](p->be, &c);
+}
+
+#define TRY(expr)                   \
+    do {                            \
+        gc_status s_ = (expr);      \
+        if (s_ != GC_OK) return s_; \
+    } while (0)
+
+static gc_status alloc_f32(gc_plan *p, int64_t n, void **out)
+{
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    TRY(p->be->alloc(p->be, bytes, out));
+    return p->be->fill_zero(p->be, *out, bytes);
+}
+
+static int has_weights(const gc_layer_desc *d)
+{
+    return d->kind == GC_LAYER_DENSE || d->kind == GC_LAYER_CONV2D;
+}
+
+static int trains(const gc_plan *p, const plan_layer *l)
+{
+    return p->training && has_weights(&l->d) && l->d.trainable;
+}
+
+/* effective activation of a layer in a mode: the fused last one is linear */
+static gc_act layer_act(const gc_plan *p, int i, run_mode mode)
+{
+    if (p->fused && i == p->n - 1 && mode != MODE_PREDICT) return GC_ACT_LINEAR;
+    return p->L[i].d.act;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
+{
+    void *in = p->x;
+    for (int i = 0; i < p->n; i++) {
+        plan_layer *l = &p->L[i];
+        const gc_layer_desc *d = &l->d;
+        gc_tensor x = bt(in, rows, d->in_shape, d->in_ndim);
+        gc_tensor y = bt(l->out, rows, d->out_shape, d->out_ndim);
+        gc_act act = layer_act(p, i, mode);
+        switch (d->kind) {
+        case GC_LAYER_DENSE: {
+            gc_gemm_params gp = {0, 0, 1.0f, 0.0f, act == GC_ACT_SOFTMAX ? GC_ACT_LINEAR : act};
+            gc_tensor a = t2(in, GC_F32, rows, l->in_numel);
+            gc_tensor w = t2(d->kernel, GC_F32, l->in_numel, l->out_numel);
+            gc_tensor b = d->bias ? t1(d->bias, GC_F32, l->out_numel) : none_tensor();
+            gc_tensor c = t2(l->out, GC_F32, rows, l->out_numel);
+            TRY(run(p, GC_OP_GEMM, &gp, &a, &w, &b, &c, NULL, NULL));
+            if (act == GC_ACT_SOFTMAX) {
+                gc_act_params ap = {GC_ACT_SOFTMAX};
+                TRY(run(p, GC_OP_ACT_FWD, &ap, &c, NULL, NULL, &c, NULL, NULL));
+            }
+            break;
+        }
+        case GC_LAYER_CONV2D: {
+            gc_conv2d_params cp = d->conv;
+            cp.act = act == GC_ACT_SOFTMAX ? GC_ACT_LINEAR : act;
+            int64_t ks[4] = {d->kernel_h, d->kernel_w, d->in_shape[2], d->out_shape[2]};
+            gc_tensor w = gc_tensor_make(d->kernel, GC_F32, 4, ks);
+            gc_tensor b = d->bias ? t1(d->bias, GC_F32, ks[3]) : none_tensor();
+            TRY(run(p, GC_OP_CONV2D_FWD, &cp, &x, &w, &b, &y, NULL, NULL));
+            if (act == GC_ACT_SOFTMAX) {
+                gc_act_params ap = {GC_ACT_SOFTMAX};
+                TRY(run(p, GC_OP_ACT_FWD, &ap, &y, NULL, NULL, &y, NULL, NULL));
+            }
+            break;
+        }
+        case GC_LAYER_MAXPOOL2D:
+            TRY(run(p, GC_OP_MAXPOOL2D_FWD, &d->pool, &x, NULL, NULL, &y, NULL, NULL));
+            break;
+        case GC_LAYER_AVGPOOL2D:
+            TRY(run(p, GC_OP_AVGPOOL2D_FWD, &d->pool, &x, NULL, NULL, &y, NULL, NULL));
+            break;
+        case GC_LAYER_RESHAPE:
+            break; /* l->out aliases in */
+        case GC_LAYER_DROPOUT:
+            if (mode == MODE_TRAIN && d->dropout_rate > 0.0f) {
+                gc_dropout_params dp = {d->dropout_rate, seed ^ (0x9E37ull * (uint64_t)(i + 1))};
+                TRY(run(p, GC_OP_DROPOUT_FWD, &dp, &x, NULL, NULL, &y, NULL, NULL));
+            } else if (!p->checking) {
+                TRY(p->be->copy(p->be, l->out, in, (size_t)(rows * l->out_numel) * sizeof(float)));
+            }
+            break;
+        case GC_LAYER_ACTIVATION: {
+            gc_act_params ap = {act};
+            TRY(run(p, GC_OP_ACT_FWD, &ap, &x, NULL, NULL, &y, NULL, NULL));
+            break;
+        }
+        default:
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has unknown kind %d", i, (int)d->kind);
+        }
+        in = l->out;
+    }
+    return GC_OK;
+}
+
+/* ------------------------------------------------------------------ loss and metrics */
+
+static gc_status download_sum(gc_plan *p, void *rows_buf, int64_t n, double *sum)
+{
+    *sum = 0.0;
+    if (p->checking || n == 0) return GC_OK;
+    TRY(p->be->download(p->be, p->host_rows, rows_buf, (size_t)n * sizeof(float)));
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += p->host_rows[i];
+    *sum = s;
+    return GC_OK;
+}
+
+static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_step_stats *st)
+{
+    plan_layer *last = &p->L[p->n - 1];
+    int64_t R = rows * p->rows_per_sample, C = p->cols;
+    gc_tensor out = t2(last->out, GC_F32, R, C);
+    gc_tensor lab = p->sparse ? t1(p->y, GC_I32, R) : t2(p->y, GC_F32, R, C);
+    gc_tensor lr = t1(p->loss_rows, GC_F32, R);
+    gc_tensor g = want_grad ? t2(last->gout, GC_F32, R, C) : none_tensor();
+    gc_loss_params lp = {R > 0 ? 1.0f / (float)R : 0.0f, 0, GC_REG_MSE};
+    switch (p->train.loss) {
+    case GC_LOSS_CATEGORICAL_XENT:
+    case GC_LOSS_SPARSE_CATEGORICAL_XENT:
+        if (p->fused || p->train.from_logits)
+            TRY(run(p, GC_OP_SOFTMAX_XENT, &lp, &out, &lab, NULL, &lr, &g, NULL));
+        else
+            TRY(run(p, GC_OP_XENT_PROBS, &lp, &out, &lab, NULL, &lr, &g, NULL));
+        break;
+    case GC_LOSS_BINARY_XENT:
+        if (p->fused || p->train.from_logits)
+            TRY(run(p, GC_OP_SIGMOID_BCE, &lp, &out, &lab, NULL, &lr, &g, NULL));
+        else {
+            lp.binary = 1;
+            TRY(run(p, GC_OP_XENT_PROBS, &lp, &out, &lab, NULL, &lr, &g, NULL));
+        }
+        break;
+    case GC_LOSS_MSE:
+    case GC_LOSS_MAE:
+        lp.kind = p->train.loss == GC_LOSS_MSE ? GC_REG_MSE : GC_REG_MAE;
+        TRY(run(p, GC_OP_REGRESSION_LOSS, &lp, &out, &lab, NULL, &lr, &g, NULL));
+        break;
+    default:
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: unknown loss %d", (int)p->train.loss);
+    }
+    double s;
+    TRY(download_sum(p, p->loss_rows, R, &s));
+    st->loss_sum = s / (double)p->rows_per_sample;
+
+    if (!p->train.metrics) return GC_OK;
+    /* metrics see what predict() returns: probabilities when the loss was fused */
+    gc_tensor pred = out;
+    if (p->fused) {
+        gc_act_params ap = {p->L[p->n - 1].d.act};
+        gc_tensor pr = t2(p->probs, GC_F32, R, C);
+        TRY(run(p, GC_OP_ACT_FWD, &ap, &out, NULL, NULL, &pr, NULL, NULL));
+        pred = pr;
+    }
+    for (int bit = 0; bit < 5; bit++) {
+        unsigned m = 1u << bit;
+        if (!(p->train.metrics & m)) continue;
+        if (m == GC_METRIC_MSE || m == GC_METRIC_MAE) {
+            gc_loss_params mp = {0.0f, 0, m == GC_METRIC_MSE ? GC_REG_MSE : GC_REG_MAE};
+            gc_tensor tgt = p->sparse ? none_tensor() : lab;
+            if (p->sparse) return gc_fail(GC_ERR_INVALID_ARG, "plan: mse/mae metrics need dense labels");
+            gc_tensor mr = t1(p->metric_rows, GC_F32, R);
+            gc_tensor nog = none_tensor();
+            TRY(run(p, GC_OP_REGRESSION_LOSS, &mp, &pred, &tgt, NULL, &mr, &nog, NULL));
+            TRY(download_sum(p, p->metric_rows, R, &s));
+            st->metric_sum[bit] = s / (double)p->rows_per_sample;
+        } else {
+            gc_accuracy_params ap = {m == GC_METRIC_ACC_CATEGORICAL ? GC_ACC_CATEGORICAL
+                                     : m == GC_METRIC_ACC_SPARSE    ? GC_ACC_SPARSE
+                                                                    : GC_ACC_BINARY,
+                                     0.5f};
+            if ((ap.kind == GC_ACC_SPARSE) != (p->sparse != 0))
+                return gc_fail(GC_ERR_INVALID_ARG,
+                               "plan: %s accuracy does not fit %s labels",
+                               ap.kind == GC_ACC_SPARSE ? "sparse" : "dense",
+                               p->sparse ? "integer" : "float");
+            gc_tensor cnt = t1(p->count, GC_F32, 1);
+            TRY(run(p, GC_OP_ACCURACY, &ap, &pred, &lab, NULL, &cnt, NULL, NULL));
+            TRY(download_sum(p, p->count, 1, &s));
+            st->metric_sum[bit] = s / (double)p->rows_per_sample;
+        }
+    }
+    return GC_OK;
+}
+
+/* ------------------------------------------------------------------ backward + update */
+
+static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
+{
+    for (int i = p->n - 1; i >= 0; i--) {
+        plan_layer *l = &p->L[i];
+        const gc_layer_desc *d = &l->d;
+        int tr = trains(p, l);
+        if (!tr && !l->needs_gin) continue;
+        void *in = i ? p->L[i - 1].out : p->x;
+        void *gin = i ? p->L[i - 1].gout : NULL;
+        gc_tensor x = bt(in, rows, d->in_shape, d->in_ndim);
+        gc_tensor y = bt(l->out, rows, d->out_shape, d->out_ndim);
+        gc_tensor gy = bt(l->gout, rows, d->out_shape, d->out_ndim);
+        gc_tensor gx = bt(gin, rows, d->in_shape, d->in_ndim);
+        gc_act act = layer_act(p, i, MODE_TRAIN);
+        switch (d->kind) {
+        case GC_LAYER_DENSE:
+        case GC_LAYER_CONV2D: {
+            gc_tensor dz = gy;
+            if (act != GC_ACT_LINEAR) {
+                gc_act_params ap = {act};
+                dz = bt(p->scratch, rows, d->out_shape, d->out_ndim);
+                TRY(run(p, GC_OP_ACT_BWD, &ap, &y, &gy, NULL, &dz, NULL, NULL));
+            }
+            if (d->kind == GC_LAYER_DENSE) {
+                gc_tensor a = t2(in, GC_F32, rows, l->in_numel);
+                gc_tensor dz2 = t2(dz.data, GC_F32, rows, l->out_numel);
+                gc_tensor w = t2(d->kernel, GC_F32, l->in_numel, l->out_numel);
+                gc_tensor nob = none_tensor();
+                if (tr) {
+                    gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR};
+                    gc_tensor dw = t2(l->dw, GC_F32, l->in_numel, l->out_numel);
+                    TRY(run(p, GC_OP_GEMM, &gp, &a, &dz2, &nob, &dw, NULL, NULL));
+                    if (d->bias) {
+                        gc_tensor db = t1(l->db, GC_F32, l->out_numel);
+                        TRY(run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dz2, NULL, NULL, &db, NULL, NULL));
+                    }
+                }
+                if (l->needs_gin) {
+                    gc_gemm_params gp = {0, 1, 1.0f, 0.0f, GC_ACT_LINEAR};
+                    gc_tensor ga = t2(gin, GC_F32, rows, l->in_numel);
+                    TRY(run(p, GC_OP_GEMM, &gp, &dz2, &w, &nob, &ga, NULL, NULL));
+                }
+            } else {
+                int64_t ks[4] = {d->kernel_h, d->kernel_w, d->in_shape[2], d->out_shape[2]};
+                gc_conv2d_params cp = d->conv;
+                cp.act = GC_ACT_LINEAR;
+                if (tr) {
+                    gc_tensor dw = gc_tensor_make(l->dw, GC_F32, 4, ks);
+                    gc_tensor db = d->bias ? t1(l->db, GC_F32, ks[3]) : none_tensor();
+                    TRY(run(p, GC_OP_CONV2D_BWD_FILTER, &cp, &x, &dz, NULL, &dw, &db, NULL));
+                }
+                if (l->needs_gin) {
+                    gc_tensor w = gc_tensor_make(d->kernel, GC_F32, 4, ks);
+                    TRY(run(p, GC_OP_CONV2D_BWD_DATA, &cp, &dz, &w, NULL, &gx, NULL, NULL));
+                }
+            }
+            break;
+        }
+        case GC_LAYER_MAXPOOL2D:
+            TRY(run(p, GC_OP_MAXPOOL2D_BWD, &d->pool, &x, &gy, NULL, &gx, NULL, NULL));
+            break;
+        case GC_LAYER_AVGPOOL2D:
+            TRY(run(p, GC_OP_AVGPOOL2D_BWD, &d->pool, &gy, NULL, NULL, &gx, NULL, NULL));
+            break;
+        case GC_LAYER_RESHAPE:
+            break; /* gout of the layer below aliases ours */
+        case GC_LAYER_DROPOUT:
+            if (d->dropout_rate > 0.0f) {
+                gc_dropout_params dp = {d->dropout_rate, seed ^ (0x9E37ull * (uint64_t)(i + 1))};
+                TRY(run(p, GC_OP_DROPOUT_BWD, &dp, &gy, NULL, NULL, &gx, NULL, NULL));
+            } else if (!p->checking) {
+                TRY(p->be->copy(p->be, gin, l->gout, (size_t)(rows * l->in_numel) * sizeof(float)));
+            }
+            break;
+        case GC_LAYER_ACTIVATION: {
+            gc_act_params ap = {act};
+            TRY(run(p, GC_OP_ACT_BWD, &ap, &y, &gy, NULL, &gx, NULL, NULL));
+            break;
+        }
+        default:
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has unknown kind %d", i, (int)d->kind);
+        }
+    }
+    return GC_OK;
+}
+
+static gc_status update_one(gc_plan *p, const gc_opt_hparams *hp, void *w, void *g, void **st,
+                            int64_t n)
+{
+    gc_tensor tw = t1(w, GC_F32, n), tg = t1(g, GC_F32, n);
+    switch (p->train.opt) {
+    case GC_OPT_ADAM: {
+        gc_adam_params ap = {hp->lr, hp->beta_1, hp->beta_2, hp->epsilon, hp->t};
+        gc_tensor m = t1(st[0], GC_F32, n), v = t1(st[1], GC_F32, n);
+        return run(p, GC_OP_ADAM, &ap, &tg, NULL, NULL, &tw, &m, &v);
+    }
+    case GC_OPT_SGD: {
+        gc_sgd_params sp = {hp->lr, st ? hp->momentum : 0.0f, hp->nesterov};
+        gc_tensor m = st ? t1(st[0], GC_F32, n) : none_tensor();
+        return run(p, GC_OP_SGD, &sp, &tg, NULL, NULL, &tw, &m, NULL);
+    }
+    case GC_OPT_RMSPROP: {
+        gc_rmsprop_params rp = {hp->lr, hp->rho, hp->epsilon};
+        gc_tensor v = t1(st[0], GC_F32, n);
+        return run(p, GC_OP_RMSPROP, &rp, &tg, NULL, NULL, &tw, &v, NULL);
+    }
+    default:
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: unknown optimizer %d", (int)p->train.opt);
+    }
+}
+
+static gc_status update(gc_plan *p, const gc_opt_hparams *hp)
+{
+    if (hp->kind != p->train.opt)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: hyper-parameters are for optimizer %d, plan uses %d",
+                       (int)hp->kind, (int)p->train.opt);
+    for (int i = 0; i < p->n; i++) {
+        plan_layer *l = &p->L[i];
+        if (!trains(p, l)) continue;
+        int64_t wn = l->d.kind == GC_LAYER_DENSE
+                         ? l->in_numel * l->out_numel
+                         : (int64_t)l->d.kernel_h * l->d.kernel_w * l->d.in_shape[2] *
+                               l->d.out_shape[2];
+        TRY(update_one(p, hp, l->d.kernel, l->dw, l->state_w, wn));
+        if (l->d.bias) {
+            int64_t bn = l->d.kind == GC_LAYER_DENSE ? l->out_numel : l->d.out_shape[2];
+            TRY(update_one(p, hp, l->d.bias, l->db, l->state_b, bn));
+        }
+    }
+    return GC_OK;
+}
+
+/* ------------------------------------------------------------------ public entry points */
+
+static gc_status check_rows(const gc_plan *p, int64_t rows)
+{
+    if (rows < 1 || rows > p->max_batch)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: batch of %lld rows, expected 1..%lld",
+                       (long long)rows, (long long)p->max_batch);
+    return GC_OK;
+}
+
+static gc_status upload_batch(gc_plan *p, const float *x, const void *y, int64_t rows)
+{
+    if (p->checking) return GC_OK;
+    TRY(p->be->upload(p->be, p->x, x, (size_t)(rows * p->in_numel) * sizeof(float)));
+    if (y) {
+        size_t per = p->sparse ? (size_t)p->rows_per_sample * sizeof(int32_t)
+                               : (size_t)p->out_numel * sizeof(float);
+        TRY(p->be->upload(p->be, p->y, y, (size_t)rows * per));
+    }
+    return GC_OK;
+}
+
+gc_status gc_plan_train_step(gc_plan *p, const float *x, const void *y, int64_t rows,
+                             const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    TRY(check_rows(p, rows));
+    memset(st, 0, sizeof *st);
+    TRY(upload_batch(p, x, y, rows));
+    TRY(forward(p, rows, MODE_TRAIN, seed));
+    TRY(loss_and_metrics(p, rows, 1, st));
+    TRY(backward(p, rows, seed));
+    return update(p, hp);
+}
+
+gc_status gc_plan_eval_step(gc_plan *p, const float *x, const void *y, int64_t rows,
+                            gc_step_stats *st)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled with a loss");
+    TRY(check_rows(p, rows));
+    memset(st, 0, sizeof *st);
+    TRY(upload_batch(p, x, y, rows));
+    TRY(forward(p, rows, MODE_EVAL, 0));
+    return loss_and_metrics(p, rows, 0, st);
+}
+
+gc_status gc_plan_predict(gc_plan *p, const float *x, int64_t rows, float *out)
+{
+    if (!p) return gc_fail(GC_ERR_INVALID_ARG, "plan: missing");
+    TRY(check_rows(p, rows));
+    TRY(upload_batch(p, x, NULL, rows));
+    TRY(forward(p, rows, MODE_PREDICT, 0));
+    if (p->checking) return GC_OK;
+    return p->be->download(p->be, out, p->L[p->n - 1].out,
+                           (size_t)(rows * p->out_numel) * sizeof(float));
+}
+
+void gc_plan_destroy(gc_plan *p)
+{
+    if (!p) return;
+    const gc_backend *be = p->be;
+    if (p->L) {
+        for (int i = 0; i < p->n; i++) {
+            plan_layer *l = &p->L[i];
+            if (!l->is_view && l->out) be->release(be, l->out);
+            if (l->owns_gout) be->release(be, l->gout);
+            if (l->dw) be->release(be, l->dw);
+            if (l->db) be->release(be, l->db);
+        }
+        free(p->L);
+    }
+    void *bufs[] = {p->x, p->scratch, p->y, p->loss_rows, p->probs, p->metric_rows, p->count};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        if (bufs[k]) be->release(be, bufs[k]);
+    free(p->host_rows);
+    free(p->state_copy);
+    free(p);
+}
+
+static gc_status check_layers(const gc_layer_desc *layers, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const gc_layer_desc *d = &layers[i];
+        if ((unsigned)d->kind >= GC_LAYER_COUNT)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has unknown kind %d", i, (int)d->kind);
+        if (d->in_ndim < 1 || d->in_ndim > GC_MAX_DIMS - 1 || d->out_ndim < 1 ||
+            d->out_ndim > GC_MAX_DIMS - 1)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has a rank outside 1..%d", i,
+                           GC_MAX_DIMS - 1);
+        for (int k = 0; k < d->in_ndim; k++)
+            if (d->in_shape[k] < 1)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d input extent %d is %lld", i, k,
+                               (long long)d->in_shape[k]);
+        for (int k = 0; k < d->out_ndim; k++)
+            if (d->out_shape[k] < 1)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d output extent %d is %lld", i, k,
+                               (long long)d->out_shape[k]);
+        if (i > 0) {
+            const gc_layer_desc *prev = &layers[i - 1];
+            int same = prev->out_ndim == d->in_ndim;
+            for (int k = 0; same && k < d->in_ndim; k++) same = prev->out_shape[k] == d->in_shape[k];
+            if (!same)
+                return gc_fail(GC_ERR_INVALID_ARG,
+                               "plan: layer %d expects the output shape of layer %d as its input", i,
+                               i - 1);
+        }
+        int64_t in_n = numel(d->in_shape, d->in_ndim), out_n = numel(d->out_shape, d->out_ndim);
+        switch (d->kind) {
+        case GC_LAYER_DENSE:
+            if (d->in_ndim != 1 || d->out_ndim != 1)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: dense layer %d needs rank-1 sample shapes", i);
+            if (!d->kernel) return gc_fail(GC_ERR_INVALID_ARG, "plan: dense layer %d has no kernel", i);
+            break;
+        case GC_LAYER_CONV2D:
+            if (d->in_ndim != 3 || d->out_ndim != 3)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: conv2d layer %d needs (H, W, C) shapes", i);
+            if (!d->kernel) return gc_fail(GC_ERR_INVALID_ARG, "plan: conv2d layer %d has no kernel", i);
+            break;
+        case GC_LAYER_MAXPOOL2D:
+        case GC_LAYER_AVGPOOL2D:
+            if (d->in_ndim != 3 || d->out_ndim != 3)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: pooling layer %d needs (H, W, C) shapes", i);
+            break;
+        case GC_LAYER_RESHAPE:
+        case GC_LAYER_DROPOUT:
+        case GC_LAYER_ACTIVATION:
+            if (in_n != out_n)
+                return gc_fail(GC_ERR_INVALID_ARG,
+                               "plan: layer %d changes the element count (%lld -> %lld)", i,
+                               (long long)in_n, (long long)out_n);
+            break;
+        default: break;
+        }
+    }
+    return GC_OK;
+}
+
+static gc_status setup_train(gc_plan *p, const gc_train_desc *t)
+{
+    plan_layer *last = &p->L[p->n - 1];
+    p->train = *t;
+    if ((unsigned)t->loss >= GC_LOSS_COUNT || (unsigned)t->opt >= GC_OPT_COUNT)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: unknown loss or optimizer");
+    p->sparse = t->loss == GC_LOSS_SPARSE_CATEGORICAL_XENT;
+    const gc_layer_desc *ld = &last->d;
+    p->cols = ld->out_shape[ld->out_ndim - 1];
+    p->rows_per_sample = last->out_numel / p->cols;
+    int final_softmax = ld->act == GC_ACT_SOFTMAX &&
+                        (ld->kind == GC_LAYER_DENSE || ld->kind == GC_LAYER_CONV2D ||
+                         ld->kind == GC_LAYER_ACTIVATION);
+    int final_sigmoid = ld->act == GC_ACT_SIGMOID &&
+                        (ld->kind == GC_LAYER_DENSE || ld->kind == GC_LAYER_CONV2D ||
+                         ld->kind == GC_LAYER_ACTIVATION);
+    p->fused = !t->from_logits &&
+               ((final_softmax && (t->loss == GC_LOSS_CATEGORICAL_XENT ||
+                                   t->loss == GC_LOSS_SPARSE_CATEGORICAL_XENT)) ||
+                (final_sigmoid && t->loss == GC_LOSS_BINARY_XENT));
+    if (p->sparse && (t->metrics & (GC_METRIC_MSE | GC_METRIC_MAE)))
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: mse/mae metrics need one-hot labels, not sparse ones");
+
+    /* optimizer state: per trainable weight in layer order (kernel, bias) */
+    int per = t->opt == GC_OPT_ADAM ? 2 : t->opt == GC_OPT_RMSPROP ? 1 : -1;
+    int n_weights = 0;
+    for (int i = 0; i < p->n; i++)
+        if (has_weights(&p->L[i].d) && p->L[i].d.trainable) n_weights += p->L[i].d.bias ? 2 : 1;
+    if (per < 0) per = t->n_opt_state == 0 ? 0 : 1; /* sgd: momentum iff state given */
+    if (t->n_opt_state != per * n_weights)
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "plan: optimizer state has %d buffers, expected %d (%d per trainable weight, "
+                       "%d weights)",
+                       t->n_opt_state, per * n_weights, per, n_weights);
+    if (t->n_opt_state) {
+        p->state_copy = malloc(sizeof(void *) * (size_t)t->n_opt_state);
+        if (!p->state_copy) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+        memcpy(p->state_copy, t->opt_state, sizeof(void *) * (size_t)t->n_opt_state);
+        for (int k = 0; k < t->n_opt_state; k++)
+            if (!p->state_copy[k]) return gc_fail(GC_ERR_INVALID_ARG, "plan: optimizer state %d is missing", k);
+    }
+    p->train.opt_state = p->state_copy;
+    int k = 0;
+    for (int i = 0; i < p->n; i++) {
+        plan_layer *l = &p->L[i];
+        if (!(has_weights(&l->d) && l->d.trainable)) continue;
+        if (per) {
+            l->state_w = p->state_copy + k;
+            k += per;
+            if (l->d.bias) {
+                l->state_b = p->state_copy + k;
+                k += per;
+            }
+        }
+    }
+    int64_t R = p->max_batch * p->rows_per_sample;
+    TRY(alloc_f32(p, p->sparse ? R : p->max_batch * last->out_numel, &p->y));
+    TRY(alloc_f32(p, R, &p->loss_rows));
+    TRY(alloc_f32(p, R, &p->metric_rows));
+    TRY(alloc_f32(p, 1, &p->count));
+    if (p->fused) TRY(alloc_f32(p, p->max_batch * last->out_numel, &p->probs));
+    p->host_rows = malloc((size_t)(R > 0 ? R : 1) * sizeof(float));
+    if (!p->host_rows) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    return GC_OK;
+}
+
+gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int n_layers,
+                         const gc_train_desc *train, int64_t max_batch, gc_plan **out)
+{
+    *out = NULL;
+    if (!be) return gc_fail(GC_ERR_INVALID_ARG, "plan: no backend");
+    if (n_layers < 1) return gc_fail(GC_ERR_INVALID_ARG, "plan: the model has no layers");
+    if (max_batch < 1) return gc_fail(GC_ERR_INVALID_ARG, "plan: max_batch must be >= 1");
+    TRY(check_layers(layers, n_layers));
+
+    gc_plan *p = calloc(1, sizeof *p);
+    if (!p) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    p->be = be;
+    p->n = n_layers;
+    p->max_batch = max_batch;
+    p->training = train != NULL;
+    p->L = calloc((size_t)n_layers, sizeof *p->L);
+    gc_status s = p->L ? GC_OK : gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    int first_trainable = n_layers;
+    for (int i = 0; i < n_layers && s == GC_OK; i++) {
+        plan_layer *l = &p->L[i];
+        l->d = layers[i];
+        l->in_numel = numel(l->d.in_shape, l->d.in_ndim);
+        l->out_numel = numel(l->d.out_shape, l->d.out_ndim);
+        if (p->training && has_weights(&l->d) && l->d.trainable && first_trainable == n_layers)
+            first_trainable = i;
+    }
+    if (s == GC_OK) {
+        p->in_numel = p->L[0].in_numel;
+        p->out_numel = p->L[n_layers - 1].out_numel;
+        s = alloc_f32(p, max_batch * p->in_numel, &p->x);
+    }
+    int64_t biggest = 1;
+    for (int i = 0; i < n_layers && s == GC_OK; i++) {
+        plan_layer *l = &p->L[i];
+        l->needs_gin = p->training && i > first_trainable;
+        if (l->out_numel > biggest) biggest = l->out_numel;
+        if (l->d.kind == GC_LAYER_RESHAPE) {
+            l->is_view = 1;
+            l->out = i ? p->L[i - 1].out : p->x;
+        } else {
+            s = alloc_f32(p, max_batch * l->out_numel, &l->out);
+        }
+    }
+    /* gradients: a reshape's gout is the gout of the layer below (allocated top-down) */
+    for (int i = n_layers - 1; i >= 0 && s == GC_OK && p->training; i--) {
+        plan_layer *l = &p->L[i];
+        if (!l->gout) {
+            s = alloc_f32(p, max_batch * l->out_numel, &l->gout);
+            l->owns_gout = s == GC_OK;
+        }
+        if (s == GC_OK && l->is_view && i > 0) p->L[i - 1].gout = l->gout;
+        if (s == GC_OK && has_weights(&l->d) && l->d.trainable) {
+            int64_t wn = l->d.kind == GC_LAYER_DENSE
+                             ? l->in_numel * l->out_numel
+                             : (int64_t)l->d.kernel_h * l->d.kernel_w * l->d.in_shape[2] *
+                                   l->d.out_shape[2];
+            s = alloc_f32(p, wn, &l->dw);
+            if (s == GC_OK && l->d.bias)
+                s = alloc_f32(p, l->d.kind == GC_LAYER_DENSE ? l->out_numel : l->d.out_shape[2], &l->db);
+        }
+    }
+    if (s == GC_OK && p->training) {
+        p->scratch_numel = max_batch * biggest;
+        s = alloc_f32(p, p->scratch_numel, &p->scratch);
+    }
+    if (s == GC_OK && p->training) s = setup_train(p, train);
+
+    /* dry run: every op call of a full step, validated by core */
+    if (s == GC_OK) {
+        p->checking = 1;
+        if (p->training) {
+            gc_step_stats st;
+            gc_opt_hparams hp = {p->train.opt, 0.001f, 0.9f, 0.999f, 1e-7f, 0.0f, 0.9f, 0, 1};
+            if (p->train.opt == GC_OPT_SGD && p->state_copy) hp.momentum = 0.9f;
+            s = gc_plan_train_step(p, NULL, NULL, max_batch, &hp, 1, &st);
+        }
+        if (s == GC_OK) s = gc_plan_predict(p, NULL, max_batch, NULL);
+        p->checking = 0;
+    }
+    if (s != GC_OK) {
+        gc_plan_destroy(p);
+        return s;
+    }
+    *out = p;
+    return GC_OK;
+}

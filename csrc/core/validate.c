@@ -1,0 +1,447 @@
+/* validate.c -- shape, dtype and parameter checks of every op, run once in core
+ * before any backend sees the call (backends may assume a validated call).
+ *
+ * Messages name the argument and print the shapes, since they become the text of the
+ * Python exception. The geometry of window ops comes from geometry.c. */
+#include "gpucmp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct { char s[96]; } shape_text;
+
+static shape_text shp(const gc_tensor *t)
+{
+    shape_text o;
+    size_t len = 0;
+    len += (size_t)snprintf(o.s + len, sizeof o.s - len, "(");
+    for (int i = 0; i < t->ndim && len < sizeof o.s - 24; i++)
+        len += (size_t)snprintf(o.s + len, sizeof o.s - len, i ? ", %lld" : "%lld",
+                                (long long)t->shape[i]);
+    if (t->ndim == 1 && len < sizeof o.s - 4) len += (size_t)snprintf(o.s + len, sizeof o.s - len, ",");
+    snprintf(o.s + len, sizeof o.s - len, ")");
+    return o;
+}
+
+static int present(const gc_tensor *t) { return t && t->data; }
+
+static int is_float(gc_dtype d) { return d == GC_F32 || d == GC_F16 || d == GC_BF16; }
+
+static gc_status need(const gc_op_call *c, const gc_tensor *t, const char *name)
+{
+    if (!present(t))
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: argument '%s' is required", gc_op_name(c->op), name);
+    if (t->ndim < 0 || t->ndim > GC_MAX_DIMS)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' has rank %d (at most %d)", gc_op_name(c->op),
+                       name, t->ndim, GC_MAX_DIMS);
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 0)
+            return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' has a negative extent in shape %s",
+                           gc_op_name(c->op), name, shp(t).s);
+    return GC_OK;
+}
+
+static gc_status rank(const gc_op_call *c, const gc_tensor *t, const char *name, int nd)
+{
+    if (t->ndim != nd)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' must have rank %d, got shape %s",
+                       gc_op_name(c->op), name, nd, shp(t).s);
+    return GC_OK;
+}
+
+static int same_shape(const gc_tensor *a, const gc_tensor *b)
+{
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+static gc_status match(const gc_op_call *c, const gc_tensor *t, const char *name,
+                       const gc_tensor *ref, const char *refname)
+{
+    if (!same_shape(t, ref))
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' has shape %s but must match '%s' %s",
+                       gc_op_name(c->op), name, shp(t).s, refname, shp(ref).s);
+    return GC_OK;
+}
+
+static gc_status want4(const gc_op_call *c, const gc_tensor *t, const char *name, int64_t a,
+                       int64_t b, int64_t d, int64_t e)
+{
+    if (t->ndim != 4 || t->shape[0] != a || t->shape[1] != b || t->shape[2] != d ||
+        t->shape[3] != e)
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "%s: '%s' has shape %s, expected (%lld, %lld, %lld, %lld)",
+                       gc_op_name(c->op), name, shp(t).s, (long long)a, (long long)b,
+                       (long long)d, (long long)e);
+    return GC_OK;
+}
+
+static gc_status want1(const gc_op_call *c, const gc_tensor *t, const char *name, int64_t n)
+{
+    if (t->ndim != 1 || t->shape[0] != n)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' has shape %s, expected (%lld,)",
+                       gc_op_name(c->op), name, shp(t).s, (long long)n);
+    return GC_OK;
+}
+
+/* All float tensors of a call share one float dtype (cast excepted); int32 only
+ * where labels are allowed. */
+static gc_status dtypes(const gc_op_call *c, int labels_slot)
+{
+    static const char *const in_names[] = {"input 0", "input 1", "input 2"};
+    gc_dtype common = GC_DTYPE_COUNT;
+    int nin = gc_op_num_inputs(c->op), nout = gc_op_num_outputs(c->op);
+    for (int k = 0; k < nin + nout; k++) {
+        const gc_tensor *t = k < nin ? c->in[k] : c->out[k - nin];
+        if (!present(t)) continue;
+        if ((unsigned)t->dtype >= GC_DTYPE_COUNT)
+            return gc_fail(GC_ERR_DTYPE, "%s: tensor %d has an unknown dtype", gc_op_name(c->op), k);
+        if (k == labels_slot && (t->dtype == GC_I32 || is_float(t->dtype))) continue;
+        if (c->op == GC_OP_ACCURACY && k == nin) {
+            if (t->dtype != GC_F32)
+                return gc_fail(GC_ERR_DTYPE, "accuracy: 'count' must be float32, got %s",
+                               gc_dtype_name(t->dtype));
+            continue;
+        }
+        if (!is_float(t->dtype))
+            return gc_fail(GC_ERR_DTYPE, "%s: %s must be a float tensor, got %s",
+                           gc_op_name(c->op), k < nin ? in_names[k] : "an output",
+                           gc_dtype_name(t->dtype));
+        if (c->op == GC_OP_CAST) continue;
+        if (common == GC_DTYPE_COUNT) common = t->dtype;
+        else if (t->dtype != common)
+            return gc_fail(GC_ERR_DTYPE, "%s: float tensors must share one dtype, got %s and %s",
+                           gc_op_name(c->op), gc_dtype_name(common), gc_dtype_name(t->dtype));
+    }
+    return GC_OK;
+}
+
+static gc_status act_ok(const gc_op_call *c, gc_act a, int allow_softmax)
+{
+    if ((unsigned)a >= GC_ACT_COUNT || (!allow_softmax && a == GC_ACT_SOFTMAX))
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: activation %d is not supported here%s",
+                       gc_op_name(c->op), (int)a,
+                       a == GC_ACT_SOFTMAX ? " (softmax is not elementwise: use act_fwd)" : "");
+    return GC_OK;
+}
+
+#define TRY(expr)                    \
+    do {                             \
+        gc_status s_ = (expr);       \
+        if (s_ != GC_OK) return s_;  \
+    } while (0)
+
+static gc_status v_gemm(const gc_op_call *c)
+{
+    const gc_gemm_params *p = c->params;
+    const gc_tensor *A = c->in[0], *B = c->in[1], *bias = c->in[2];
+    const gc_tensor *C = c->out[0];
+    TRY(need(c, A, "a")); TRY(need(c, B, "b")); TRY(need(c, C, "c"));
+    TRY(rank(c, A, "a", 2)); TRY(rank(c, B, "b", 2)); TRY(rank(c, C, "c", 2));
+    TRY(act_ok(c, p->act, 0));
+    int64_t M = p->trans_a ? A->shape[1] : A->shape[0], K = p->trans_a ? A->shape[0] : A->shape[1];
+    int64_t KB = p->trans_b ? B->shape[1] : B->shape[0], N = p->trans_b ? B->shape[0] : B->shape[1];
+    if (K != KB)
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "gemm: inner dimensions differ: a %s%s gives K=%lld, b %s%s gives K=%lld",
+                       shp(A).s, p->trans_a ? " (transposed)" : "", (long long)K, shp(B).s,
+                       p->trans_b ? " (transposed)" : "", (long long)KB);
+    if (C->shape[0] != M || C->shape[1] != N)
+        return gc_fail(GC_ERR_INVALID_ARG, "gemm: 'c' has shape %s, expected (%lld, %lld)", shp(C).s,
+                       (long long)M, (long long)N);
+    if (present(bias)) TRY(want1(c, bias, "bias", N));
+    if (!isfinite(p->alpha) || !isfinite(p->beta))
+        return gc_fail(GC_ERR_INVALID_ARG, "gemm: alpha and beta must be finite");
+    return dtypes(c, -1);
+}
+
+static gc_status conv_geom(const gc_op_call *c, const gc_tensor *x, const gc_tensor *w,
+                           gc_conv2d_geom *g)
+{
+    const gc_conv2d_params *p = c->params;
+    TRY(rank(c, x, c->op == GC_OP_CONV2D_BWD_DATA ? "dx" : "x", 4));
+    TRY(rank(c, w, c->op == GC_OP_CONV2D_BWD_FILTER ? "dw" : "kernel", 4));
+    if (w->shape[2] != x->shape[3])
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "%s: kernel %s expects %lld input channels but the input %s has %lld",
+                       gc_op_name(c->op), shp(w).s, (long long)w->shape[2], shp(x).s,
+                       (long long)x->shape[3]);
+    TRY(act_ok(c, p->act, 0));
+    gc_status s = gc_conv2d_geometry(x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                                     w->shape[0], w->shape[1], w->shape[3], p, g);
+    if (s) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", gc_last_error()); /* gc_fail rewrites that buffer */
+        return gc_fail(s, "%s: %s (input %s, kernel %s)", gc_op_name(c->op), why, shp(x).s, shp(w).s);
+    }
+    return GC_OK;
+}
+
+static gc_status v_conv2d_fwd(const gc_op_call *c)
+{
+    gc_conv2d_geom g;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->in[1], "kernel")); TRY(need(c, c->out[0], "y"));
+    TRY(conv_geom(c, c->in[0], c->in[1], &g));
+    TRY(want4(c, c->out[0], "y", g.N, g.OH, g.OW, g.F));
+    if (present(c->in[2])) TRY(want1(c, c->in[2], "bias", g.F));
+    return dtypes(c, -1);
+}
+
+static gc_status v_conv2d_bwd_data(const gc_op_call *c)
+{
+    gc_conv2d_geom g;
+    TRY(need(c, c->in[0], "dy")); TRY(need(c, c->in[1], "kernel")); TRY(need(c, c->out[0], "dx"));
+    TRY(conv_geom(c, c->out[0], c->in[1], &g));
+    TRY(want4(c, c->in[0], "dy", g.N, g.OH, g.OW, g.F));
+    return dtypes(c, -1);
+}
+
+static gc_status v_conv2d_bwd_filter(const gc_op_call *c)
+{
+    gc_conv2d_geom g;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->in[1], "dy")); TRY(need(c, c->out[0], "dw"));
+    TRY(conv_geom(c, c->in[0], c->out[0], &g));
+    TRY(want4(c, c->in[1], "dy", g.N, g.OH, g.OW, g.F));
+    if (present(c->out[1])) TRY(want1(c, c->out[1], "db", g.F));
+    return dtypes(c, -1);
+}
+
+static gc_status pool_geom(const gc_op_call *c, const gc_tensor *x, const char *name,
+                           gc_pool2d_geom *g)
+{
+    TRY(rank(c, x, name, 4));
+    gc_status s = gc_pool2d_geometry(x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                                     c->params, g);
+    if (s) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", gc_last_error()); /* gc_fail rewrites that buffer */
+        return gc_fail(s, "%s: %s (input %s)", gc_op_name(c->op), why, shp(x).s);
+    }
+    return GC_OK;
+}
+
+static gc_status v_pool_fwd(const gc_op_call *c)
+{
+    gc_pool2d_geom g;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
+    TRY(pool_geom(c, c->in[0], "x", &g));
+    TRY(want4(c, c->out[0], "y", g.N, g.OH, g.OW, g.C));
+    return dtypes(c, -1);
+}
+
+static gc_status v_maxpool2d_bwd(const gc_op_call *c)
+{
+    gc_pool2d_geom g;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->in[1], "dy")); TRY(need(c, c->out[0], "dx"));
+    TRY(pool_geom(c, c->in[0], "x", &g));
+    TRY(want4(c, c->in[1], "dy", g.N, g.OH, g.OW, g.C));
+    TRY(match(c, c->out[0], "dx", c->in[0], "x"));
+    return dtypes(c, -1);
+}
+
+static gc_status v_avgpool2d_bwd(const gc_op_call *c)
+{
+    gc_pool2d_geom g;
+    TRY(need(c, c->in[0], "dy")); TRY(need(c, c->out[0], "dx"));
+    TRY(pool_geom(c, c->out[0], "dx", &g));
+    TRY(want4(c, c->in[0], "dy", g.N, g.OH, g.OW, g.C));
+    return dtypes(c, -1);
+}
+
+static gc_status v_act_fwd(const gc_op_call *c)
+{
+    const gc_act_params *p = c->params;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
+    TRY(act_ok(c, p->act, 1));
+    if (c->in[0]->ndim < 1) return gc_fail(GC_ERR_INVALID_ARG, "act_fwd: 'x' must have rank >= 1");
+    TRY(match(c, c->out[0], "y", c->in[0], "x"));
+    return dtypes(c, -1);
+}
+
+static gc_status v_act_bwd(const gc_op_call *c)
+{
+    const gc_act_params *p = c->params;
+    TRY(need(c, c->in[0], "y")); TRY(need(c, c->in[1], "dy")); TRY(need(c, c->out[0], "dx"));
+    TRY(act_ok(c, p->act, 1));
+    if (c->in[0]->ndim < 1) return gc_fail(GC_ERR_INVALID_ARG, "act_bwd: 'y' must have rank >= 1");
+    TRY(match(c, c->in[1], "dy", c->in[0], "y"));
+    TRY(match(c, c->out[0], "dx", c->in[0], "y"));
+    return dtypes(c, -1);
+}
+
+static gc_status v_bias_grad(const gc_op_call *c)
+{
+    TRY(need(c, c->in[0], "dy")); TRY(need(c, c->out[0], "db"));
+    const gc_tensor *dy = c->in[0];
+    if (dy->ndim < 1) return gc_fail(GC_ERR_INVALID_ARG, "bias_grad: 'dy' must have rank >= 1");
+    TRY(want1(c, c->out[0], "db", dy->shape[dy->ndim - 1]));
+    return dtypes(c, -1);
+}
+
+/* rows x cols view of a (..., cols) tensor; labels either the same shape or, when
+ * allowed, int32 with one label per row. */
+static gc_status v_rows_labels(const gc_op_call *c, const char *xname, int allow_sparse,
+                               int64_t *rows_out)
+{
+    const gc_tensor *x = c->in[0], *y = c->in[1];
+    TRY(need(c, x, xname)); TRY(need(c, y, "labels"));
+    if (x->ndim < 2)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' must have rank >= 2 (rows, classes), got %s",
+                       gc_op_name(c->op), xname, shp(x).s);
+    int64_t cols = x->shape[x->ndim - 1];
+    int64_t rows = gc_tensor_numel(x) / (cols ? cols : 1);
+    if (cols == 0) rows = 0;
+    if (cols < 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' %s has no classes", gc_op_name(c->op), xname,
+                       shp(x).s);
+    if (y->dtype == GC_I32) {
+        if (!allow_sparse)
+            return gc_fail(GC_ERR_DTYPE, "%s: integer labels are not accepted (use float labels of shape %s)",
+                           gc_op_name(c->op), shp(x).s);
+        if (gc_tensor_numel(y) != rows)
+            return gc_fail(GC_ERR_INVALID_ARG,
+                           "%s: sparse labels %s must hold one class index per row of %s (%lld rows)",
+                           gc_op_name(c->op), shp(y).s, shp(x).s, (long long)rows);
+    } else {
+        TRY(match(c, y, "labels", x, xname));
+    }
+    *rows_out = rows;
+    return GC_OK;
+}
+
+static gc_status v_loss(const gc_op_call *c)
+{
+    const gc_loss_params *p = c->params;
+    int allow_sparse = c->op == GC_OP_SOFTMAX_XENT || (c->op == GC_OP_XENT_PROBS && !p->binary);
+    int64_t rows;
+    TRY(v_rows_labels(c, c->op == GC_OP_REGRESSION_LOSS ? "pred" : "logits", allow_sparse, &rows));
+    TRY(need(c, c->out[0], "loss"));
+    if (gc_tensor_numel(c->out[0]) != rows)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: 'loss' %s must hold one value per row (%lld rows)",
+                       gc_op_name(c->op), shp(c->out[0]).s, (long long)rows);
+    if (present(c->out[1])) TRY(match(c, c->out[1], "grad", c->in[0], "input"));
+    if (!isfinite(p->grad_scale))
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: grad_scale must be finite", gc_op_name(c->op));
+    if (c->op == GC_OP_REGRESSION_LOSS && p->kind != GC_REG_MSE && p->kind != GC_REG_MAE)
+        return gc_fail(GC_ERR_INVALID_ARG, "regression_loss: kind must be mse or mae");
+    return dtypes(c, 1);
+}
+
+static gc_status v_dropout(const gc_op_call *c)
+{
+    const gc_dropout_params *p = c->params;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
+    TRY(match(c, c->out[0], "output", c->in[0], "input"));
+    if (!(p->rate >= 0.0f && p->rate < 1.0f))
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: rate must be in [0, 1), got %g", gc_op_name(c->op),
+                       (double)p->rate);
+    return dtypes(c, -1);
+}
+
+static gc_status v_optim(const gc_op_call *c, int n_state_required)
+{
+    static const char *const names[] = {"w", "m", "v"};
+    TRY(need(c, c->in[0], "g"));
+    int64_t n = gc_tensor_numel(c->in[0]);
+    for (int k = 0; k < gc_op_num_outputs(c->op); k++) {
+        const gc_tensor *t = c->out[k];
+        const char *nm = c->op == GC_OP_RMSPROP && k == 1 ? "v" : names[k];
+        if (k > n_state_required && !present(t)) continue;
+        TRY(need(c, t, nm));
+        if (gc_tensor_numel(t) != n)
+            return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' %s must have as many elements as 'g' %s",
+                           gc_op_name(c->op), nm, shp(t).s, shp(c->in[0]).s);
+    }
+    return dtypes(c, -1);
+}
+
+static gc_status v_adam(const gc_op_call *c)
+{
+    const gc_adam_params *p = c->params;
+    if (p->t < 1) return gc_fail(GC_ERR_INVALID_ARG, "adam: step t must be >= 1, got %lld", (long long)p->t);
+    if (!isfinite(p->lr) || !(p->beta_1 >= 0 && p->beta_1 < 1) || !(p->beta_2 >= 0 && p->beta_2 < 1) ||
+        !(p->epsilon >= 0))
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "adam: need finite lr, beta_1 and beta_2 in [0, 1), epsilon >= 0 (got lr=%g, "
+                       "beta_1=%g, beta_2=%g, epsilon=%g)",
+                       (double)p->lr, (double)p->beta_1, (double)p->beta_2, (double)p->epsilon);
+    return v_optim(c, 2);
+}
+
+static gc_status v_sgd(const gc_op_call *c)
+{
+    const gc_sgd_params *p = c->params;
+    if (!isfinite(p->lr) || !(p->momentum >= 0 && p->momentum <= 1))
+        return gc_fail(GC_ERR_INVALID_ARG, "sgd: need finite lr and momentum in [0, 1] (got %g, %g)",
+                       (double)p->lr, (double)p->momentum);
+    return v_optim(c, p->momentum != 0.0f ? 1 : 0);
+}
+
+static gc_status v_rmsprop(const gc_op_call *c)
+{
+    const gc_rmsprop_params *p = c->params;
+    if (!isfinite(p->lr) || !(p->rho >= 0 && p->rho < 1) || !(p->epsilon >= 0))
+        return gc_fail(GC_ERR_INVALID_ARG, "rmsprop: need finite lr, rho in [0, 1), epsilon >= 0");
+    return v_optim(c, 1);
+}
+
+static gc_status v_accuracy(const gc_op_call *c)
+{
+    const gc_accuracy_params *p = c->params;
+    int64_t rows;
+    if ((unsigned)p->kind > GC_ACC_BINARY)
+        return gc_fail(GC_ERR_INVALID_ARG, "accuracy: unknown kind %d", (int)p->kind);
+    TRY(v_rows_labels(c, "pred", p->kind == GC_ACC_SPARSE, &rows));
+    if (p->kind == GC_ACC_SPARSE && c->in[1]->dtype != GC_I32)
+        return gc_fail(GC_ERR_DTYPE, "accuracy: sparse accuracy needs int32 labels");
+    TRY(need(c, c->out[0], "count"));
+    if (gc_tensor_numel(c->out[0]) != 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "accuracy: 'count' must hold one value, got %s",
+                       shp(c->out[0]).s);
+    return dtypes(c, 1);
+}
+
+static gc_status v_cast(const gc_op_call *c)
+{
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
+    if (gc_tensor_numel(c->in[0]) != gc_tensor_numel(c->out[0]))
+        return gc_fail(GC_ERR_INVALID_ARG, "cast: 'y' %s must have as many elements as 'x' %s",
+                       shp(c->out[0]).s, shp(c->in[0]).s);
+    return dtypes(c, -1);
+}
+
+gc_status gc_op_validate(const gc_op_call *c)
+{
+    if (!c || (unsigned)c->op >= GC_OP_COUNT)
+        return gc_fail(GC_ERR_INVALID_ARG, "unknown op");
+    if (!c->params) return gc_fail(GC_ERR_INVALID_ARG, "%s: parameters are missing", gc_op_name(c->op));
+    switch (c->op) {
+    case GC_OP_GEMM: return v_gemm(c);
+    case GC_OP_CONV2D_FWD: return v_conv2d_fwd(c);
+    case GC_OP_CONV2D_BWD_DATA: return v_conv2d_bwd_data(c);
+    case GC_OP_CONV2D_BWD_FILTER: return v_conv2d_bwd_filter(c);
+    case GC_OP_MAXPOOL2D_FWD:
+    case GC_OP_AVGPOOL2D_FWD: return v_pool_fwd(c);
+    case GC_OP_MAXPOOL2D_BWD: return v_maxpool2d_bwd(c);
+    case GC_OP_AVGPOOL2D_BWD: return v_avgpool2d_bwd(c);
+    case GC_OP_ACT_FWD: return v_act_fwd(c);
+    case GC_OP_ACT_BWD: return v_act_bwd(c);
+    case GC_OP_BIAS_GRAD: return v_bias_grad(c);
+    case GC_OP_SOFTMAX_XENT:
+    case GC_OP_SIGMOID_BCE:
+    case GC_OP_XENT_PROBS:
+    case GC_OP_REGRESSION_LOSS: return v_loss(c);
+    case GC_OP_DROPOUT_FWD:
+    case GC_OP_DROPOUT_BWD: return v_dropout(c);
+    case GC_OP_ADAM: return v_adam(c);
+    case GC_OP_SGD: return v_sgd(c);
+    case GC_OP_RMSPROP: return v_rmsprop(c);
+    case GC_OP_ACCURACY: return v_accuracy(c);
+    case GC_OP_CAST: return v_cast(c);
+    case GC_OP_COUNT: break;
+    }
+    return gc_fail(GC_ERR_INVALID_ARG, "unknown op %d", (int)c->op);
+}

@@ -1,0 +1,134 @@
+/* cpu_kernels.h -- float32 kernels of the CPU backend and their op-table adapters.
+ *
+ * Each op family lives in one file (gemm.c, conv2d.c, pool2d.c, act.c, loss.c,
+ * dropout.c, optim.c, metrics.c, cast.c). A file holds (1) raw float32 kernels with
+ * plain pointer arguments, usable from other kernels (conv2d calls gc_cpu_sgemm), and
+ * (2) one adapter per op of GC_OP_LIST, gc_cpu_op_<name>, which unpacks a validated
+ * gc_op_call (core/validate.c has already checked shapes, dtypes and params, and
+ * f16/bf16 storage has been converted to f32 by core) and calls the kernel.
+ * backend.c builds the op table from GC_OP_LIST, so a missing adapter is a link error.
+ *
+ * Threading: kernels use OpenMP themselves; none may be called with a buffer that
+ * aliases another argument unless stated. All return GC_OK or a gc_fail(...) status.
+ */
+#ifndef GPUCMP_CPU_KERNELS_H
+#define GPUCMP_CPU_KERNELS_H
+
+#include "gpucmp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- gemm.c: C[M,N] = act(alpha * op(A) @ op(B) + beta * C + bias[N]).
+ * op(A) is A (M x K, row stride lda) or, when trans_a, A^T with A stored K x M.
+ * op(B) is B (K x N, ldb) or, when trans_b, B^T with B stored N x K.
+ * beta == 0 means C is not read (it may hold NaN). bias may be NULL. K == 0 gives
+ * act(beta * C + bias). act must be elementwise (not softmax). */
+typedef struct {
+    int trans_a, trans_b;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A; int64_t lda;
+    const float *B; int64_t ldb;
+    float *C; int64_t ldc;
+    const float *bias;
+    gc_act act;
+} gc_sgemm_args;
+gc_status gc_cpu_sgemm(const gc_sgemm_args *a);
+/* Name of the micro-kernel the run-time dispatch picked ("avx512", "fma" (256-bit AVX
+ * + FMA, no AVX2 needed) or "generic"), for benchmarks and bug reports. The choice is
+ * made once: the best the CPU has, unless GPUCMP_CPU_SIMD=generic|fma|avx512 names
+ * one it has. */
+const char *gc_cpu_sgemm_variant(void);
+/* Forces a variant ("auto" goes back to the automatic choice), so tests and
+ * benchmarks can run each one the machine has; an unknown name or one the CPU lacks
+ * gives GC_ERR_INVALID_ARG. Process-wide: not to be called while a GEMM runs. */
+gc_status gc_cpu_sgemm_force_variant(const char *name);
+
+/* Internal to gemm.c and gemm_microkernels.c: one micro-kernel variant.
+ * ukr computes the mr x nr tile C = alpha * Ap Bp + beta * C + bias from a packed A
+ * micro-panel (kc groups of mr values) and a packed B micro-panel (kc groups of nr
+ * values, 64-byte aligned); beta == 0 does not read C; bias (nr values) may be NULL.
+ * act applies an elementwise activation to n contiguous values in place. */
+typedef struct {
+    const char *name;
+    int mr, nr; /* micro-tile */
+    int kc, nc; /* K block and N block: the packed B block (kc x nc) lives in L2 */
+    void (*ukr)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                float alpha, float beta, const float *bias);
+    void (*act)(gc_act act, float *x, int64_t n);
+} gc_sgemm_kernel;
+extern const gc_sgemm_kernel gc_sgemm_kernel_generic;
+#if defined(__x86_64__) || defined(__i386__)
+extern const gc_sgemm_kernel gc_sgemm_kernel_fma;    /* needs avx + fma */
+extern const gc_sgemm_kernel gc_sgemm_kernel_avx512; /* needs avx512f */
+#endif
+
+/* ---- act.c: elementwise activation applied in place to n values (not softmax). */
+void gc_cpu_act_inplace(gc_act act, float *x, int64_t n);
+/* dx = dy * act'(y), y being the forward output; for softmax, rows x cols. */
+gc_status gc_cpu_act_fwd(gc_act act, int64_t rows, int64_t cols, const float *x, float *y);
+gc_status gc_cpu_act_bwd(gc_act act, int64_t rows, int64_t cols, const float *y,
+                         const float *dy, float *dx);
+
+/* ---- conv2d.c (NHWC, kernel kh,kw,in,out; geometry from core) */
+gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float *w,
+                            const float *bias, gc_act act, float *y);
+gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const float *w,
+                                 float *dx);
+gc_status gc_cpu_conv2d_bwd_filter(const gc_conv2d_geom *g, const float *x, const float *dy,
+                                   float *dw, float *db /* may be NULL */);
+
+/* ---- pool2d.c */
+gc_status gc_cpu_maxpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y);
+gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const float *dy,
+                               float *dx);
+gc_status gc_cpu_avgpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y);
+gc_status gc_cpu_avgpool2d_bwd(const gc_pool2d_geom *g, const float *dy, float *dx);
+
+/* ---- loss.c: per-row loss, optional gradient (NULL to skip) scaled by grad_scale.
+ * Exactly one of labels / labels_i32 is non-NULL; an i32 label outside [0, cols)
+ * returns GC_ERR_INVALID_ARG naming the row. */
+gc_status gc_cpu_softmax_xent(int64_t rows, int64_t cols, const float *logits,
+                              const float *labels, const int32_t *labels_i32,
+                              float *loss, float *dlogits, float grad_scale);
+gc_status gc_cpu_sigmoid_bce(int64_t rows, int64_t cols, const float *logits,
+                             const float *labels, float *loss, float *dlogits,
+                             float grad_scale);
+gc_status gc_cpu_xent_probs(int binary, int64_t rows, int64_t cols, const float *p,
+                            const float *labels, const int32_t *labels_i32, float *loss,
+                            float *dp, float grad_scale);
+gc_status gc_cpu_regression_loss(gc_regression_kind kind, int64_t rows, int64_t cols,
+                                 const float *pred, const float *target, float *loss,
+                                 float *dpred, float grad_scale);
+/* db[c] = sum_r dy[r, c] */
+gc_status gc_cpu_bias_grad(int64_t rows, int64_t cols, const float *dy, float *db);
+
+/* ---- dropout.c */
+gc_status gc_cpu_dropout_fwd(int64_t n, const float *x, float *y, float rate, uint64_t seed);
+gc_status gc_cpu_dropout_bwd(int64_t n, const float *dy, float *dx, float rate, uint64_t seed);
+
+/* ---- optim.c (Keras formulas, KERAS_SEMANTICS.md) */
+gc_status gc_cpu_adam(int64_t n, float *w, const float *g, float *m, float *v,
+                      const gc_adam_params *p);
+gc_status gc_cpu_sgd(int64_t n, float *w, const float *g, float *m /* NULL if momentum 0 */,
+                     const gc_sgd_params *p);
+gc_status gc_cpu_rmsprop(int64_t n, float *w, const float *g, float *v,
+                         const gc_rmsprop_params *p);
+
+/* ---- metrics.c: number of correct rows (see gc_accuracy_params). */
+gc_status gc_cpu_accuracy(gc_accuracy_kind kind, int64_t rows, int64_t cols,
+                          const float *pred, const float *labels, const int32_t *labels_i32,
+                          float threshold, double *count);
+
+/* ---- adapters, one per op of GC_OP_LIST (defined in the op family's file;
+ * gc_cpu_op_cast in cast.c) */
+#define GC_X_CPU_DECL(E, n, P, ni, no) gc_status gc_cpu_op_##n(const gc_backend *be, const gc_op_call *call);
+GC_OP_LIST(GC_X_CPU_DECL)
+#undef GC_X_CPU_DECL
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,247 @@
+/* pool2d.c -- max and average pooling on the CPU, NHWC, strides, valid / same padding,
+ * forward and backward, and their op adapters.
+ *
+ * Why it is built this way: in NHWC the C channels of one pixel are contiguous, so
+ * every loop runs over a window's cells with the channel loop innermost (a plain
+ * vectorisable loop over C). Window bounds are clipped to the image, which gives
+ * TensorFlow's rule for free: padded cells never win a max and are not counted in an
+ * average. Max backward recomputes the arg-max of each window (the first maximal cell
+ * in row-major (kh, kw) order, as TensorFlow's CPU kernel) and adds dy there, so
+ * overlapping windows accumulate; dX is zeroed first so every element is written.
+ * Work is split over samples (or over output rows when windows cannot overlap)
+ * across OpenMP threads.
+ */
+#include "cpu_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* below this many window-cell visits one thread is faster than a fork */
+#define POOL_PAR_MIN 32768
+
+/* Window of output (oh, ow), clipped to the image: [h0, h1) x [w0, w1). */
+static inline void window(const gc_pool2d_geom *g, int64_t oh, int64_t ow, int64_t *h0,
+                          int64_t *h1, int64_t *w0, int64_t *w1)
+{
+    int64_t hs = oh * g->sh - g->pad_top, ws = ow * g->sw - g->pad_left;
+    int64_t he = hs + g->PH, we = ws + g->PW;
+    *h0 = hs < 0 ? 0 : hs;
+    *w0 = ws < 0 ? 0 : ws;
+    *h1 = he > g->H ? g->H : he;
+    *w1 = we > g->W ? g->W : we;
+}
+
+static inline int pool_parallel(const gc_pool2d_geom *g)
+{
+    return g->N * g->OH * g->OW * g->C * g->PH * g->PW >= POOL_PAR_MIN;
+}
+
+/* One output row (n, oh) of max pooling. */
+static void maxpool_row(const gc_pool2d_geom *g, const float *xn, int64_t oh, float *yrow)
+{
+    const int64_t W = g->W, C = g->C;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t h0, h1, w0, w1;
+        window(g, oh, ow, &h0, &h1, &w0, &w1);
+        float *y = yrow + ow * C;
+        memcpy(y, xn + (h0 * W + w0) * C, (size_t)C * sizeof(float));
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t w = w0; w < w1; w++) {
+                const float *xp = xn + (h * W + w) * C;
+                for (int64_t c = 0; c < C; c++) y[c] = xp[c] > y[c] ? xp[c] : y[c];
+            }
+    }
+}
+
+gc_status gc_cpu_maxpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y)
+{
+    const int64_t N = g->N, OH = g->OH, HWC = g->H * g->W * g->C, OWC = g->OW * g->C;
+#pragma omp parallel for schedule(static) if (pool_parallel(g))
+    for (int64_t q = 0; q < N * OH; q++) {
+        int64_t n = q / OH, oh = q % OH;
+        maxpool_row(g, x + n * HWC, oh, y + q * OWC);
+    }
+    return GC_OK;
+}
+
+/* Max backward for output row (n, oh): dx += dy at each window's first arg-max.
+ * best / idx are scratch arrays of C elements; idx holds the window-local cell number
+ * (int32 like the floats, so the select vectorises). */
+static void maxpool_bwd_row(const gc_pool2d_geom *g, const float *restrict xn,
+                            const float *dyrow, int64_t oh, float *dxn,
+                            float *restrict best, int32_t *restrict idx)
+{
+    const int64_t W = g->W, C = g->C;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t h0, h1, w0, w1;
+        window(g, oh, ow, &h0, &h1, &w0, &w1);
+        int64_t ww = w1 - w0;
+        const float *xf = xn + (h0 * W + w0) * C;
+        for (int64_t c = 0; c < C; c++) {
+            best[c] = xf[c];
+            idx[c] = 0;
+        }
+        int32_t k = 0;
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t w = w0; w < w1; w++, k++) {
+                const float *xp = xn + (h * W + w) * C;
+                /* strictly greater: the first maximal cell keeps the gradient */
+                for (int64_t c = 0; c < C; c++) {
+                    float v = xp[c], b = best[c];
+                    int32_t gt = -(int32_t)(v > b), i = idx[c];
+                    best[c] = v > b ? v : b;
+                    idx[c] = i + ((k - i) & gt);
+                }
+            }
+        const float *dy = dyrow + ow * C;
+        for (int64_t c = 0; c < C; c++) {
+            int64_t cell = (h0 + idx[c] / ww) * W + w0 + idx[c] % ww;
+            dxn[cell * C + c] += dy[c];
+        }
+    }
+}
+
+gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const float *dy,
+                               float *dx)
+{
+    const int64_t N = g->N, OH = g->OH, C = g->C, HWC = g->H * g->W * C, OWC = g->OW * C;
+    if (N == 0) return GC_OK;
+    int par = pool_parallel(g);
+    int bad = 0;
+#pragma omp parallel if (par) reduction(| : bad)
+    {
+        float *best = (float *)malloc((size_t)C * sizeof(float));
+        int32_t *idx = (int32_t *)malloc((size_t)C * sizeof(int32_t));
+        if (!best || !idx) {
+            bad = 1;
+        }
+        /* every thread takes part in the worksharing loops below, even without scratch */
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            float *dxn = dx + n * HWC;
+            memset(dxn, 0, (size_t)HWC * sizeof(float));
+            if (!best || !idx) continue;
+            for (int64_t oh = 0; oh < OH; oh++)
+                maxpool_bwd_row(g, x + n * HWC, dy + (n * OH + oh) * OWC, oh, dxn, best, idx);
+        }
+        free(best);
+        free(idx);
+    }
+    if (bad)
+        return gc_fail(GC_ERR_NOMEM, "maxpool2d_bwd: cannot allocate %lld bytes of scratch",
+                       (long long)(C * (int64_t)(sizeof(float) + sizeof(int32_t))));
+    return GC_OK;
+}
+
+/* One output row (n, oh) of average pooling (mean over the cells inside the image). */
+static void avgpool_row(const gc_pool2d_geom *g, const float *xn, int64_t oh, float *yrow)
+{
+    const int64_t W = g->W, C = g->C;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t h0, h1, w0, w1;
+        window(g, oh, ow, &h0, &h1, &w0, &w1);
+        float *y = yrow + ow * C;
+        memset(y, 0, (size_t)C * sizeof(float));
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t w = w0; w < w1; w++) {
+                const float *xp = xn + (h * W + w) * C;
+                for (int64_t c = 0; c < C; c++) y[c] += xp[c];
+            }
+        float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+        for (int64_t c = 0; c < C; c++) y[c] *= inv;
+    }
+}
+
+gc_status gc_cpu_avgpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y)
+{
+    const int64_t N = g->N, OH = g->OH, HWC = g->H * g->W * g->C, OWC = g->OW * g->C;
+#pragma omp parallel for schedule(static) if (pool_parallel(g))
+    for (int64_t q = 0; q < N * OH; q++) {
+        int64_t n = q / OH, oh = q % OH;
+        avgpool_row(g, x + n * HWC, oh, y + q * OWC);
+    }
+    return GC_OK;
+}
+
+gc_status gc_cpu_avgpool2d_bwd(const gc_pool2d_geom *g, const float *dy, float *dx)
+{
+    const int64_t N = g->N, OH = g->OH, OW = g->OW, W = g->W, C = g->C;
+    const int64_t HWC = g->H * W * C, OWC = OW * C;
+#pragma omp parallel for schedule(static) if (pool_parallel(g))
+    for (int64_t n = 0; n < N; n++) {
+        float *dxn = dx + n * HWC;
+        memset(dxn, 0, (size_t)HWC * sizeof(float));
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                window(g, oh, ow, &h0, &h1, &w0, &w1);
+                const float *d = dy + (n * OH + oh) * OWC + ow * C;
+                float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        float *dp = dxn + (h * W + w) * C;
+                        for (int64_t c = 0; c < C; c++) dp[c] += d[c] * inv;
+                    }
+            }
+    }
+    return GC_OK;
+}
+
+/* ---------------------------------------------------------------- adapters */
+static gc_status pool_geom(const char *what, const gc_tensor *xlike, const void *params,
+                           gc_pool2d_geom *g)
+{
+    const gc_pool2d_params *p = (const gc_pool2d_params *)params;
+    if (!p || !xlike || xlike->ndim != 4)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: expected a 4-D (N, H, W, C) tensor", what);
+    return gc_pool2d_geometry(xlike->shape[0], xlike->shape[1], xlike->shape[2],
+                              xlike->shape[3], p, g);
+}
+
+static int has_data(const gc_tensor *t) { return t && t->data; }
+
+gc_status gc_cpu_op_maxpool2d_fwd(const gc_backend *be, const gc_op_call *call)
+{
+    (void)be;
+    gc_pool2d_geom g;
+    gc_status st = pool_geom("maxpool2d_fwd", call->in[0], call->params, &g);
+    if (st || g.N == 0) return st;
+    if (!has_data(call->in[0]) || !has_data(call->out[0]))
+        return gc_fail(GC_ERR_INVALID_ARG, "maxpool2d_fwd: missing tensor data");
+    return gc_cpu_maxpool2d_fwd(&g, (const float *)call->in[0]->data, (float *)call->out[0]->data);
+}
+
+gc_status gc_cpu_op_maxpool2d_bwd(const gc_backend *be, const gc_op_call *call)
+{
+    (void)be;
+    gc_pool2d_geom g;
+    gc_status st = pool_geom("maxpool2d_bwd", call->in[0], call->params, &g);
+    if (st || g.N == 0) return st;
+    if (!has_data(call->in[0]) || !has_data(call->in[1]) || !has_data(call->out[0]))
+        return gc_fail(GC_ERR_INVALID_ARG, "maxpool2d_bwd: missing tensor data");
+    return gc_cpu_maxpool2d_bwd(&g, (const float *)call->in[0]->data,
+                                (const float *)call->in[1]->data, (float *)call->out[0]->data);
+}
+
+gc_status gc_cpu_op_avgpool2d_fwd(const gc_backend *be, const gc_op_call *call)
+{
+    (void)be;
+    gc_pool2d_geom g;
+    gc_status st = pool_geom("avgpool2d_fwd", call->in[0], call->params, &g);
+    if (st || g.N == 0) return st;
+    if (!has_data(call->in[0]) || !has_data(call->out[0]))
+        return gc_fail(GC_ERR_INVALID_ARG, "avgpool2d_fwd: missing tensor data");
+    return gc_cpu_avgpool2d_fwd(&g, (const float *)call->in[0]->data, (float *)call->out[0]->data);
+}
+
+gc_status gc_cpu_op_avgpool2d_bwd(const gc_backend *be, const gc_op_call *call)
+{
+    (void)be;
+    gc_pool2d_geom g;
+    /* the input's shape is dx's shape */
+    gc_status st = pool_geom("avgpool2d_bwd", call->out[0], call->params, &g);
+    if (st || g.N == 0) return st;
+    if (!has_data(call->in[0]) || !has_data(call->out[0]))
+        return gc_fail(GC_ERR_INVALID_ARG, "avgpool2d_bwd: missing tensor data");
+    return gc_cpu_avgpool2d_bwd(&g, (const float *)call->in[0]->data, (float *)call->out[0]->data);
+}

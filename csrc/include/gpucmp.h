@@ -1,0 +1,339 @@
+/* gpucmp.h -- the C API of the gpucmp core.
+ *
+ * What it provides: status codes, run-time dtypes, a tensor descriptor, typed
+ * parameter structs per op, the one op list (GC_OP_LIST X-macro) from which the
+ * op enum, the op names, every backend's op table and the test registry are
+ * derived, the backend table itself, and the execution plan (a compiled
+ * Sequential model: one training step is one call).
+ *
+ * Why it is built this way (DESIGN.md, "Rules of the core"): backends are tables
+ * of function pointers chosen at run time; every op slot has the same signature
+ * (gc_op_fn over a gc_op_call), so the X-macro can build the tables and an op a
+ * backend lacks is a NULL slot reported as GC_ERR_UNSUPPORTED; errors are values
+ * (gc_status plus a thread-local message), never exit()/abort(). No Python.h here.
+ */
+#ifndef GPUCMP_H
+#define GPUCMP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ status */
+typedef enum {
+    GC_OK = 0,
+    GC_ERR_INVALID_ARG,  /* bad shape, rank or parameter       -> ValueError */
+    GC_ERR_DTYPE,        /* dtype not accepted here            -> TypeError  */
+    GC_ERR_NOMEM,        /* host or device allocation failed   -> MemoryError */
+    GC_ERR_UNSUPPORTED,  /* the backend has no such op         -> NotImplementedError */
+    GC_ERR_BACKEND,      /* driver / runtime failure           -> RuntimeError */
+    GC_ERR_NONFINITE     /* NaN or Inf where it is not allowed  -> ValueError */
+} gc_status;
+
+const char *gc_status_name(gc_status s);
+/* Message of the last failure on this thread ("" when none). */
+const char *gc_last_error(void);
+/* Records a printf-style message for the calling thread and returns s, so that
+ * `return gc_fail(GC_ERR_INVALID_ARG, "x: ...");` is the one error idiom. */
+gc_status gc_fail(gc_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void gc_clear_error(void);
+
+/* ------------------------------------------------------------------ dtypes */
+typedef enum { GC_F32 = 0, GC_F16, GC_BF16, GC_I32, GC_DTYPE_COUNT } gc_dtype;
+size_t gc_dtype_size(gc_dtype t);
+const char *gc_dtype_name(gc_dtype t);
+
+/* Storage conversions (round-to-nearest-even), used at the edges of float32
+ * compute on the CPU and by the tests. */
+void gc_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+void gc_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+void gc_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
+void gc_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
+
+/* ------------------------------------------------------------------ tensors */
+#define GC_MAX_DIMS 6
+/* A dense row-major tensor; `data` is host memory for the CPU backend and
+ * device memory for the CUDA backend. */
+typedef struct {
+    void *data;
+    gc_dtype dtype;
+    int ndim;
+    int64_t shape[GC_MAX_DIMS];
+} gc_tensor;
+
+int64_t gc_tensor_numel(const gc_tensor *t);
+gc_tensor gc_tensor_make(void *data, gc_dtype dtype, int ndim, const int64_t *shape);
+
+/* ------------------------------------------------------------------ op params */
+typedef enum { GC_ACT_LINEAR = 0, GC_ACT_RELU, GC_ACT_TANH, GC_ACT_SIGMOID, GC_ACT_SOFTMAX,
+               GC_ACT_COUNT } gc_act;
+typedef enum { GC_PAD_VALID = 0, GC_PAD_SAME } gc_padding;
+
+/* C = act(alpha * op(A) @ op(B) + beta * C + bias[None, :]); A, B, C row-major.
+ * inputs: A, B, bias (optional: data NULL); outputs: C.  act is elementwise
+ * (softmax is rejected: use act_fwd). */
+typedef struct { int trans_a, trans_b; float alpha, beta; gc_act act; } gc_gemm_params;
+
+/* NHWC input, kernel (kh, kw, in, out) as Keras stores it, cross-correlation.
+ * conv2d_fwd:        in x, w, bias(opt)      out y = act(conv(x, w) + bias)
+ * conv2d_bwd_data:   in dy, w                out dx            (dy already through act')
+ * conv2d_bwd_filter: in x, dy                out dw, db(opt)   */
+typedef struct { int stride_h, stride_w, dil_h, dil_w; gc_padding padding; gc_act act; } gc_conv2d_params;
+
+/* maxpool2d_fwd / avgpool2d_fwd: in x out y; maxpool2d_bwd: in x, dy out dx;
+ * avgpool2d_bwd: in dy out dx (shape of x taken from dx).  Padded cells never win a
+ * max and are not counted in an average (TensorFlow's rule). */
+typedef struct { int pool_h, pool_w, stride_h, stride_w; gc_padding padding; } gc_pool2d_params;
+
+/* act_fwd: in x out y; act_bwd: in y (the forward output), dy out dx.
+ * Softmax works over the last axis. */
+typedef struct { gc_act act; } gc_act_params;
+
+/* Losses write a per-sample loss (rows,) and, when the second output's data is not
+ * NULL, the gradient of grad_scale * sum(loss) with respect to their first input.
+ * softmax_xent:    in logits (rows, cols), labels (rows, cols) f32 or (rows,) i32
+ * sigmoid_bce:     in logits, labels (rows, cols); loss = mean over cols
+ * xent_probs:      in probabilities, labels; Keras' clipped path (eps 1e-7);
+ *                  binary != 0 gives binary cross-entropy (mean over cols)
+ * regression_loss: in pred, target; kind 0 = mse, 1 = mae (mean over cols) */
+typedef enum { GC_REG_MSE = 0, GC_REG_MAE = 1 } gc_regression_kind;
+typedef struct { float grad_scale; int binary; gc_regression_kind kind; } gc_loss_params;
+
+/* bias_grad: in dy (rows, cols) out db (cols,) = sum over rows. */
+typedef struct { int unused; } gc_no_params;
+
+/* Dropout with a counter-based mask: keep element i iff gc_uniform01(seed, i) >= rate,
+ * kept elements scaled by 1/(1-rate). Backward regenerates the mask from the seed, so
+ * no mask is stored and every backend draws the same mask.
+ * dropout_fwd: in x out y; dropout_bwd: in dy out dx. */
+typedef struct { float rate; uint64_t seed; } gc_dropout_params;
+
+/* Optimizer updates, in place. Inputs: g. Outputs (read and written): w, then state.
+ * adam: outputs w, m, v    (Keras: alpha = lr*sqrt(1-b2^t)/(1-b1^t), t = iterations+1)
+ * sgd: outputs w, m (m optional when momentum == 0)
+ * rmsprop: outputs w, v */
+typedef struct { float lr, beta_1, beta_2, epsilon; int64_t t; } gc_adam_params;
+typedef struct { float lr, momentum; int nesterov; } gc_sgd_params;
+typedef struct { float lr, rho, epsilon; } gc_rmsprop_params;
+
+/* accuracy: in pred (rows, cols), labels (rows, cols) f32 or (rows,) i32; out count (1,)
+ * = number of correct rows (categorical: argmax match; sparse: argmax == label;
+ * binary: mean over all elements of (pred > threshold) == (label > 0.5), times rows). */
+typedef enum { GC_ACC_CATEGORICAL = 0, GC_ACC_SPARSE, GC_ACC_BINARY } gc_accuracy_kind;
+typedef struct { gc_accuracy_kind kind; float threshold; } gc_accuracy_params;
+
+/* cast: in x (any float dtype) out y (any float dtype, same shape). */
+
+/* ------------------------------------------------------------------ the op list
+ * X(ENUM, name, params type, inputs, outputs) -- the one source of truth. */
+#define GC_OP_LIST(X)                                                        \
+    X(GEMM, gemm, gc_gemm_params, 3, 1)                                      \
+    X(CONV2D_FWD, conv2d_fwd, gc_conv2d_params, 3, 1)                        \
+    X(CONV2D_BWD_DATA, conv2d_bwd_data, gc_conv2d_params, 2, 1)              \
+    X(CONV2D_BWD_FILTER, conv2d_bwd_filter, gc_conv2d_params, 2, 2)          \
+    X(MAXPOOL2D_FWD, maxpool2d_fwd, gc_pool2d_params, 1, 1)                  \
+    X(MAXPOOL2D_BWD, maxpool2d_bwd, gc_pool2d_params, 2, 1)                  \
+    X(AVGPOOL2D_FWD, avgpool2d_fwd, gc_pool2d_params, 1, 1)                  \
+    X(AVGPOOL2D_BWD, avgpool2d_bwd, gc_pool2d_params, 1, 1)                  \
+    X(ACT_FWD, act_fwd, gc_act_params, 1, 1)                                 \
+    X(ACT_BWD, act_bwd, gc_act_params, 2, 1)                                 \
+    X(BIAS_GRAD, bias_grad, gc_no_params, 1, 1)                              \
+    X(SOFTMAX_XENT, softmax_xent, gc_loss_params, 2, 2)                      \
+    X(SIGMOID_BCE, sigmoid_bce, gc_loss_params, 2, 2)                        \
+    X(XENT_PROBS, xent_probs, gc_loss_params, 2, 2)                          \
+    X(REGRESSION_LOSS, regression_loss, gc_loss_params, 2, 2)                \
+    X(DROPOUT_FWD, dropout_fwd, gc_dropout_params, 1, 1)                     \
+    X(DROPOUT_BWD, dropout_bwd, gc_dropout_params, 1, 1)                     \
+    X(ADAM, adam, gc_adam_params, 1, 3)                                      \
+    X(SGD, sgd, gc_sgd_params, 1, 2)                                         \
+    X(RMSPROP, rmsprop, gc_rmsprop_params, 1, 2)                             \
+    X(ACCURACY, accuracy, gc_accuracy_params, 2, 1)                          \
+    X(CAST, cast, gc_no_params, 1, 1)
+
+typedef enum {
+#define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,
+    GC_OP_LIST(GC_X_ENUM)
+#undef GC_X_ENUM
+    GC_OP_COUNT
+} gc_op;
+
+#define GC_MAX_OP_IN 3
+#define GC_MAX_OP_OUT 3
+
+const char *gc_op_name(gc_op op);
+int gc_op_from_name(const char *name); /* -1 when unknown */
+int gc_op_num_inputs(gc_op op);
+int gc_op_num_outputs(gc_op op);
+size_t gc_op_params_size(gc_op op);
+
+/* One call of one op. Unused optional tensors have data == NULL. */
+typedef struct {
+    gc_op op;
+    const gc_tensor *in[GC_MAX_OP_IN];
+    gc_tensor *out[GC_MAX_OP_OUT];
+    const void *params; /* points to the op's params type */
+} gc_op_call;
+
+/* ------------------------------------------------------------------ backends */
+typedef struct gc_backend gc_backend;
+typedef gc_status (*gc_op_fn)(const gc_backend *be, const gc_op_call *call);
+
+struct gc_backend {
+    const char *name;          /* "cpu", "cuda" */
+    int device_index;
+    unsigned native_dtypes;    /* bit (1u << dtype) per float dtype the kernels take
+                                  directly; others are converted to f32 by core */
+    gc_status (*alloc)(const gc_backend *be, size_t nbytes, void **out);
+    void (*release)(const gc_backend *be, void *ptr);
+    gc_status (*upload)(const gc_backend *be, void *dst, const void *host_src, size_t nbytes);
+    gc_status (*download)(const gc_backend *be, void *host_dst, const void *src, size_t nbytes);
+    gc_status (*copy)(const gc_backend *be, void *dst, const void *src, size_t nbytes);
+    gc_status (*fill_zero)(const gc_backend *be, void *dst, size_t nbytes);
+    gc_status (*sync)(const gc_backend *be);
+    gc_op_fn ops[GC_OP_COUNT]; /* NULL: unsupported */
+    void *impl;                /* backend private state */
+};
+
+/* Registry: the CPU backend is always registered; CUDA registers itself when built
+ * and a device is usable. name is "cpu", "cuda" or "cuda:N". */
+gc_status gc_backend_get(const char *name, const gc_backend **out);
+int gc_backend_count(void);
+const gc_backend *gc_backend_at(int i);
+gc_status gc_backend_register(const gc_backend *be);
+
+/* Validates the call against the op's shape / param rules (core/validate.c) and
+ * runs it on `be`, converting f16/bf16 storage through f32 temporaries when the
+ * backend does not take that dtype natively. */
+gc_status gc_op_run(const gc_backend *be, const gc_op_call *call);
+/* Only the checks (used by the plan once at creation). */
+gc_status gc_op_validate(const gc_op_call *call);
+
+/* ------------------------------------------------------------------ geometry
+ * One source of truth for output shapes and padding (Keras rules). */
+typedef struct {
+    int64_t N, H, W, C, KH, KW, F, OH, OW;
+    int sh, sw, dh, dw, pad_top, pad_left;
+} gc_conv2d_geom;
+typedef struct {
+    int64_t N, H, W, C, PH, PW, OH, OW;
+    int sh, sw, pad_top, pad_left;
+} gc_pool2d_geom;
+
+/* Output extent of a window op along one axis; returns < 1 when none fits. */
+int64_t gc_out_extent(int64_t in, int64_t k, int stride, int dil, gc_padding pad);
+/* Leading (top / left) padding; the extra cell of an odd total goes bottom/right. */
+int gc_pad_before(int64_t in, int64_t out, int64_t k, int stride, int dil, gc_padding pad);
+gc_status gc_conv2d_geometry(int64_t N, int64_t H, int64_t W, int64_t C, int64_t KH,
+                             int64_t KW, int64_t F, const gc_conv2d_params *p,
+                             gc_conv2d_geom *g);
+gc_status gc_pool2d_geometry(int64_t N, int64_t H, int64_t W, int64_t C,
+                             const gc_pool2d_params *p, gc_pool2d_geom *g);
+
+/* ------------------------------------------------------------------ RNG */
+/* Counter-based uniform in [0, 1): the same value on every backend. */
+static inline uint32_t gc_hash32(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 32);
+}
+static inline float gc_uniform01(uint64_t seed, uint64_t i)
+{
+    return (float)(gc_hash32(seed, i) >> 8) * (1.0f / 16777216.0f);
+}
+
+/* ------------------------------------------------------------------ the execution plan
+ * A compiled Sequential model. Layers form a chain; weights and optimizer state live
+ * in buffers owned by the caller (shared between plans, as Keras models share
+ * layers); activations and gradients are owned by the plan, allocated once through
+ * the backend for max_batch rows. */
+typedef enum {
+    GC_LAYER_DENSE = 0,   /* weights: kernel (in, units), bias (units,) or NULL   */
+    GC_LAYER_CONV2D,      /* weights: kernel (kh, kw, in, f), bias (f,) or NULL    */
+    GC_LAYER_MAXPOOL2D,
+    GC_LAYER_AVGPOOL2D,
+    GC_LAYER_RESHAPE,     /* Flatten / Reshape: a view, no work                   */
+    GC_LAYER_DROPOUT,
+    GC_LAYER_ACTIVATION,
+    GC_LAYER_COUNT
+} gc_layer_kind;
+
+typedef struct {
+    gc_layer_kind kind;
+    int in_ndim, out_ndim;                 /* per-sample shapes (no batch axis) */
+    int64_t in_shape[GC_MAX_DIMS - 1], out_shape[GC_MAX_DIMS - 1];
+    gc_act act;                            /* dense / conv epilogue, activation layer */
+    int kernel_h, kernel_w;                /* conv2d window */
+    gc_conv2d_params conv;
+    gc_pool2d_params pool;
+    float dropout_rate;
+    int trainable;                         /* snapshot taken at compile() */
+    void *kernel, *bias;                   /* backend memory, float32; owned by caller */
+} gc_layer_desc;
+
+typedef enum {
+    GC_LOSS_CATEGORICAL_XENT = 0, GC_LOSS_SPARSE_CATEGORICAL_XENT, GC_LOSS_BINARY_XENT,
+    GC_LOSS_MSE, GC_LOSS_MAE, GC_LOSS_COUNT
+} gc_loss_kind;
+
+typedef enum { GC_OPT_SGD = 0, GC_OPT_ADAM, GC_OPT_RMSPROP, GC_OPT_COUNT } gc_opt_kind;
+
+/* Per-step optimizer hyper-parameters (the learning rate may change between steps). */
+typedef struct {
+    gc_opt_kind kind;
+    float lr, beta_1, beta_2, epsilon, momentum, rho;
+    int nesterov;
+    int64_t t; /* iterations + 1 */
+} gc_opt_hparams;
+
+/* Metrics the plan evaluates on device in the same pass (bit flags). */
+enum { GC_METRIC_ACC_CATEGORICAL = 1, GC_METRIC_ACC_SPARSE = 2, GC_METRIC_ACC_BINARY = 4,
+       GC_METRIC_MSE = 8, GC_METRIC_MAE = 16 };
+
+typedef struct {
+    gc_loss_kind loss;
+    int from_logits;  /* the last layer's output is a logit */
+    unsigned metrics; /* GC_METRIC_* flags */
+    gc_opt_kind opt;
+    /* optimizer state per trainable weight, in layer order (kernel then bias):
+     * adam: 2 buffers (m, v); sgd with momentum: 1 (m); rmsprop: 1 (v); sgd: 0. */
+    void **opt_state;
+    int n_opt_state;
+} gc_train_desc;
+
+/* Sums over the rows of one call (divide by rows for means). */
+typedef struct {
+    double loss_sum;
+    double metric_sum[5]; /* indexed by bit position of GC_METRIC_* */
+} gc_step_stats;
+
+typedef struct gc_plan gc_plan;
+
+gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int n_layers,
+                         const gc_train_desc *train /* NULL: inference only */,
+                         int64_t max_batch, gc_plan **out);
+void gc_plan_destroy(gc_plan *plan);
+/* x: host float32 (rows, *in_shape); y: host float32 (rows, *out_shape) or int32 (rows,)
+ * for sparse labels. One forward + loss + backward + update, in one call. */
+gc_status gc_plan_train_step(gc_plan *plan, const float *x, const void *y, int64_t rows,
+                             const gc_opt_hparams *hp, uint64_t dropout_seed,
+                             gc_step_stats *stats);
+/* Loss and metrics without an update (no dropout). */
+gc_status gc_plan_eval_step(gc_plan *plan, const float *x, const void *y, int64_t rows,
+                            gc_step_stats *stats);
+/* Inference: out host float32 (rows, *out_shape). */
+gc_status gc_plan_predict(gc_plan *plan, const float *x, int64_t rows, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUCMP_H */

@@ -1,0 +1,1162 @@
+/* module.c -- gpucmp._core, the only Python boundary of the C core.
+ *
+ * What it provides (CORE_API.md beside this file): run_op over NumPy arrays, Buffer
+ * (backend memory holding float32 weights and optimizer state), Plan (a compiled
+ * Sequential model; one training step = one call), and introspection of the op list,
+ * the backends and the CPU SIMD variants.
+ *
+ * How: arguments are parsed and checked while holding the GIL; the compute call runs
+ * with the GIL released; a gc_status becomes ValueError / TypeError / MemoryError /
+ * NotImplementedError / RuntimeError carrying the core's message. Objects borrowed by
+ * C (Buffers inside a Plan) are kept alive by references the Plan holds. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#if NPY_ABI_VERSION < 0x02000000 /* NumPy 1.x headers */
+#define PyDataType_ELSIZE(d) ((d)->elsize)
+#endif
+
+#include <string.h>
+
+#include "gpucmp.h"
+#include "cpu_kernels.h"
+
+#ifdef GPUCMP_WITH_CUDA
+extern gc_status gc_cuda_register_all(void);
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+static PyObject *raise_status(gc_status s)
+{
+    PyObject *type;
+    switch (s) {
+    case GC_ERR_INVALID_ARG:
+    case GC_ERR_NONFINITE: type = PyExc_ValueError; break;
+    case GC_ERR_DTYPE: type = PyExc_TypeError; break;
+    case GC_ERR_NOMEM: type = PyExc_MemoryError; break;
+    case GC_ERR_UNSUPPORTED: type = PyExc_NotImplementedError; break;
+    default: type = PyExc_RuntimeError; break;
+    }
+    const char *msg = gc_last_error();
+    PyErr_SetString(type, msg && *msg ? msg : gc_status_name(s));
+    return NULL;
+}
+
+static const gc_backend *get_backend(PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "backend must be a string such as 'cpu' or 'cuda:0', got %R", name);
+        return NULL;
+    }
+    const gc_backend *be = NULL;
+    gc_status s = gc_backend_get(PyUnicode_AsUTF8(name), &be);
+    if (s) return (const gc_backend *)raise_status(s);
+    return be;
+}
+
+/* ------------------------------------------------------------------ enums from strings */
+
+static int parse_enum(PyObject *v, const char *what, const char *const *names, int n, int *out)
+{
+    if (PyUnicode_Check(v)) {
+        const char *s = PyUnicode_AsUTF8(v);
+        for (int i = 0; i < n; i++)
+            if (names[i] && strcmp(s, names[i]) == 0) {
+                *out = i;
+                return 0;
+            }
+        PyObject *choices = PyUnicode_FromString("");
+        for (int i = 0; i < n && choices; i++) {
+            if (!names[i]) continue;
+            PyObject *next = PyUnicode_FromFormat("%U%s'%s'", choices, PyUnicode_GET_LENGTH(choices) ? ", " : "", names[i]);
+            Py_DECREF(choices);
+            choices = next;
+        }
+        if (choices) {
+            PyErr_Format(PyExc_ValueError, "%s: unknown value '%s' (expected one of %U)", what, s, choices);
+            Py_DECREF(choices);
+        }
+        return -1;
+    }
+    if (PyLong_Check(v)) {
+        long x = PyLong_AsLong(v);
+        if (x >= 0 && x < n && names[x]) {
+            *out = (int)x;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "%s: expected a string, got %R", what, v);
+    return -1;
+}
+
+static const char *const act_names[GC_ACT_COUNT] = {"linear", "relu", "tanh", "sigmoid", "softmax"};
+static const char *const pad_names[2] = {"valid", "same"};
+static const char *const reg_names[2] = {"mse", "mae"};
+static const char *const acc_names[3] = {"categorical", "sparse", "binary"};
+
+/* ------------------------------------------------------------------ params dict */
+
+static PyObject *item(PyObject *d, const char *k)
+{
+    return d ? PyDict_GetItemString(d, k) : NULL; /* borrowed */
+}
+
+static int p_float(PyObject *d, const char *k, double def, float *out)
+{
+    PyObject *v = item(d, k);
+    if (!v) {
+        *out = (float)def;
+        return 0;
+    }
+    double x = PyFloat_AsDouble(v);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "parameter '%s' must be a number, got %R", k, v);
+        return -1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+static int p_long(PyObject *d, const char *k, long long def, long long *out)
+{
+    PyObject *v = item(d, k);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!PyLong_Check(v) || PyBool_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "parameter '%s' must be an integer, got %R", k, v);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int p_u64(PyObject *d, const char *k, uint64_t *out)
+{
+    PyObject *v = item(d, k);
+    *out = 0;
+    if (!v) return 0;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "parameter '%s' must be an integer, got %R", k, v);
+        return -1;
+    }
+    *out = PyLong_AsUnsignedLongLongMask(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int p_bool(PyObject *d, const char *k, int def, int *out)
+{
+    PyObject *v = item(d, k);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    int b = PyObject_IsTrue(v);
+    if (b < 0) return -1;
+    *out = b;
+    return 0;
+}
+
+static int to_int(PyObject *v, const char *k, int *out)
+{
+    if (!PyLong_Check(v) || PyBool_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "'%s' must hold integers, got %R", k, v);
+        return -1;
+    }
+    long x = PyLong_AsLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < -(1L << 30) || x > (1L << 30)) {
+        PyErr_Format(PyExc_ValueError, "'%s' value %ld is out of range", k, x);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* an int or a pair of ints */
+static int p_pair(PyObject *d, const char *k, int def0, int def1, int *a, int *b)
+{
+    PyObject *v = item(d, k);
+    if (!v) {
+        *a = def0;
+        *b = def1;
+        return 0;
+    }
+    if (PyLong_Check(v)) {
+        if (to_int(v, k, a)) return -1;
+        *b = *a;
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(v, "");
+    if (!seq || PySequence_Fast_GET_SIZE(seq) != 2) {
+        Py_XDECREF(seq);
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "'%s' must be an int or a pair of ints, got %R", k, v);
+        return -1;
+    }
+    int r = to_int(PySequence_Fast_GET_ITEM(seq, 0), k, a) || to_int(PySequence_Fast_GET_ITEM(seq, 1), k, b);
+    Py_DECREF(seq);
+    return r ? -1 : 0;
+}
+
+static int p_enum(PyObject *d, const char *k, const char *const *names, int n, int def, int *out)
+{
+    PyObject *v = item(d, k);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    return parse_enum(v, k, names, n, out);
+}
+
+/* All ops' params in one union, filled from the dict by op. */
+typedef union {
+    gc_gemm_params gemm;
+    gc_conv2d_params conv;
+    gc_pool2d_params pool;
+    gc_act_params act;
+    gc_loss_params loss;
+    gc_dropout_params drop;
+    gc_adam_params adam;
+    gc_sgd_params sgd;
+    gc_rmsprop_params rms;
+    gc_accuracy_params acc;
+    gc_no_params none;
+} any_params;
+
+static int parse_params(gc_op op, PyObject *d, any_params *P)
+{
+    memset(P, 0, sizeof *P);
+    if (d && d != Py_None && !PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "params must be a dict");
+        return -1;
+    }
+    if (d == Py_None) d = NULL;
+    int e = 0, b = 0;
+    long long ll = 0;
+    switch (op) {
+    case GC_OP_GEMM:
+        if (p_bool(d, "trans_a", 0, &P->gemm.trans_a) || p_bool(d, "trans_b", 0, &P->gemm.trans_b) ||
+            p_float(d, "alpha", 1.0, &P->gemm.alpha) || p_float(d, "beta", 0.0, &P->gemm.beta) ||
+            p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e))
+            return -1;
+        P->gemm.act = (gc_act)e;
+        return 0;
+    case GC_OP_CONV2D_FWD:
+    case GC_OP_CONV2D_BWD_DATA:
+    case GC_OP_CONV2D_BWD_FILTER:
+        if (p_pair(d, "strides", 1, 1, &P->conv.stride_h, &P->conv.stride_w) ||
+            p_pair(d, "dilation", 1, 1, &P->conv.dil_h, &P->conv.dil_w) ||
+            p_enum(d, "padding", pad_names, 2, 0, &b) || p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e))
+            return -1;
+        P->conv.padding = (gc_padding)b;
+        P->conv.act = (gc_act)e;
+        return 0;
+    case GC_OP_MAXPOOL2D_FWD:
+    case GC_OP_MAXPOOL2D_BWD:
+    case GC_OP_AVGPOOL2D_FWD:
+    case GC_OP_AVGPOOL2D_BWD:
+        if (p_pair(d, "pool_size", 2, 2, &P->pool.pool_h, &P->pool.pool_w) ||
+            p_pair(d, "strides", P->pool.pool_h, P->pool.pool_w, &P->pool.stride_h, &P->pool.stride_w) ||
+            p_enum(d, "padding", pad_names, 2, 0, &b))
+            return -1;
+        if (item(d, "strides") == Py_None) {
+            P->pool.stride_h = P->pool.pool_h;
+            P->pool.stride_w = P->pool.pool_w;
+        }
+        P->pool.padding = (gc_padding)b;
+        return 0;
+    case GC_OP_ACT_FWD:
+    case GC_OP_ACT_BWD:
+        if (p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e)) return -1;
+        P->act.act = (gc_act)e;
+        return 0;
+    case GC_OP_SOFTMAX_XENT:
+    case GC_OP_SIGMOID_BCE:
+    case GC_OP_XENT_PROBS:
+    case GC_OP_REGRESSION_LOSS:
+        if (p_float(d, "grad_scale", 1.0, &P->loss.grad_scale) || p_bool(d, "binary", 0, &P->loss.binary) ||
+            p_enum(d, "kind", reg_names, 2, 0, &e))
+            return -1;
+        P->loss.kind = (gc_regression_kind)e;
+        return 0;
+    case GC_OP_DROPOUT_FWD:
+    case GC_OP_DROPOUT_BWD:
+        return (p_float(d, "rate", 0.0, &P->drop.rate) || p_u64(d, "seed", &P->drop.seed)) ? -1 : 0;
+    case GC_OP_ADAM:
+        if (p_float(d, "lr", 0.001, &P->adam.lr) || p_float(d, "beta_1", 0.9, &P->adam.beta_1) ||
+            p_float(d, "beta_2", 0.999, &P->adam.beta_2) || p_float(d, "epsilon", 1e-7, &P->adam.epsilon) ||
+            p_long(d, "t", 1, &ll))
+            return -1;
+        P->adam.t = ll;
+        return 0;
+    case GC_OP_SGD:
+        return (p_float(d, "lr", 0.01, &P->sgd.lr) || p_float(d, "momentum", 0.0, &P->sgd.momentum) ||
+                p_bool(d, "nesterov", 0, &P->sgd.nesterov))
+                   ? -1
+                   : 0;
+    case GC_OP_RMSPROP:
+        return (p_float(d, "lr", 0.001, &P->rms.lr) || p_float(d, "rho", 0.9, &P->rms.rho) ||
+                p_float(d, "epsilon", 1e-7, &P->rms.epsilon))
+                   ? -1
+                   : 0;
+    case GC_OP_ACCURACY:
+        if (p_enum(d, "kind", acc_names, 3, 0, &e) || p_float(d, "threshold", 0.5, &P->acc.threshold)) return -1;
+        P->acc.kind = (gc_accuracy_kind)e;
+        return 0;
+    case GC_OP_BIAS_GRAD:
+    case GC_OP_CAST:
+    case GC_OP_COUNT:
+        return 0;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ arrays */
+
+static int array_dtype(PyArrayObject *a, gc_dtype *out)
+{
+    PyArray_Descr *d = PyArray_DESCR(a);
+    switch (d->type_num) {
+    case NPY_FLOAT32: *out = GC_F32; return 0;
+    case NPY_FLOAT16: *out = GC_F16; return 0;
+    case NPY_INT32: *out = GC_I32; return 0;
+    case NPY_UINT16: *out = GC_BF16; return 0;
+    default: break;
+    }
+    /* ml_dtypes.bfloat16: a 2-byte user dtype named bfloat16 */
+    if (PyDataType_ELSIZE(d) == 2 && d->typeobj) {
+        const char *tn = ((PyTypeObject *)d->typeobj)->tp_name;
+        if (tn && strstr(tn, "bfloat16")) {
+            *out = GC_BF16;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int array_tensor(PyObject *obj, const char *role, int k, int writable, gc_tensor *t)
+{
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s %d must be a NumPy array, got %s", role, k, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyArrayObject *a = (PyArrayObject *)obj;
+    if (!PyArray_IS_C_CONTIGUOUS(a)) {
+        PyErr_Format(PyExc_ValueError, "%s %d must be C-contiguous", role, k);
+        return -1;
+    }
+    if (writable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s %d must be writable", role, k);
+        return -1;
+    }
+    if (PyArray_NDIM(a) > GC_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s %d has rank %d (at most %d)", role, k, PyArray_NDIM(a), GC_MAX_DIMS);
+        return -1;
+    }
+    gc_dtype dt;
+    if (array_dtype(a, &dt)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s %d has dtype %R; expected float32, float16, bfloat16 (uint16 bits) or int32",
+                     role, k, (PyObject *)PyArray_DESCR(a));
+        return -1;
+    }
+    int64_t shape[GC_MAX_DIMS];
+    for (int i = 0; i < PyArray_NDIM(a); i++) shape[i] = PyArray_DIM(a, i);
+    *t = gc_tensor_make(PyArray_DATA(a), dt, PyArray_NDIM(a), shape);
+    /* a zero-size array may have a NULL-ish data pointer: keep it "present" */
+    if (!t->data) t->data = (void *)t;
+    return 0;
+}
+
+/* Copy host tensors to backend memory (non-CPU backends) and back. */
+typedef struct {
+    gc_tensor host[GC_MAX_OP_IN + GC_MAX_OP_OUT];
+    gc_tensor dev[GC_MAX_OP_IN + GC_MAX_OP_OUT];
+    int used[GC_MAX_OP_IN + GC_MAX_OP_OUT];
+} staged;
+
+static void staged_free(const gc_backend *be, staged *st)
+{
+    for (int k = 0; k < GC_MAX_OP_IN + GC_MAX_OP_OUT; k++)
+        if (st->used[k] && st->dev[k].data) be->release(be, st->dev[k].data);
+}
+
+static gc_status run_staged(const gc_backend *be, gc_op_call *c, int nin, int nout)
+{
+    if (strcmp(be->name, "cpu") == 0) return gc_op_run(be, c);
+    /* validate on host pointers first so no device memory is spent on a bad call */
+    gc_status s = gc_op_validate(c);
+    if (s) return s;
+    staged st;
+    memset(&st, 0, sizeof st);
+    for (int k = 0; k < nin + nout && s == GC_OK; k++) {
+        const gc_tensor *t = k < nin ? c->in[k] : c->out[k - nin];
+        if (!t || !t->data) continue;
+        size_t bytes = (size_t)gc_tensor_numel(t) * gc_dtype_size(t->dtype);
+        st.host[k] = *t;
+        st.dev[k] = *t;
+        st.used[k] = 1;
+        st.dev[k].data = NULL;
+        s = be->alloc(be, bytes ? bytes : 4, &st.dev[k].data);
+        if (s == GC_OK && bytes) s = be->upload(be, st.dev[k].data, t->data, bytes);
+        if (k < nin) c->in[k] = &st.dev[k];
+        else c->out[k - nin] = &st.dev[k];
+    }
+    if (s == GC_OK) s = gc_op_run(be, c);
+    for (int k = nin; k < nin + nout && s == GC_OK; k++) {
+        if (!st.used[k]) continue;
+        size_t bytes = (size_t)gc_tensor_numel(&st.host[k]) * gc_dtype_size(st.host[k].dtype);
+        if (bytes) s = be->download(be, st.host[k].data, st.dev[k].data, bytes);
+    }
+    if (s == GC_OK) s = be->sync(be);
+    staged_free(be, &st);
+    return s;
+}
+
+/* ------------------------------------------------------------------ run_op */
+
+static PyObject *py_run_op(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *name;
+    PyObject *backend, *inputs, *outputs, *params = NULL;
+    if (!PyArg_ParseTuple(args, "sOOO|O:run_op", &name, &backend, &inputs, &outputs, &params)) return NULL;
+    int op = gc_op_from_name(name);
+    if (op < 0) return PyErr_Format(PyExc_ValueError, "run_op: unknown op '%s'", name);
+    const gc_backend *be = get_backend(backend);
+    if (!be) return NULL;
+    int nin = gc_op_num_inputs((gc_op)op), nout = gc_op_num_outputs((gc_op)op);
+    if (!PyTuple_Check(inputs) || PyTuple_GET_SIZE(inputs) != nin)
+        return PyErr_Format(PyExc_ValueError, "%s: inputs must be a tuple of %d items", name, nin);
+    if (!PyTuple_Check(outputs) || PyTuple_GET_SIZE(outputs) != nout)
+        return PyErr_Format(PyExc_ValueError, "%s: outputs must be a tuple of %d items", name, nout);
+    any_params P;
+    if (parse_params((gc_op)op, params, &P)) return NULL;
+    gc_tensor tin[GC_MAX_OP_IN], tout[GC_MAX_OP_OUT];
+    gc_op_call c;
+    memset(&c, 0, sizeof c);
+    memset(tin, 0, sizeof tin);
+    memset(tout, 0, sizeof tout);
+    c.op = (gc_op)op;
+    c.params = &P;
+    for (int k = 0; k < nin; k++) {
+        PyObject *o = PyTuple_GET_ITEM(inputs, k);
+        if (o != Py_None && array_tensor(o, "input", k, 0, &tin[k])) return NULL;
+        c.in[k] = &tin[k];
+    }
+    for (int k = 0; k < nout; k++) {
+        PyObject *o = PyTuple_GET_ITEM(outputs, k);
+        if (o != Py_None && array_tensor(o, "output", k, 1, &tout[k])) return NULL;
+        c.out[k] = &tout[k];
+    }
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = run_staged(be, &c, nin, nout);
+    Py_END_ALLOW_THREADS
+    if (s) return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ introspection */
+
+static PyObject *py_op_names(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+    PyObject *l = PyList_New(GC_OP_COUNT);
+    for (int i = 0; l && i < GC_OP_COUNT; i++) PyList_SET_ITEM(l, i, PyUnicode_FromString(gc_op_name((gc_op)i)));
+    return l;
+}
+
+static PyObject *py_op_arity(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) return PyErr_Format(PyExc_TypeError, "op_arity: expected an op name");
+    int op = gc_op_from_name(PyUnicode_AsUTF8(arg));
+    if (op < 0) return PyErr_Format(PyExc_ValueError, "op_arity: unknown op %R", arg);
+    return Py_BuildValue("(ii)", gc_op_num_inputs((gc_op)op), gc_op_num_outputs((gc_op)op));
+}
+
+static PyObject *py_backends(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+    int n = gc_backend_count();
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l && i < n; i++) {
+        const gc_backend *be = gc_backend_at(i);
+        PyObject *s = strcmp(be->name, "cpu") == 0 ? PyUnicode_FromString("cpu")
+                                                   : PyUnicode_FromFormat("%s:%d", be->name, be->device_index);
+        if (!s || PyList_Append(l, s)) {
+            Py_XDECREF(s);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return l;
+}
+
+static PyObject *py_cpu_simd_variant(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+    return PyUnicode_FromString(gc_cpu_sgemm_variant());
+}
+
+static PyObject *py_cpu_force_simd(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) return PyErr_Format(PyExc_TypeError, "cpu_force_simd: expected a name");
+    gc_status s = gc_cpu_sgemm_force_variant(PyUnicode_AsUTF8(arg));
+    if (s) return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cpu_simd_variants(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+    static const char *const all[] = {"generic", "fma", "avx512"};
+    const char *current = gc_cpu_sgemm_variant();
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l && i < 3; i++) {
+        if (gc_cpu_sgemm_force_variant(all[i]) == GC_OK && strcmp(gc_cpu_sgemm_variant(), all[i]) == 0) {
+            PyObject *s = PyUnicode_FromString(all[i]);
+            PyList_Append(l, s);
+            Py_XDECREF(s);
+        }
+    }
+    gc_clear_error();
+    gc_cpu_sgemm_force_variant("auto");
+    if (strcmp(current, gc_cpu_sgemm_variant()) != 0) gc_cpu_sgemm_force_variant(current);
+    return l;
+}
+
+/* ------------------------------------------------------------------ Buffer */
+
+typedef struct {
+    PyObject_HEAD
+    const gc_backend *be;
+    void *ptr;
+    Py_ssize_t size; /* float32 elements */
+    Py_ssize_t exports;
+} BufferObject;
+
+static void buffer_dealloc(BufferObject *b)
+{
+    if (b->ptr) b->be->release(b->be, b->ptr);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"backend", "n", NULL};
+    PyObject *backend;
+    Py_ssize_t n;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "On:Buffer", kwlist, &backend, &n)) return NULL;
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "Buffer: n must be >= 0, got %zd", n);
+    const gc_backend *be = get_backend(backend);
+    if (!be) return NULL;
+    BufferObject *b = (BufferObject *)type->tp_alloc(type, 0);
+    if (!b) return NULL;
+    b->be = be;
+    b->size = n;
+    size_t bytes = (size_t)(n ? n : 1) * sizeof(float);
+    if ((size_t)n > ((size_t)-1) / 8) {
+        Py_DECREF(b);
+        return PyErr_Format(PyExc_MemoryError, "Buffer: %zd float32 elements is too large", n);
+    }
+    gc_status s = be->alloc(be, bytes, &b->ptr);
+    if (s == GC_OK) s = be->fill_zero(be, b->ptr, bytes);
+    if (s) {
+        Py_DECREF(b);
+        return raise_status(s);
+    }
+    return (PyObject *)b;
+}
+
+static PyObject *buffer_write(BufferObject *b, PyObject *arg)
+{
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(arg, NPY_FLOAT32, 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+    if (!a) return NULL;
+    if (PyArray_SIZE(a) != b->size) {
+        PyErr_Format(PyExc_ValueError, "Buffer.write: expected %zd values, got an array of %zd", b->size,
+                     (Py_ssize_t)PyArray_SIZE(a));
+        Py_DECREF(a);
+        return NULL;
+    }
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = b->be->upload(b->be, b->ptr, PyArray_DATA(a), (size_t)b->size * sizeof(float));
+    if (s == GC_OK) s = b->be->sync(b->be);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(a);
+    if (s) return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *buffer_read(BufferObject *b, PyObject *noargs)
+{
+    (void)noargs;
+    npy_intp dim = b->size;
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &dim, NPY_FLOAT32);
+    if (!a) return NULL;
+    gc_status s = GC_OK;
+    Py_BEGIN_ALLOW_THREADS
+    s = b->be->sync(b->be);
+    if (s == GC_OK) s = b->be->download(b->be, PyArray_DATA(a), b->ptr, (size_t)b->size * sizeof(float));
+    Py_END_ALLOW_THREADS
+    if (s) {
+        Py_DECREF(a);
+        return raise_status(s);
+    }
+    return (PyObject *)a;
+}
+
+static int buffer_getbuffer(BufferObject *b, Py_buffer *view, int flags)
+{
+    if (strcmp(b->be->name, "cpu") != 0) {
+        PyErr_SetString(PyExc_BufferError, "Buffer: only CPU buffers can be viewed; use read()");
+        return -1;
+    }
+    int r = PyBuffer_FillInfo(view, (PyObject *)b, b->ptr, b->size * (Py_ssize_t)sizeof(float), 0, flags);
+    if (r == 0) {
+        if (flags & PyBUF_FORMAT) view->format = "f";
+        view->itemsize = sizeof(float);
+        b->exports++;
+    }
+    return r;
+}
+
+static void buffer_releasebuffer(BufferObject *b, Py_buffer *view)
+{
+    (void)view;
+    b->exports--;
+}
+
+static PyBufferProcs buffer_as_buffer = {(getbufferproc)buffer_getbuffer, (releasebufferproc)buffer_releasebuffer};
+
+static PyObject *buffer_get_backend(BufferObject *b, void *c)
+{
+    (void)c;
+    if (strcmp(b->be->name, "cpu") == 0) return PyUnicode_FromString("cpu");
+    return PyUnicode_FromFormat("%s:%d", b->be->name, b->be->device_index);
+}
+
+static PyObject *buffer_get_size(BufferObject *b, void *c)
+{
+    (void)c;
+    return PyLong_FromSsize_t(b->size);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"write", (PyCFunction)buffer_write, METH_O, "write(array): copy `size` values in (converted to float32)"},
+    {"read", (PyCFunction)buffer_read, METH_NOARGS, "read() -> float32 1-D copy"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef buffer_getset[] = {
+    {"backend", (getter)buffer_get_backend, NULL, "backend name", NULL},
+    {"size", (getter)buffer_get_size, NULL, "number of float32 elements", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject BufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpucmp._core.Buffer",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_as_buffer = &buffer_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Buffer(backend, n): n float32 elements of backend memory, zero-filled",
+    .tp_methods = buffer_methods,
+    .tp_getset = buffer_getset,
+    .tp_new = buffer_new,
+};
+
+/* ------------------------------------------------------------------ Plan */
+
+typedef struct {
+    PyObject_HEAD
+    gc_plan *plan;
+    const gc_backend *be;
+    PyObject *keep; /* list of Buffers the plan borrows */
+    int64_t max_batch;
+    int n_layers;
+    int in_ndim, out_ndim;
+    int64_t in_shape[GC_MAX_DIMS], out_shape[GC_MAX_DIMS];
+    int has_train, sparse;
+    unsigned metrics;
+    gc_opt_kind opt;
+} PlanObject;
+
+static void plan_dealloc(PlanObject *p)
+{
+    gc_plan_destroy(p->plan);
+    Py_XDECREF(p->keep);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static int get_shape(PyObject *d, const char *k, int idx, int *nd, int64_t *shape)
+{
+    PyObject *v = item(d, k);
+    if (!v) {
+        PyErr_Format(PyExc_ValueError, "Plan: layer %d is missing '%s'", idx, k);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(v, "");
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "Plan: layer %d '%s' must be a tuple of ints, got %R", idx, k, v);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > GC_MAX_DIMS - 1) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "Plan: layer %d '%s' has rank %zd (1..%d allowed)", idx, k, n, GC_MAX_DIMS - 1);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Plan: layer %d '%s' must hold ints, got %R", idx, k, v);
+            return -1;
+        }
+        shape[i] = x;
+    }
+    *nd = (int)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int get_buffer(PyObject *d, const char *k, int idx, PyObject *keep, const gc_backend *be, void **out)
+{
+    PyObject *v = item(d, k);
+    *out = NULL;
+    if (!v || v == Py_None) return 0;
+    if (!PyObject_TypeCheck(v, &BufferType)) {
+        PyErr_Format(PyExc_TypeError, "Plan: layer %d '%s' must be a Buffer, got %s", idx, k, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    BufferObject *b = (BufferObject *)v;
+    if (b->be != be) {
+        PyErr_Format(PyExc_ValueError, "Plan: layer %d '%s' lives on backend '%s', the plan on '%s'", idx, k,
+                     b->be->name, be->name);
+        return -1;
+    }
+    if (PyList_Append(keep, v)) return -1;
+    *out = b->ptr;
+    return 0;
+}
+
+static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense", "conv2d", "maxpool2d", "avgpool2d",
+                                                        "reshape", "dropout", "activation"};
+static const char *const loss_names[GC_LOSS_COUNT] = {"categorical_crossentropy", "sparse_categorical_crossentropy",
+                                                      "binary_crossentropy", "mse", "mae"};
+static const char *const opt_names[GC_OPT_COUNT] = {"sgd", "adam", "rmsprop"};
+static const char *const metric_names[5] = {"acc_categorical", "acc_sparse", "acc_binary", "mse", "mae"};
+
+static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *be, gc_layer_desc *L)
+{
+    memset(L, 0, sizeof *L);
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "Plan: layer %d must be a dict", idx);
+        return -1;
+    }
+    int kind = 0, act = 0, pad = 0, tr = 1;
+    PyObject *k = item(d, "kind");
+    if (!k) {
+        PyErr_Format(PyExc_ValueError, "Plan: layer %d is missing 'kind'", idx);
+        return -1;
+    }
+    if (parse_enum(k, "layer kind", layer_kinds, GC_LAYER_COUNT, &kind)) return -1;
+    L->kind = (gc_layer_kind)kind;
+    if (get_shape(d, "in_shape", idx, &L->in_ndim, L->in_shape) ||
+        get_shape(d, "out_shape", idx, &L->out_ndim, L->out_shape) ||
+        p_enum(d, "activation", act_names, GC_ACT_COUNT, 0, &act) || p_bool(d, "trainable", 1, &tr) ||
+        p_float(d, "rate", 0.0, &L->dropout_rate))
+        return -1;
+    L->act = (gc_act)act;
+    L->trainable = tr;
+    if (L->kind == GC_LAYER_CONV2D) {
+        if (!item(d, "kernel_size")) {
+            PyErr_Format(PyExc_ValueError, "Plan: conv2d layer %d is missing 'kernel_size'", idx);
+            return -1;
+        }
+        if (p_pair(d, "kernel_size", 1, 1, &L->kernel_h, &L->kernel_w) ||
+            p_pair(d, "strides", 1, 1, &L->conv.stride_h, &L->conv.stride_w) ||
+            p_pair(d, "dilation", 1, 1, &L->conv.dil_h, &L->conv.dil_w) || p_enum(d, "padding", pad_names, 2, 0, &pad))
+            return -1;
+        L->conv.padding = (gc_padding)pad;
+        L->conv.act = L->act;
+    }
+    if (L->kind == GC_LAYER_MAXPOOL2D || L->kind == GC_LAYER_AVGPOOL2D) {
+        if (p_pair(d, "pool_size", 2, 2, &L->pool.pool_h, &L->pool.pool_w) ||
+            p_pair(d, "strides", L->pool.pool_h, L->pool.pool_w, &L->pool.stride_h, &L->pool.stride_w) ||
+            p_enum(d, "padding", pad_names, 2, 0, &pad))
+            return -1;
+        if (item(d, "strides") == Py_None) {
+            L->pool.stride_h = L->pool.pool_h;
+            L->pool.stride_w = L->pool.pool_w;
+        }
+        L->pool.padding = (gc_padding)pad;
+    }
+    if (get_buffer(d, "kernel", idx, keep, be, &L->kernel) || get_buffer(d, "bias", idx, keep, be, &L->bias))
+        return -1;
+    return 0;
+}
+
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"backend", "layers", "max_batch", "train", NULL};
+    PyObject *backend, *layers, *train = Py_None;
+    long long max_batch;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOL|O:Plan", kwlist, &backend, &layers, &max_batch, &train))
+        return NULL;
+    const gc_backend *be = get_backend(backend);
+    if (!be) return NULL;
+    if (!PyList_Check(layers) && !PyTuple_Check(layers))
+        return PyErr_Format(PyExc_TypeError, "Plan: layers must be a list of dicts");
+    PlanObject *p = (PlanObject *)type->tp_alloc(type, 0);
+    if (!p) return NULL;
+    p->be = be;
+    p->keep = PyList_New(0);
+    Py_ssize_t n = PySequence_Size(layers);
+    gc_layer_desc *L = n > 0 ? PyMem_Calloc((size_t)n, sizeof *L) : NULL;
+    void **state = NULL;
+    gc_train_desc td;
+    memset(&td, 0, sizeof td);
+    int ok = p->keep && (n == 0 || L);
+    if (!ok && !PyErr_Occurred()) PyErr_NoMemory();
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *d = PySequence_GetItem(layers, i);
+        ok = d && parse_layer(d, (int)i, p->keep, be, &L[i]) == 0;
+        Py_XDECREF(d);
+    }
+    if (ok && train != Py_None) {
+        int loss = 0, opt = 0, fl = 0;
+        if (!PyDict_Check(train)) {
+            PyErr_SetString(PyExc_TypeError, "Plan: train must be a dict or None");
+            ok = 0;
+        }
+        PyObject *lv = ok ? item(train, "loss") : NULL, *ov = ok ? item(train, "optimizer") : NULL;
+        if (ok && (!lv || !ov)) {
+            PyErr_SetString(PyExc_ValueError, "Plan: train needs 'loss' and 'optimizer'");
+            ok = 0;
+        }
+        ok = ok && parse_enum(lv, "loss", loss_names, GC_LOSS_COUNT, &loss) == 0 &&
+             parse_enum(ov, "optimizer", opt_names, GC_OPT_COUNT, &opt) == 0 && p_bool(train, "from_logits", 0, &fl) == 0;
+        td.loss = (gc_loss_kind)loss;
+        td.opt = (gc_opt_kind)opt;
+        td.from_logits = fl;
+        PyObject *mv = ok ? item(train, "metrics") : NULL;
+        if (ok && mv && mv != Py_None) {
+            PyObject *seq = PySequence_Fast(mv, "Plan: metrics must be a list of strings");
+            ok = seq != NULL;
+            for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(seq); i++) {
+                int m;
+                ok = parse_enum(PySequence_Fast_GET_ITEM(seq, i), "metric", metric_names, 5, &m) == 0;
+                if (ok) td.metrics |= 1u << m;
+            }
+            Py_XDECREF(seq);
+        }
+        PyObject *sv = ok ? item(train, "opt_state") : NULL;
+        if (ok && sv && sv != Py_None) {
+            PyObject *seq = PySequence_Fast(sv, "Plan: opt_state must be a list of Buffers");
+            ok = seq != NULL;
+            Py_ssize_t ns = ok ? PySequence_Fast_GET_SIZE(seq) : 0;
+            if (ok && ns) {
+                state = PyMem_Calloc((size_t)ns, sizeof(void *));
+                ok = state != NULL;
+                if (!ok) PyErr_NoMemory();
+            }
+            for (Py_ssize_t i = 0; ok && i < ns; i++) {
+                PyObject *b = PySequence_Fast_GET_ITEM(seq, i);
+                if (!PyObject_TypeCheck(b, &BufferType) || ((BufferObject *)b)->be != be) {
+                    PyErr_Format(PyExc_TypeError, "Plan: opt_state[%zd] must be a Buffer on the plan's backend", i);
+                    ok = 0;
+                } else {
+                    state[i] = ((BufferObject *)b)->ptr;
+                    ok = PyList_Append(p->keep, b) == 0;
+                }
+            }
+            td.opt_state = state;
+            td.n_opt_state = (int)ns;
+            Py_XDECREF(seq);
+        }
+        p->has_train = 1;
+        p->sparse = td.loss == GC_LOSS_SPARSE_CATEGORICAL_XENT;
+        p->metrics = td.metrics;
+        p->opt = td.opt;
+    }
+    gc_status s = GC_OK;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        s = gc_plan_create(be, L, (int)n, train != Py_None ? &td : NULL, max_batch, &p->plan);
+        Py_END_ALLOW_THREADS
+        if (s) {
+            raise_status(s);
+            ok = 0;
+        }
+    }
+    if (ok) {
+        p->max_batch = max_batch;
+        p->n_layers = (int)n;
+        p->in_ndim = L[0].in_ndim;
+        memcpy(p->in_shape, L[0].in_shape, sizeof L[0].in_shape);
+        p->out_ndim = L[n - 1].out_ndim;
+        memcpy(p->out_shape, L[n - 1].out_shape, sizeof L[n - 1].out_shape);
+    }
+    PyMem_Free(L);
+    PyMem_Free(state);
+    if (!ok) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    return (PyObject *)p;
+}
+
+/* x as float32 (rows, *in_shape), C-contiguous; returns a new reference */
+static PyArrayObject *plan_x(PlanObject *p, PyObject *x, int64_t *rows)
+{
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(x, NPY_FLOAT32, 1, GC_MAX_DIMS,
+                                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+    if (!a) return NULL;
+    int ok = PyArray_NDIM(a) == p->in_ndim + 1;
+    for (int i = 0; ok && i < p->in_ndim; i++) ok = PyArray_DIM(a, i + 1) == p->in_shape[i];
+    if (!ok) {
+        PyObject *want = PyTuple_New(p->in_ndim + 1);
+        PyTuple_SET_ITEM(want, 0, Py_None);
+        Py_INCREF(Py_None);
+        for (int i = 0; i < p->in_ndim; i++) PyTuple_SET_ITEM(want, i + 1, PyLong_FromLongLong(p->in_shape[i]));
+        PyObject *got = PyObject_GetAttrString((PyObject *)a, "shape");
+        PyErr_Format(PyExc_ValueError, "Plan: x must have shape %R, got %R", want, got);
+        Py_XDECREF(want);
+        Py_XDECREF(got);
+        Py_DECREF(a);
+        return NULL;
+    }
+    *rows = PyArray_DIM(a, 0);
+    if (*rows < 1 || *rows > p->max_batch) {
+        PyErr_Format(PyExc_ValueError, "Plan: batch of %lld rows, expected 1..%lld", (long long)*rows,
+                     (long long)p->max_batch);
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+static PyArrayObject *plan_y(PlanObject *p, PyObject *y, int64_t rows)
+{
+    int64_t per = 1;
+    for (int i = 0; i < p->out_ndim; i++) per *= p->out_shape[i];
+    int64_t want;
+    PyArrayObject *a;
+    if (p->sparse) {
+        a = (PyArrayObject *)PyArray_FROMANY(y, NPY_INT32, 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+        want = rows * (per / p->out_shape[p->out_ndim - 1]);
+    } else {
+        a = (PyArrayObject *)PyArray_FROMANY(y, NPY_FLOAT32, 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+        want = rows * per;
+    }
+    if (!a) return NULL;
+    if (PyArray_SIZE(a) != want) {
+        PyErr_Format(PyExc_ValueError, "Plan: y holds %lld values, expected %lld for %lld rows (%s labels)",
+                     (long long)PyArray_SIZE(a), (long long)want, (long long)rows, p->sparse ? "sparse" : "dense");
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+static PyObject *stats_dict(PlanObject *p, const gc_step_stats *st)
+{
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    PyObject *v = PyFloat_FromDouble(st->loss_sum);
+    if (!v || PyDict_SetItemString(d, "loss", v)) goto fail;
+    Py_DECREF(v);
+    for (int bit = 0; bit < 5; bit++) {
+        if (!(p->metrics & (1u << bit))) continue;
+        v = PyFloat_FromDouble(st->metric_sum[bit]);
+        if (!v || PyDict_SetItemString(d, metric_names[bit], v)) goto fail;
+        Py_DECREF(v);
+    }
+    return d;
+fail:
+    Py_XDECREF(v);
+    Py_DECREF(d);
+    return NULL;
+}
+
+static int parse_hparams(PlanObject *p, PyObject *h, gc_opt_hparams *hp)
+{
+    memset(hp, 0, sizeof *hp);
+    if (!PyDict_Check(h)) {
+        PyErr_SetString(PyExc_TypeError, "train_step: hparams must be a dict");
+        return -1;
+    }
+    long long t = 1;
+    hp->kind = p->opt;
+    double lr_def = p->opt == GC_OPT_SGD ? 0.01 : 0.001;
+    if (p_float(h, "lr", lr_def, &hp->lr) || p_float(h, "beta_1", 0.9, &hp->beta_1) ||
+        p_float(h, "beta_2", 0.999, &hp->beta_2) || p_float(h, "epsilon", 1e-7, &hp->epsilon) ||
+        p_float(h, "momentum", 0.0, &hp->momentum) || p_float(h, "rho", 0.9, &hp->rho) ||
+        p_bool(h, "nesterov", 0, &hp->nesterov) || p_long(h, "t", 1, &t))
+        return -1;
+    hp->t = t;
+    return 0;
+}
+
+static PyObject *plan_train_step(PlanObject *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"x", "y", "hparams", "seed", NULL};
+    PyObject *x, *y, *h;
+    unsigned long long seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|K:train_step", kwlist, &x, &y, &h, &seed)) return NULL;
+    if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot train");
+    gc_opt_hparams hp;
+    if (parse_hparams(p, h, &hp)) return NULL;
+    int64_t rows;
+    PyArrayObject *xa = plan_x(p, x, &rows);
+    if (!xa) return NULL;
+    PyArrayObject *ya = plan_y(p, y, rows);
+    if (!ya) {
+        Py_DECREF(xa);
+        return NULL;
+    }
+    gc_step_stats st;
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = gc_plan_train_step(p->plan, PyArray_DATA(xa), PyArray_DATA(ya), rows, &hp, seed, &st);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(xa);
+    Py_DECREF(ya);
+    if (s) return raise_status(s);
+    return stats_dict(p, &st);
+}
+
+static PyObject *plan_eval_step(PlanObject *p, PyObject *args)
+{
+    PyObject *x, *y;
+    if (!PyArg_ParseTuple(args, "OO:eval_step", &x, &y)) return NULL;
+    if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot evaluate");
+    int64_t rows;
+    PyArrayObject *xa = plan_x(p, x, &rows);
+    if (!xa) return NULL;
+    PyArrayObject *ya = plan_y(p, y, rows);
+    if (!ya) {
+        Py_DECREF(xa);
+        return NULL;
+    }
+    gc_step_stats st;
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = gc_plan_eval_step(p->plan, PyArray_DATA(xa), PyArray_DATA(ya), rows, &st);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(xa);
+    Py_DECREF(ya);
+    if (s) return raise_status(s);
+    return stats_dict(p, &st);
+}
+
+static PyObject *plan_predict(PlanObject *p, PyObject *x)
+{
+    int64_t rows;
+    PyArrayObject *xa = plan_x(p, x, &rows);
+    if (!xa) return NULL;
+    npy_intp dims[GC_MAX_DIMS];
+    dims[0] = rows;
+    for (int i = 0; i < p->out_ndim; i++) dims[i + 1] = p->out_shape[i];
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(p->out_ndim + 1, dims, NPY_FLOAT32);
+    if (!out) {
+        Py_DECREF(xa);
+        return NULL;
+    }
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = gc_plan_predict(p->plan, PyArray_DATA(xa), rows, PyArray_DATA(out));
+    Py_END_ALLOW_THREADS
+    Py_DECREF(xa);
+    if (s) {
+        Py_DECREF(out);
+        return raise_status(s);
+    }
+    return (PyObject *)out;
+}
+
+static PyObject *plan_get_backend(PlanObject *p, void *c)
+{
+    (void)c;
+    if (strcmp(p->be->name, "cpu") == 0) return PyUnicode_FromString("cpu");
+    return PyUnicode_FromFormat("%s:%d", p->be->name, p->be->device_index);
+}
+
+static PyObject *plan_get_max_batch(PlanObject *p, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(p->max_batch);
+}
+
+static PyMethodDef plan_methods[] = {
+    {"train_step", (PyCFunction)(void (*)(void))plan_train_step, METH_VARARGS | METH_KEYWORDS,
+     "train_step(x, y, hparams, seed=0) -> dict of sums (loss, metrics) before the update"},
+    {"eval_step", (PyCFunction)plan_eval_step, METH_VARARGS, "eval_step(x, y) -> dict of sums"},
+    {"predict", (PyCFunction)plan_predict, METH_O, "predict(x) -> float32 array"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef plan_getset[] = {
+    {"backend", (getter)plan_get_backend, NULL, "backend name", NULL},
+    {"max_batch", (getter)plan_get_max_batch, NULL, "largest batch the plan holds", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpucmp._core.Plan",
+    .tp_basicsize = sizeof(PlanObject),
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Plan(backend, layers, max_batch, train=None): a compiled Sequential model",
+    .tp_methods = plan_methods,
+    .tp_getset = plan_getset,
+    .tp_new = plan_new,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef module_methods[] = {
+    {"run_op", py_run_op, METH_VARARGS, "run_op(name, backend, inputs, outputs, params=None)"},
+    {"op_names", py_op_names, METH_NOARGS, "names of every op, in GC_OP_LIST order"},
+    {"op_arity", py_op_arity, METH_O, "op_arity(name) -> (n_inputs, n_outputs)"},
+    {"backends", py_backends, METH_NOARGS, "usable backends, e.g. ['cpu', 'cuda:0']"},
+    {"cpu_simd_variant", py_cpu_simd_variant, METH_NOARGS, "active CPU GEMM micro-kernel"},
+    {"cpu_simd_variants", py_cpu_simd_variants, METH_NOARGS, "CPU GEMM micro-kernels this machine runs"},
+    {"cpu_force_simd", py_cpu_force_simd, METH_O, "cpu_force_simd(name): pick a micro-kernel ('auto' resets)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "gpucmp._core",
+                                         "The gpucmp C core (see csrc/python/CORE_API.md).", -1, module_methods,
+                                         NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    import_array();
+    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&PlanType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m) return NULL;
+    Py_INCREF(&BufferType);
+    Py_INCREF(&PlanType);
+    if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0 ||
+        PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#ifdef GPUCMP_WITH_CUDA
+    /* a machine without a driver or device simply has no CUDA backend */
+    gc_cuda_register_all();
+    gc_clear_error();
+    PyModule_AddIntConstant(m, "built_with_cuda", 1);
+#else
+    PyModule_AddIntConstant(m, "built_with_cuda", 0);
+#endif
+    return m;
+}

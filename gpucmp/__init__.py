@@ -1,0 +1,14 @@
+"""gpucmp: how do my models run on this GPU, and how would they run on that one?
+
+A C/CUDA core (gpucmp._core) with functional ops (gpucmp.ops) and a Keras-compatible
+front end (gpucmp.keras), so that code written for tensorflow.keras runs with only its
+imports changed -- `import gpucmp as tf; tf.keras.layers.Dense(...)` works too.
+"""
+from . import _core
+from ._device import available_devices, get_device, set_device
+from . import ops
+from . import keras
+
+__version__ = "0.1.0"
+
+__all__ = ["keras", "ops", "get_device", "set_device", "available_devices", "__version__"]

@@ -1,0 +1,238 @@
+"""Layer: the base class of every gpucmp.keras layer.
+
+A layer knows its arguments, builds its weights (``Variable``s in device buffers) from
+an input shape, computes its output shape, and describes itself to the execution plan
+(``plan_layers``: a list of the dicts ``gpucmp._core.Plan`` takes). It has no Python
+forward pass: calling a layer on a NumPy array runs a one-layer inference plan in the
+core; calling it on a ``KerasTensor`` (functional API) records the call.
+
+Names are auto-numbered per class across the session (dense, dense_1, ...), as in Keras.
+"""
+import math
+
+import numpy as np
+
+from .. import backend, initializers, mixed_precision
+from ..keras_tensor import KerasTensor
+from ..variables import Variable
+
+
+def format_shape(shape):
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+class Layer:
+    """Base layer. Subclasses override ``build``, ``compute_output_shape``,
+    ``plan_layers`` and ``get_config``."""
+
+    def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
+                 batch_input_shape=None, batch_size=None, input_dim=None, **kwargs):
+        cls_name = type(self).__name__
+        if kwargs:
+            raise ValueError(f"Unrecognized keyword arguments passed to {cls_name}: {kwargs}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"{cls_name}: `name` must be a non-empty string, received {name!r}")
+        self.name = name or backend.unique_name(backend.to_snake_case(cls_name))
+        self._trainable = bool(trainable)
+        if dtype is not None and dtype not in ("float32", "mixed_float16", "mixed_bfloat16",
+                                               "float16", "bfloat16") \
+                and not isinstance(dtype, mixed_precision.Policy):
+            raise ValueError(f"{cls_name}: unsupported dtype {dtype!r}")
+        self.dtype_policy = mixed_precision.Policy(dtype) if dtype is not None \
+            else mixed_precision.global_policy()
+        self._weights = []
+        self.built = False
+        self._build_input_shape = None
+        self._inference_plans = {}
+        # Keras' ways of declaring the input of the first layer of a Sequential model.
+        self._declared_input_shape = None
+        if batch_input_shape is not None:
+            self._declared_input_shape = tuple(batch_input_shape)
+        elif input_shape is not None:
+            self._declared_input_shape = (batch_size,) + tuple(_shape_tuple(input_shape, cls_name))
+        elif input_dim is not None:
+            from .argument_checks import positive_int
+            self._declared_input_shape = (batch_size, positive_int(input_dim, "input_dim", cls_name))
+
+    # ------------------------------------------------------------ dtype policy
+    @property
+    def compute_dtype(self):
+        return self.dtype_policy.compute_dtype
+
+    @property
+    def variable_dtype(self):
+        return self.dtype_policy.variable_dtype
+
+    @property
+    def dtype(self):
+        return self.dtype_policy.variable_dtype
+
+    # ------------------------------------------------------------ trainable
+    @property
+    def trainable(self):
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value):
+        self._trainable = bool(value)
+        for w in self._weights:
+            w.trainable = bool(value)
+
+    # ------------------------------------------------------------ building
+    def build(self, input_shape):
+        """Creates the weights for ``input_shape`` (batch axis included, may be None)."""
+        self._build_input_shape = tuple(input_shape)
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def build_for(self, input_shape):
+        """Builds on first use; later uses must bring a compatible shape. Returns the output shape."""
+        input_shape = tuple(input_shape)
+        if not self.built:
+            self.build(input_shape)
+            self._build_input_shape = input_shape
+        elif self._build_input_shape is not None and \
+                tuple(self._build_input_shape[1:]) != tuple(input_shape[1:]):
+            raise ValueError(
+                f"Layer '{self.name}' was built for inputs of shape "
+                f"{format_shape(self._build_input_shape)} and is now called on inputs of shape "
+                f"{format_shape(input_shape)}")
+        return tuple(self.compute_output_shape(input_shape))
+
+    @property
+    def input_shape(self):
+        if self._build_input_shape is None:
+            raise AttributeError(f"Layer '{self.name}' is not built: it has no input shape yet")
+        return self._build_input_shape
+
+    @property
+    def output_shape(self):
+        return tuple(self.compute_output_shape(self.input_shape))
+
+    def add_weight(self, shape, initializer, name, trainable=True):
+        """Creates a Variable initialised by ``initializer`` (a name or an Initializer)."""
+        init = initializers.get(initializer)
+        value = np.asarray(init(tuple(shape)), dtype=np.float32)
+        if value.shape != tuple(shape):
+            raise ValueError(f"Layer '{self.name}': the initializer of '{name}' returned shape "
+                             f"{value.shape}, expected {tuple(shape)}")
+        var = Variable(value, name=name, trainable=trainable and self._trainable, layer=self)
+        self._weights.append(var)
+        return var
+
+    # ------------------------------------------------------------ weights
+    @property
+    def weights(self):
+        return list(self._weights)
+
+    @property
+    def variables(self):
+        return self.weights
+
+    @property
+    def trainable_weights(self):
+        return [w for w in self._weights if w.trainable] if self._trainable else []
+
+    @property
+    def non_trainable_weights(self):
+        if not self._trainable:
+            return list(self._weights)
+        return [w for w in self._weights if not w.trainable]
+
+    trainable_variables = trainable_weights
+    non_trainable_variables = non_trainable_weights
+
+    def get_weights(self):
+        """The weights as float32 NumPy arrays, in Keras order and layout."""
+        return [w.numpy() for w in self._weights]
+
+    def set_weights(self, weights):
+        """Writes all weights at once; nothing is written unless every shape matches."""
+        weights = list(weights)
+        if len(weights) != len(self._weights):
+            raise ValueError(
+                f"Layer '{self.name}' expects {len(self._weights)} weight arrays "
+                f"({', '.join(format_shape(w.shape) for w in self._weights) or 'none'}), "
+                f"but the provided list has {len(weights)}")
+        arrays = []
+        for var, value in zip(self._weights, weights):
+            value = np.asarray(value, dtype=np.float32)
+            if tuple(value.shape) != var.shape:
+                raise ValueError(
+                    f"Layer '{self.name}' weight '{var.name}' has shape {format_shape(var.shape)}, "
+                    f"which is not compatible with the provided weight shape "
+                    f"{format_shape(value.shape)}")
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"Layer '{self.name}' weight '{var.name}': the provided value "
+                                 "contains NaN or Inf")
+            arrays.append(value)
+        for var, value in zip(self._weights, arrays):
+            var.assign(value)
+
+    def count_params(self):
+        if not self.built:
+            raise ValueError(
+                f"You tried to call `count_params` on layer '{self.name}', but the layer isn't "
+                f"built. You can build it manually via: `{self.name}.build(batch_input_shape)`.")
+        return int(sum(math.prod(w.shape) for w in self._weights))
+
+    # ------------------------------------------------------------ the plan
+    def plan_layers(self, input_shape):
+        """The layer dicts of ``gpucmp._core.Plan`` for this layer (per-sample shapes);
+        ``trainable`` is filled in by the model from its compile-time snapshot."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be lowered to a plan")
+
+    # ------------------------------------------------------------ calling
+    def __call__(self, inputs, training=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}.__call__ got unexpected arguments {sorted(kwargs)}")
+        if isinstance(inputs, KerasTensor):
+            out_shape = self.build_for(inputs.shape)
+            return KerasTensor(out_shape, layer=self, parent=inputs, name=self.name)
+        return self._call_numpy(inputs)
+
+    def _call_numpy(self, inputs):
+        x = np.ascontiguousarray(np.asarray(inputs, dtype=np.float32))
+        if x.ndim < 1 or x.shape[0] == 0:
+            raise ValueError(f"Layer '{self.name}': expected a batch of inputs, got shape {x.shape}")
+        out_shape = self.build_for((None,) + x.shape[1:])
+        return self._forward_numpy(x, out_shape)
+
+    def _forward_numpy(self, x, out_shape):
+        """Inference on a float32 batch: a one-layer plan in the core (cached per batch size)."""
+        from ..models import lowering
+        descs = self.plan_layers((None,) + x.shape[1:])
+        for d in descs:
+            d["trainable"] = False
+        return lowering.run_inference(self._inference_plans, descs, x)
+
+    # ------------------------------------------------------------ config
+    def get_config(self):
+        config = {"name": self.name, "trainable": self._trainable,
+                  "dtype": self.dtype_policy.name}
+        if self._declared_input_shape is not None:
+            config["batch_input_shape"] = list(self._declared_input_shape)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+def _shape_tuple(shape, cls_name):
+    """input_shape=(28, 28, 1) or input_shape=784 -> tuple of positive ints (None allowed)."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise ValueError(f"{cls_name}: `input_shape` must be a tuple of ints, received {shape!r}") from None
+    for d in shape:
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0):
+            raise ValueError(f"{cls_name}: `input_shape` must contain positive ints, received {shape!r}")
+    return tuple(None if d is None else int(d) for d in shape)

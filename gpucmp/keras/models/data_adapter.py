@@ -1,0 +1,148 @@
+"""Data checks and conversions for fit / evaluate / predict.
+
+Everything a training call needs is checked here once, before the first step, so
+that a bad argument raises without touching the weights: x and y become C-contiguous
+float32 (labels int32 for sparse losses), NumPy arrays, lists and pandas
+DataFrame/Series are accepted, and empty data, mismatched lengths, strings/objects,
+NaN/Inf, wrong shapes and out-of-range class ids raise with the expected and received
+values named.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from ..layers.layer import format_shape
+
+
+def to_array(data, what):
+    """NumPy view of ``data`` (pandas -> to_numpy(), lists -> asarray); TypeError for non-numbers."""
+    if data is None:
+        raise ValueError(f"{what} is None")
+    if hasattr(data, "to_numpy") and not isinstance(data, np.ndarray):   # pandas
+        data = data.to_numpy()
+    if isinstance(data, (list, tuple)) and data and all(hasattr(d, "shape") for d in data) \
+            and len({np.shape(d) for d in data}) > 1:
+        raise ValueError(f"{what}: a list of arrays of different shapes is not one input "
+                         "(models with several inputs are not supported)")
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what} could not be converted to an array: {exc}") from None
+    if arr.dtype.kind == "O":
+        try:
+            arr = arr.astype(np.float64)
+        except (ValueError, TypeError):
+            raise TypeError(f"{what} has dtype object with non-numeric entries; gpucmp trains "
+                            "on numbers (convert strings/categories to numbers first)") from None
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{what} must hold numbers (bool, int or float), got dtype {arr.dtype}")
+    return arr
+
+
+def as_float32(arr, what):
+    """C-contiguous float32 copy/view, checked finite (NaN/Inf -> ValueError naming the position)."""
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    finite = np.isfinite(out)
+    if not finite.all():
+        pos = np.unravel_index(int(np.argmin(finite.reshape(-1))), out.shape)
+        value = arr[pos] if arr.shape == out.shape else out[pos]
+        raise ValueError(f"{what} contains NaN or Inf (or values beyond float32 range): "
+                         f"{what}[{', '.join(map(str, pos))}] = {value}")
+    return out
+
+
+def prepare_x(x, input_shape, what="x"):
+    """x checked against the model's per-sample input shape -> float32 (n, *input_shape[1:])."""
+    arr = to_array(x, what)
+    if arr.ndim == 0 or arr.shape[0] == 0:
+        raise ValueError(f"{what} is empty (shape {arr.shape}): nothing to compute on")
+    expected = tuple(input_shape[1:])
+    got = tuple(arr.shape[1:])
+    if got != expected:
+        if expected == (1,) and arr.ndim == 1:        # tf.keras 2 expanded (n,) to (n, 1)
+            arr = arr.reshape(-1, 1)
+        elif len(got) == len(expected) and all(e is None or e == g for e, g in zip(expected, got)):
+            pass
+        else:
+            raise ValueError(
+                f"Input {what} has shape {format_shape(arr.shape)} but the model expects "
+                f"{format_shape(input_shape)} (rank {len(input_shape)}); got per-sample shape "
+                f"{format_shape(got)}, expected {format_shape(expected)}")
+    return as_float32(arr, what)
+
+
+def check_lengths(x, y, what_x="x", what_y="y"):
+    if len(x) != len(y):
+        raise ValueError(f"Data cardinality is ambiguous: {what_x} has {len(x)} samples but "
+                         f"{what_y} has {len(y)} samples; they must be the same")
+
+
+def prepare_y(y, loss, out_shape, what="y"):
+    """Labels in the plan's format for ``loss``: int32 (n,) class ids for sparse losses,
+    float32 (n, *out_shape[1:]) otherwise."""
+    arr = to_array(y, what)
+    if arr.ndim == 0 or arr.shape[0] == 0:
+        raise ValueError(f"{what} is empty (shape {arr.shape})")
+    n = arr.shape[0]
+    per_sample = tuple(out_shape[1:])
+    kind = loss.label_kind
+    if kind == "sparse":
+        if len(per_sample) != 1:
+            raise NotImplementedError(f"sparse labels need an output of shape (batch, classes), "
+                                      f"the model outputs {format_shape(out_shape)}")
+        classes = per_sample[0]
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1:
+            raise ValueError(
+                f"{loss.name} expects integer class ids of shape ({n},), got labels of shape "
+                f"{format_shape(arr.shape)}" + (" (one-hot? use categorical_crossentropy, or "
+                                                "y.argmax(-1))" if arr.shape[1:] == (classes,) else ""))
+        values = arr.astype(np.float64, copy=False)
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0) | (values >= classes)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{what}[{i}] = {arr[i]} is not a valid class id for "
+                             f"{loss.name} with {classes} classes: labels must be integers in "
+                             f"[0, {classes})")
+        return np.ascontiguousarray(arr, dtype=np.int32)
+    expected = (n,) + per_sample
+    if arr.shape != expected:
+        if math.prod(arr.shape) == math.prod(expected) and \
+                (arr.shape + (1,) == expected or arr.shape == expected + (1,)):
+            arr = arr.reshape(expected)          # Keras squeezes/expands a trailing 1
+        elif kind == "categorical" and arr.ndim == 1:
+            raise ValueError(
+                f"{loss.name} expects one-hot labels of shape {format_shape(expected)}, got "
+                f"{format_shape(arr.shape)} (integer class ids? use keras.utils.to_categorical "
+                "or loss='sparse_categorical_crossentropy')")
+        else:
+            raise ValueError(f"Labels {what} have shape {format_shape(arr.shape)} but the model "
+                             f"output has shape {format_shape(out_shape)}; expected labels of "
+                             f"shape {format_shape(expected)} for {loss.name}")
+    return as_float32(arr, what)
+
+
+def check_positive_int(value, arg, allow_none_default=None, allow_zero=False):
+    if value is None and allow_none_default is not None:
+        return allow_none_default
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"`{arg}` must be an integer >= {low}, received {arg}={value!r}")
+    return int(value)
+
+
+def split_validation(x, y, validation_split):
+    """Keras' rule: the LAST fraction (split_at = floor(n * (1 - split))) before shuffling."""
+    if isinstance(validation_split, bool) or not isinstance(validation_split, numbers.Real) \
+            or not 0 <= validation_split < 1:
+        raise ValueError(f"`validation_split` must be a float in [0, 1), received {validation_split!r}")
+    n = len(x)
+    split_at = int(math.floor(n * (1.0 - validation_split)))
+    if split_at == 0 or split_at == n:
+        raise ValueError(f"Training data contains {n} samples, which is not sufficient to split "
+                         f"it into a validation and training set as specified by "
+                         f"`validation_split={validation_split}`. Either provide more data, or a "
+                         "different value for the `validation_split` argument.")
+    return (x[:split_at], y[:split_at]), (x[split_at:], y[split_at:])

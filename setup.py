@@ -1,0 +1,127 @@
+"""setup.py -- builds gpucmp._core from csrc/.
+
+The C core (csrc/core, csrc/cpu, csrc/python) is always compiled: -O3, OpenMP, C11,
+no -march flags (SIMD is chosen at run time inside the library, so one build runs on
+any x86-64). The CUDA backend (csrc/cuda/*.cu) is compiled with nvcc when asked:
+GPUCMP_CUDA=auto (default: when nvcc is found and csrc/cuda has sources), 1 (required;
+fail without nvcc) or 0 (never). GPUCMP_CUDA_ARCHS overrides the targets
+(default "80;86;89;90a", plus PTX of the newest for forward compatibility).
+"""
+import os
+import shutil
+import subprocess
+import sys
+from glob import glob
+
+import numpy
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def rel(*parts):
+    return os.path.join("csrc", *parts)
+
+
+C_SOURCES = sorted(glob(rel("core", "*.c")) + glob(rel("cpu", "*.c"))) + [rel("python", "module.c")]
+CU_SOURCES = sorted(glob(rel("cuda", "*.cu")))
+
+
+def find_nvcc():
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return nvcc
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+            return os.path.join(home, "bin", "nvcc")
+    return None
+
+
+def cuda_wanted():
+    mode = os.environ.get("GPUCMP_CUDA", "auto").strip().lower()
+    if mode not in ("auto", "0", "1"):
+        sys.exit(f"GPUCMP_CUDA must be auto, 0 or 1, got {mode!r}")
+    nvcc = find_nvcc()
+    if mode == "0":
+        return None
+    if mode == "1" and (not nvcc or not CU_SOURCES):
+        sys.exit("GPUCMP_CUDA=1 but nvcc or csrc/cuda sources were not found")
+    if nvcc and CU_SOURCES:
+        return nvcc
+    return None
+
+
+def arch_flags():
+    archs = os.environ.get("GPUCMP_CUDA_ARCHS", "80;86;89;90a")
+    flags = []
+    names = [a.strip() for a in archs.replace(",", ";").split(";") if a.strip()]
+    for a in names:
+        flags.append(f"-gencode=arch=compute_{a},code=sm_{a}")
+    newest = sorted(names, key=lambda s: int("".join(c for c in s if c.isdigit())))[-1]
+    plain = "".join(c for c in newest if c.isdigit())
+    flags.append(f"-gencode=arch=compute_{plain},code=compute_{plain}")
+    return flags
+
+
+class BuildExt(build_ext):
+    """Compiles csrc/cuda/*.cu with nvcc (in parallel) before linking the extension."""
+
+    def build_extension(self, ext):
+        nvcc = cuda_wanted()
+        if nvcc:
+            objs = self.compile_cuda(nvcc)
+            ext.extra_objects = list(ext.extra_objects or []) + objs
+            ext.define_macros = list(ext.define_macros or []) + [("GPUCMP_WITH_CUDA", "1")]
+            cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+            libdirs = [os.path.join(cuda_home, d) for d in ("lib64", "lib", "targets/x86_64-linux/lib")]
+            ext.library_dirs = list(ext.library_dirs or []) + [d for d in libdirs if os.path.isdir(d)]
+            # static runtime: importing never needs libcudart; the driver is found at run time
+            ext.libraries = list(ext.libraries or []) + ["cudart_static", "dl", "rt", "pthread", "stdc++"]
+        super().build_extension(ext)
+
+    def compile_cuda(self, nvcc):
+        out_dir = os.path.join(self.build_temp, "cuda")
+        os.makedirs(out_dir, exist_ok=True)
+        jobs = []
+        objs = []
+        for src in CU_SOURCES:
+            obj = os.path.join(out_dir, os.path.basename(src) + ".o")
+            objs.append(obj)
+            if os.path.exists(obj) and os.path.getmtime(obj) >= max(
+                os.path.getmtime(p) for p in [src] + glob(rel("cuda", "*.cuh")) + glob(rel("include", "*.h"))
+            ):
+                continue
+            cmd = [nvcc, "-c", src, "-o", obj, "-O3", "-std=c++17", "-Xcompiler", "-fPIC",
+                   "-I" + rel("include"), "-I" + rel("cuda"), "--expt-relaxed-constexpr"] + arch_flags()
+            jobs.append((src, cmd))
+        max_par = max(1, int(os.environ.get("GPUCMP_NVCC_JOBS", str(os.cpu_count() or 2))))
+        running = []
+        for src, cmd in jobs:
+            print("nvcc", src, flush=True)
+            running.append((src, subprocess.Popen(cmd)))
+            if len(running) >= max_par:
+                self._wait(running.pop(0))
+        for item in running:
+            self._wait(item)
+        return objs
+
+    @staticmethod
+    def _wait(item):
+        src, proc = item
+        if proc.wait() != 0:
+            sys.exit(f"nvcc failed on {src}")
+
+
+compile_args = ["-O3", "-std=c11", "-fopenmp", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas"]
+link_args = ["-fopenmp"]
+
+core = Extension(
+    "gpucmp._core",
+    sources=C_SOURCES,
+    include_dirs=[rel("include"), rel("cpu"), numpy.get_include()],
+    extra_compile_args=compile_args,
+    extra_link_args=link_args,
+)
+
+setup(ext_modules=[core], cmdclass={"build_ext": BuildExt})

@@ -1,0 +1,610 @@
+"""The test oracle: plain NumPy float64 implementations of every op of GC_OP_LIST.
+
+What it provides: for each op family of the C core (gemm, conv2d, pooling,
+activations, losses, bias_grad, dropout, optimizers, accuracy, cast) a forward
+and, where the core has one, a backward function, written to be obviously right
+rather than fast (loops over kernel taps / output cells, everything in float64).
+The argument conventions follow gpucmp.ops (same names, same order), except that
+the oracle never works in place: optimizer updates return the new arrays.
+
+Why: tests/test_ops.py compares every kernel of every backend and dtype against
+these functions. The oracle itself is not assumed to be right: the backward
+functions are checked against the forward ones by central differences
+(`numerical_grad`, tests/test_reference.py), and the forward functions against
+naive loops and, when it is importable, Keras itself.
+
+Semantics (KERAS_SEMANTICS.md, csrc/include/gpucmp.h):
+- conv/pool 'valid': out = floor((in - d*(k-1) - 1)/s) + 1; 'same': out = ceil(in/s),
+  total pad max(0, (out-1)*s + (k-1)*d + 1 - in), top/left = total//2.
+- max pool: padded cells never win; backward routes to the FIRST max of the window
+  in row-major order. avg pool: padded cells are not counted.
+- activation backward takes the forward OUTPUT y.
+- losses return (per-row loss, gradient of grad_scale * sum(loss)).
+- dropout reproduces gc_uniform01 (a splitmix64-style hash) bit for bit.
+"""
+import math
+
+import numpy as np
+
+EPSILON = 1e-7  # Keras backend epsilon, used by the clipped cross-entropies
+# Keras clips float32 tensors, so the bounds are the float32 values of eps and 1 - eps
+# (1 - float32(1 - 1e-7) is 1.19e-7, not 1e-7: it matters for log(1 - p) at p = 1).
+CLIP_LO = float(np.float32(EPSILON))
+CLIP_HI = float(np.float32(1.0 - EPSILON))
+
+ACTIVATIONS = ("linear", "relu", "tanh", "sigmoid", "softmax")
+
+
+def _f64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def _pair(v):
+    if np.ndim(v) == 0:
+        return (int(v), int(v))
+    a, b = v
+    return (int(a), int(b))
+
+
+# =====================================================================================
+# dtype rounding (what storing a float64 value in float32 / float16 / bfloat16 gives)
+# =====================================================================================
+
+_BF16_MAX = float.fromhex("0x1.fep127")  # largest finite bfloat16
+
+
+def round_bf16(x):
+    """Round to the nearest bfloat16 (ties to even), returned as float64.
+
+    Written with frexp arithmetic rather than bit tricks so that it is an independent
+    check of gpucmp.ops' bit-level conversion. Input is first rounded to float32,
+    as the core only ever converts float32 to bfloat16.
+    """
+    x = _f64(np.asarray(x, dtype=np.float32))
+    out = np.array(x, dtype=np.float64, copy=True)
+    finite = np.isfinite(x) & (x != 0)
+    v = x[finite]
+    _, e = np.frexp(np.abs(v))  # |v| = m * 2**e, m in [0.5, 1)
+    # bfloat16 keeps 8 significant bits: quantum 2**(e-8); subnormals 2**-133.
+    q = np.ldexp(1.0, np.maximum(e - 8, -133))
+    r = np.round(v / q) * q  # np.round is round-half-to-even
+    r[np.abs(r) > _BF16_MAX] = np.copysign(np.inf, r[np.abs(r) > _BF16_MAX])
+    out[finite] = r
+    return out
+
+
+def round_to(x, dtype):
+    """The float64 values that `x` takes when stored in `dtype`."""
+    dtype = str(np.dtype(dtype)) if dtype not in ("bfloat16",) else "bfloat16"
+    if dtype == "float64":
+        return _f64(x)
+    if dtype == "float32":
+        return _f64(np.asarray(x, dtype=np.float32))
+    if dtype == "float16":
+        return _f64(np.asarray(x, dtype=np.float16))
+    if dtype == "bfloat16":
+        return round_bf16(x)
+    raise ValueError(f"round_to: unknown dtype {dtype!r}")
+
+
+def cast(x, dtype):
+    """cast op: the values of x converted to `dtype` (returned as float64)."""
+    return round_to(x, dtype)
+
+
+# =====================================================================================
+# activations
+# =====================================================================================
+
+def _sigmoid(x):
+    x = _f64(x)
+    out = np.empty_like(x)
+    pos = x >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+    ex = np.exp(x[~pos])
+    out[~pos] = ex / (1.0 + ex)
+    return out
+
+
+def _softmax(x):
+    x = _f64(x)
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _log_softmax(x):
+    x = _f64(x)
+    z = x - x.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def activation(x, name):
+    """act_fwd: elementwise activation, softmax over the last axis."""
+    x = _f64(x)
+    if name == "linear":
+        return x.copy()
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "tanh":
+        return np.tanh(x)
+    if name == "sigmoid":
+        return _sigmoid(x)
+    if name == "softmax":
+        return _softmax(x)
+    raise ValueError(f"activation: unknown activation {name!r}")
+
+
+def activation_backward(y, dy, name):
+    """act_bwd: dx = dy * act'(.), expressed through the forward output y."""
+    y, dy = _f64(y), _f64(dy)
+    if name == "linear":
+        return dy.copy()
+    if name == "relu":
+        return dy * (y > 0)
+    if name == "tanh":
+        return dy * (1.0 - y * y)
+    if name == "sigmoid":
+        return dy * y * (1.0 - y)
+    if name == "softmax":
+        # Jacobian of softmax: diag(y) - y y^T, applied row by row.
+        return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+    raise ValueError(f"activation_backward: unknown activation {name!r}")
+
+
+_activate = activation  # for functions whose `activation` argument shadows the name
+
+
+# =====================================================================================
+# gemm
+# =====================================================================================
+
+def gemm(a, b, bias=None, c=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
+         activation="linear"):
+    """C = act(alpha * op(A) @ op(B) + beta * C + bias[None, :]).
+
+    op(A) is A (M, K) or, with trans_a, A.T of A stored (K, M); likewise B.
+    beta == 0 never reads C (so a NaN there does not propagate)."""
+    a, b = _f64(a), _f64(b)
+    opa = a.T if trans_a else a
+    opb = b.T if trans_b else b
+    out = alpha * (opa @ opb)
+    if beta != 0.0:
+        out = out + beta * _f64(c)
+    if bias is not None:
+        out = out + _f64(bias)[None, :]
+    if activation == "softmax":
+        raise ValueError("gemm: softmax is not elementwise")
+    return _activate(out, activation)
+
+
+def matmul(a, b, bias=None, activation="linear"):
+    a = _f64(a)
+    lead = a.shape[:-1]
+    out = gemm(a.reshape(-1, a.shape[-1]), b, bias=bias, activation=activation)
+    return out.reshape(lead + (out.shape[-1],))
+
+
+# =====================================================================================
+# window geometry (conv and pooling)
+# =====================================================================================
+
+def window_geometry(size, k, stride, dilation, padding):
+    """(out, pad_before, pad_after) of one axis, Keras rules."""
+    span = (k - 1) * dilation + 1
+    if padding == "valid":
+        if size < span:
+            raise ValueError(f"window {span} larger than input {size} under 'valid'")
+        out = (size - span) // stride + 1
+        return out, 0, 0
+    if padding == "same":
+        out = -(-size // stride)
+        total = max(0, (out - 1) * stride + span - size)
+        return out, total // 2, total - total // 2
+    raise ValueError(f"unknown padding {padding!r}")
+
+
+def conv2d_output_shape(input_shape, kernel_shape, strides=(1, 1), padding="valid",
+                        dilation_rate=(1, 1)):
+    n, h, w, _ = input_shape
+    kh, kw, _, f = kernel_shape
+    sh, sw = _pair(strides)
+    dh, dw = _pair(dilation_rate)
+    oh = window_geometry(h, kh, sh, dh, padding)[0]
+    ow = window_geometry(w, kw, sw, dw, padding)[0]
+    return (n, oh, ow, f)
+
+
+def pool2d_output_shape(input_shape, pool_size=(2, 2), strides=None, padding="valid"):
+    n, h, w, c = input_shape
+    ph, pw = _pair(pool_size)
+    sh, sw = _pair(strides if strides is not None else (ph, pw))
+    return (n, window_geometry(h, ph, sh, 1, padding)[0],
+            window_geometry(w, pw, sw, 1, padding)[0], c)
+
+
+# =====================================================================================
+# conv2d (NHWC, kernel (KH, KW, C, F), cross-correlation)
+# =====================================================================================
+
+def _conv_setup(input_shape, kernel_hw, strides, padding, dilation_rate):
+    _, h, w, _ = input_shape
+    kh, kw = kernel_hw
+    sh, sw = _pair(strides)
+    dh, dw = _pair(dilation_rate)
+    oh, pt, pb = window_geometry(h, kh, sh, dh, padding)
+    ow, pl, pr = window_geometry(w, kw, sw, dw, padding)
+    return dict(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, oh=oh, ow=ow,
+                pt=pt, pb=pb, pl=pl, pr=pr)
+
+
+def _tap(g, i, j):
+    """Slices of the zero-padded input read by kernel tap (i, j) for all outputs."""
+    r0, c0 = i * g["dh"], j * g["dw"]
+    return (slice(None), slice(r0, r0 + (g["oh"] - 1) * g["sh"] + 1, g["sh"]),
+            slice(c0, c0 + (g["ow"] - 1) * g["sw"] + 1, g["sw"]), slice(None))
+
+
+def _padded_zeros(shape, g):
+    n, h, w, c = shape
+    return np.zeros((n, g["pt"] + h + g["pb"], g["pl"] + w + g["pr"], c))
+
+
+def conv2d(x, kernel, bias=None, strides=(1, 1), padding="valid", dilation_rate=(1, 1),
+           activation="linear"):
+    """conv2d_fwd: y = act(conv(x, kernel) + bias), one einsum per kernel tap."""
+    x, kernel = _f64(x), _f64(kernel)
+    g = _conv_setup(x.shape, kernel.shape[:2], strides, padding, dilation_rate)
+    xp = _padded_zeros(x.shape, g)
+    xp[:, g["pt"]:g["pt"] + x.shape[1], g["pl"]:g["pl"] + x.shape[2], :] = x
+    y = np.zeros((x.shape[0], g["oh"], g["ow"], kernel.shape[3]))
+    for i in range(g["kh"]):
+        for j in range(g["kw"]):
+            y += np.einsum("nhwc,cf->nhwf", xp[_tap(g, i, j)], kernel[i, j])
+    if bias is not None:
+        y += _f64(bias)
+    return _activate(y, activation)
+
+
+def conv2d_naive(x, kernel, bias=None, strides=(1, 1), padding="valid",
+                 dilation_rate=(1, 1)):
+    """conv2d_fwd written as the textbook sum over every index (tiny inputs only);
+    used to prove `conv2d`."""
+    x, kernel = _f64(x), _f64(kernel)
+    n, h, w, c = x.shape
+    kh, kw, _, f = kernel.shape
+    g = _conv_setup(x.shape, (kh, kw), strides, padding, dilation_rate)
+    y = np.zeros((n, g["oh"], g["ow"], f))
+    for b in range(n):
+        for oy in range(g["oh"]):
+            for ox in range(g["ow"]):
+                for o in range(f):
+                    s = 0.0
+                    for i in range(kh):
+                        for j in range(kw):
+                            iy = oy * g["sh"] - g["pt"] + i * g["dh"]
+                            ix = ox * g["sw"] - g["pl"] + j * g["dw"]
+                            if 0 <= iy < h and 0 <= ix < w:
+                                for ch in range(c):
+                                    s += x[b, iy, ix, ch] * kernel[i, j, ch, o]
+                    y[b, oy, ox, o] = s + (0.0 if bias is None else bias[o])
+    return y
+
+
+def conv2d_backward_data(dy, kernel, input_shape, strides=(1, 1), padding="valid",
+                         dilation_rate=(1, 1)):
+    """conv2d_bwd_data: dx = d(sum(dy * conv(x, kernel)))/dx (dy already through act')."""
+    dy, kernel = _f64(dy), _f64(kernel)
+    input_shape = tuple(int(s) for s in input_shape)
+    g = _conv_setup(input_shape, kernel.shape[:2], strides, padding, dilation_rate)
+    dxp = _padded_zeros(input_shape, g)
+    for i in range(g["kh"]):
+        for j in range(g["kw"]):
+            dxp[_tap(g, i, j)] += np.einsum("nhwf,cf->nhwc", dy, kernel[i, j])
+    _, h, w, _ = input_shape
+    return dxp[:, g["pt"]:g["pt"] + h, g["pl"]:g["pl"] + w, :].copy()
+
+
+def conv2d_backward_filter(x, dy, kernel_size, strides=(1, 1), padding="valid",
+                           dilation_rate=(1, 1)):
+    """conv2d_bwd_filter: (dw (KH, KW, C, F), db (F,))."""
+    x, dy = _f64(x), _f64(dy)
+    kh, kw = _pair(kernel_size)
+    g = _conv_setup(x.shape, (kh, kw), strides, padding, dilation_rate)
+    xp = _padded_zeros(x.shape, g)
+    xp[:, g["pt"]:g["pt"] + x.shape[1], g["pl"]:g["pl"] + x.shape[2], :] = x
+    dw = np.zeros((kh, kw, x.shape[3], dy.shape[3]))
+    for i in range(kh):
+        for j in range(kw):
+            dw[i, j] = np.einsum("nhwc,nhwf->cf", xp[_tap(g, i, j)], dy)
+    return dw, dy.sum(axis=(0, 1, 2))
+
+
+# =====================================================================================
+# pooling (NHWC)
+# =====================================================================================
+
+def _pool_windows(input_shape, pool_size, strides, padding):
+    """Yields (oy, ox, row slice, col slice) of the in-bounds part of every window."""
+    _, h, w, _ = input_shape
+    ph, pw = _pair(pool_size)
+    sh, sw = _pair(strides if strides is not None else (ph, pw))
+    oh, pt, _ = window_geometry(h, ph, sh, 1, padding)
+    ow, pl, _ = window_geometry(w, pw, sw, 1, padding)
+    for oy in range(oh):
+        r0 = oy * sh - pt
+        rows = slice(max(r0, 0), min(r0 + ph, h))
+        for ox in range(ow):
+            c0 = ox * sw - pl
+            yield oy, ox, rows, slice(max(c0, 0), min(c0 + pw, w))
+
+
+def max_pool2d(x, pool_size=(2, 2), strides=None, padding="valid"):
+    x = _f64(x)
+    y = np.empty(pool2d_output_shape(x.shape, pool_size, strides, padding))
+    for oy, ox, rows, cols in _pool_windows(x.shape, pool_size, strides, padding):
+        y[:, oy, ox, :] = x[:, rows, cols, :].max(axis=(1, 2))
+    return y
+
+
+def max_pool2d_backward(x, dy, pool_size=(2, 2), strides=None, padding="valid"):
+    """Each dy goes to the first maximum of its window in row-major (kh, kw) order."""
+    x, dy = _f64(x), _f64(dy)
+    n, _, _, c = x.shape
+    dx = np.zeros_like(x)
+    nn, cc = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
+    for oy, ox, rows, cols in _pool_windows(x.shape, pool_size, strides, padding):
+        win = x[:, rows, cols, :]  # (n, rh, rw, c)
+        rw = win.shape[2]
+        first = win.reshape(n, -1, c).argmax(axis=1)  # argmax returns the first max
+        dx[nn, rows.start + first // rw, cols.start + first % rw, cc] += dy[:, oy, ox, :]
+    return dx
+
+
+def avg_pool2d(x, pool_size=(2, 2), strides=None, padding="valid"):
+    x = _f64(x)
+    y = np.empty(pool2d_output_shape(x.shape, pool_size, strides, padding))
+    for oy, ox, rows, cols in _pool_windows(x.shape, pool_size, strides, padding):
+        y[:, oy, ox, :] = x[:, rows, cols, :].mean(axis=(1, 2))
+    return y
+
+
+def avg_pool2d_backward(dy, input_shape, pool_size=(2, 2), strides=None, padding="valid"):
+    dy = _f64(dy)
+    input_shape = tuple(int(s) for s in input_shape)
+    dx = np.zeros(input_shape)
+    for oy, ox, rows, cols in _pool_windows(input_shape, pool_size, strides, padding):
+        count = (rows.stop - rows.start) * (cols.stop - cols.start)
+        dx[:, rows, cols, :] += dy[:, oy, ox, None, None, :] / count
+    return dx
+
+
+# =====================================================================================
+# bias gradient
+# =====================================================================================
+
+def bias_grad(dy):
+    """db = sum of dy over every axis but the last."""
+    dy = _f64(dy)
+    return dy.reshape(-1, dy.shape[-1]).sum(axis=0)
+
+
+# =====================================================================================
+# losses: (per-row loss, gradient of grad_scale * sum(loss) w.r.t. the first input)
+# =====================================================================================
+
+def _dense_labels(labels, cols):
+    """One-hot float labels from integer labels of shape (rows,), else as float64."""
+    labels = np.asarray(labels)
+    if np.issubdtype(labels.dtype, np.integer):
+        idx = labels.reshape(-1)
+        if idx.min(initial=0) < 0 or idx.max(initial=0) >= cols:
+            raise ValueError("labels out of range")
+        out = np.zeros((idx.size, cols))
+        out[np.arange(idx.size), idx] = 1.0
+        return out
+    return _f64(labels)
+
+
+def softmax_cross_entropy(logits, labels, grad_scale=1.0):
+    """loss = -sum(y * log_softmax(z)); integer labels are class indices.
+
+    The gradient is the exact one of that loss, sum(y) * softmax(z) - y, which is
+    softmax(z) - y for labels that sum to one."""
+    z = _f64(logits)
+    y = _dense_labels(labels, z.shape[-1])
+    loss = -(y * _log_softmax(z)).sum(axis=-1)
+    grad = grad_scale * (_softmax(z) * y.sum(axis=-1, keepdims=True) - y)
+    return loss, grad
+
+
+def sigmoid_binary_cross_entropy(logits, labels, grad_scale=1.0):
+    """loss = mean over columns of -(y log s(z) + (1-y) log(1-s(z))), from the logits."""
+    z, y = _f64(logits), _f64(labels)
+    cols = z.shape[-1]
+    # -(y log s + (1-y) log(1-s)) = max(z, 0) - z y + log(1 + exp(-|z|)), stably
+    per = np.maximum(z, 0.0) - z * y + np.log1p(np.exp(-np.abs(z)))
+    loss = per.mean(axis=-1)
+    grad = grad_scale * (_sigmoid(z) - y) / cols
+    return loss, grad
+
+
+def cross_entropy_from_probs(probs, labels, binary=False, grad_scale=1.0):
+    """Keras' clipped cross-entropy on probabilities (epsilon 1e-7, float32 bounds).
+
+    categorical: p <- p / sum(p), q = clip(p, eps, 1-eps), loss = -sum(y log q).
+    binary:      q = clip(p, eps, 1-eps), loss = mean(-(y log q + (1-y) log(1-q))).
+    The clip passes the gradient inside [eps, 1-eps] (ends included, as TensorFlow's
+    clip_by_value does) and blocks it outside."""
+    p = _f64(probs)
+    cols = p.shape[-1]
+    lo, hi = CLIP_LO, CLIP_HI
+    if binary:
+        y = _f64(labels)
+        q = np.clip(p, lo, hi)
+        inside = (p >= lo) & (p <= hi)
+        loss = (-(y * np.log(q) + (1.0 - y) * np.log(1.0 - q))).mean(axis=-1)
+        grad = grad_scale * inside * (-y / q + (1.0 - y) / (1.0 - q)) / cols
+        return loss, grad
+    y = _dense_labels(labels, cols)
+    s = p.sum(axis=-1, keepdims=True)
+    n = p / s
+    q = np.clip(n, lo, hi)
+    inside = (n >= lo) & (n <= hi)
+    loss = -(y * np.log(q)).sum(axis=-1)
+    g_n = inside * (-y / q)  # dL/dn
+    # n_j = p_j / s  =>  dL/dp_k = (g_k - sum_j g_j n_j) / s
+    grad = grad_scale * (g_n - (g_n * n).sum(axis=-1, keepdims=True)) / s
+    return loss, grad
+
+
+def regression_loss(pred, target, kind="mse", grad_scale=1.0):
+    """mse: mean((p-t)^2); mae: mean(|p-t|), over the last axis (sign(0) = 0)."""
+    p, t = _f64(pred), _f64(target)
+    cols = p.shape[-1]
+    d = p - t
+    if kind == "mse":
+        return (d * d).mean(axis=-1), grad_scale * 2.0 * d / cols
+    if kind == "mae":
+        return np.abs(d).mean(axis=-1), grad_scale * np.sign(d) / cols
+    raise ValueError(f"regression_loss: unknown kind {kind!r}")
+
+
+def mse(pred, target, grad_scale=1.0):
+    return regression_loss(pred, target, "mse", grad_scale)
+
+
+def mae(pred, target, grad_scale=1.0):
+    return regression_loss(pred, target, "mae", grad_scale)
+
+
+# =====================================================================================
+# dropout (counter-based mask, gc_uniform01 of gpucmp.h)
+# =====================================================================================
+
+_M64 = (1 << 64) - 1
+
+
+def hash32(seed, index):
+    """gc_hash32(seed, i) for an array of indices, in wrapping uint64 arithmetic."""
+    i = np.asarray(index, dtype=np.uint64)
+    s = np.uint64(int(seed) & _M64)
+    with np.errstate(over="ignore"):
+        z = s ^ (i * np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(32)).astype(np.uint32)
+
+
+def hash32_python(seed, i):
+    """The same hash with Python integers (a second, independent implementation)."""
+    z = (int(seed) ^ (int(i) * 0x9E3779B97F4A7C15)) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    z ^= z >> 31
+    return z >> 32
+
+
+def uniform01(seed, index):
+    """gc_uniform01: the top 24 bits of the hash times 2^-24 (exact in float32)."""
+    return (hash32(seed, index) >> np.uint32(8)).astype(np.float64) / 16777216.0
+
+
+def dropout_mask(shape, rate, seed):
+    """Boolean keep-mask of the given shape: element i (flat, row-major) is kept iff
+    gc_uniform01(seed, i) >= rate, the comparison done in float32 as in C."""
+    shape = tuple(np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+    n = int(np.prod(shape))
+    u = uniform01(seed, np.arange(n, dtype=np.uint64))
+    return (u >= float(np.float32(rate))).reshape(shape)
+
+
+def dropout(x, rate, seed):
+    x = _f64(x)
+    keep = dropout_mask(x.shape, rate, seed)
+    return np.where(keep, x / (1.0 - float(np.float32(rate))), 0.0)
+
+
+def dropout_backward(dy, rate, seed):
+    # the op is linear in x, so its backward is the same masked scaling
+    return dropout(dy, rate, seed)
+
+
+# =====================================================================================
+# optimizers (Keras formulas; functional: they return the updated arrays)
+# =====================================================================================
+
+def adam_update(w, g, m, v, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, t=1):
+    """Keras Adam step t (t = iterations + 1): returns (w, m, v)."""
+    w, g, m, v = _f64(w), _f64(g), _f64(m), _f64(v)
+    alpha = lr * math.sqrt(1.0 - beta_2 ** t) / (1.0 - beta_1 ** t)
+    m = m + (g - m) * (1.0 - beta_1)
+    v = v + (g * g - v) * (1.0 - beta_2)
+    w = w - alpha * m / (np.sqrt(v) + epsilon)
+    return w, m, v
+
+
+def sgd_update(w, g, m=None, lr=0.01, momentum=0.0, nesterov=False):
+    """Keras SGD: returns (w, m); m is None when momentum == 0 and no m was given."""
+    w, g = _f64(w), _f64(g)
+    if momentum == 0.0 and m is None:
+        return w - lr * g, None
+    m = momentum * _f64(m) - lr * g
+    if nesterov:
+        w = w + momentum * m - lr * g
+    else:
+        w = w + m
+    return w, m
+
+
+def rmsprop_update(w, g, v, lr=0.001, rho=0.9, epsilon=1e-7):
+    """Keras RMSprop (not centered, no momentum): returns (w, v)."""
+    w, g, v = _f64(w), _f64(g), _f64(v)
+    v = rho * v + (1.0 - rho) * g * g
+    w = w - lr * g / np.sqrt(v + epsilon)
+    return w, v
+
+
+# =====================================================================================
+# accuracy (number of correct rows)
+# =====================================================================================
+
+def accuracy(pred, labels, kind="categorical", threshold=0.5):
+    """categorical: argmax(pred) == argmax(labels); sparse: argmax(pred) == label;
+    binary: rows * mean over all elements of (pred > threshold) == (labels > 0.5).
+    argmax takes the first of equal maxima."""
+    p = _f64(pred)
+    p = p.reshape(-1, p.shape[-1])
+    rows = p.shape[0]
+    if kind == "categorical":
+        y = _f64(labels).reshape(rows, -1)
+        return float((p.argmax(axis=1) == y.argmax(axis=1)).sum())
+    if kind == "sparse":
+        y = np.asarray(labels).reshape(rows)
+        return float((p.argmax(axis=1) == y).sum())
+    if kind == "binary":
+        thr = float(np.float32(threshold))
+        y = _f64(labels).reshape(p.shape)
+        return float(((p > thr) == (y > 0.5)).mean() * rows)
+    raise ValueError(f"accuracy: unknown kind {kind!r}")
+
+
+# =====================================================================================
+# numerical differentiation (to prove the backward functions above)
+# =====================================================================================
+
+def numerical_grad(f, x, eps=1e-6):
+    """Central-difference gradient of the scalar function f at x (float64)."""
+    x = np.array(x, dtype=np.float64, copy=True)
+    grad = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), grad.reshape(-1)
+    for k in range(flat.size):
+        old = flat[k]
+        flat[k] = old + eps
+        fp = float(f(x))
+        flat[k] = old - eps
+        fm = float(f(x))
+        flat[k] = old
+        gflat[k] = (fp - fm) / (2.0 * eps)
+    return grad
