@@ -24,6 +24,9 @@ def rel(*parts):
     return os.path.join("csrc", *parts)
 
 
+# "0" while the CUDA backend is being brought up; becomes "auto" once it has run on a GPU.
+DEFAULT_CUDA_MODE = "0"
+
 C_SOURCES = sorted(glob(rel("core", "*.c")) + glob(rel("cpu", "*.c"))) + [rel("python", "module.c")]
 CU_SOURCES = sorted(glob(rel("cuda", "*.cu")))
 
@@ -39,7 +42,7 @@ def find_nvcc():
 
 
 def cuda_wanted():
-    mode = os.environ.get("GPUCMP_CUDA", "auto").strip().lower()
+    mode = os.environ.get("GPUCMP_CUDA", DEFAULT_CUDA_MODE).strip().lower()
     if mode not in ("auto", "0", "1"):
         sys.exit(f"GPUCMP_CUDA must be auto, 0 or 1, got {mode!r}")
     nvcc = find_nvcc()

@@ -245,7 +245,8 @@ def _int(v, name, lo=None, hi=None):
         raise TypeError(f"{name}: expected an int, got {v!r}")
     v = int(v)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{name}: must be in [{lo}, {hi}], got {v}")
+        want = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name}: must be {want}, got {v}")
     return v
 
 
@@ -545,9 +546,9 @@ def activation_backward(y, dy, name="linear", *, backend=None, dtype=None):
 # losses: per-row loss and the gradient of grad_scale * sum(loss)
 # =====================================================================================
 
-def _labels(labels, x_shape, allow_sparse, dt, xname):
+def _labels(labels, x_shape, allow_sparse, dt, xname, yname="labels"):
     """Dense labels (x's shape, call dtype) or sparse int32 class indices (rows,)."""
-    y = _array(labels, "labels", allow_empty=True)
+    y = _array(labels, yname, allow_empty=True)
     lead, cols = tuple(x_shape[:-1]), x_shape[-1]
     rows = int(np.prod(lead))
     sparse_shapes = (lead, lead + (1,)) if cols != 1 else (lead,)
@@ -559,28 +560,29 @@ def _labels(labels, x_shape, allow_sparse, dt, xname):
             bad = ~np.isfinite(flat) | (flat != np.round(flat))
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"labels: sparse labels must be integers; row {r} holds "
-                                 f"{flat[r]!r} (labels shape {y.shape})")
+                raise ValueError(f"{yname}: sparse labels must be integers; row {r} holds "
+                                 f"{float(flat[r])} (labels shape {y.shape})")
         idx = flat.astype(np.int64)
         bad = (idx < 0) | (idx >= cols)
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"labels: label {int(idx[r])} in row {r} is out of range "
+            raise ValueError(f"{yname}: label {int(idx[r])} in row {r} is out of range "
                              f"[0, {cols}) for {xname} of shape {tuple(x_shape)}")
         return np.ascontiguousarray(idx, dtype=np.int32).reshape(rows)
     if y.shape != tuple(x_shape):
         hint = f" or {lead} (sparse class indices)" if allow_sparse else ""
-        raise ValueError(f"labels: shape {y.shape} does not match {xname} "
+        raise ValueError(f"{yname}: shape {y.shape} does not match {xname} "
                          f"{tuple(x_shape)}; expected {tuple(x_shape)}{hint}")
     return _storage(y, dt).reshape(rows, cols)
 
 
-def _loss(op, x, labels, xname, allow_sparse, params, return_grad, backend, dtype):
+def _loss(op, x, labels, xname, allow_sparse, params, return_grad, backend, dtype,
+          yname="labels"):
     x = _array(x, xname, min_ndim=2)
     dt = _infer_dtype(dtype, x)
     be = _resolve_backend(backend)
     cols = x.shape[-1]
-    y = _labels(labels, x.shape, allow_sparse, dt, xname)
+    y = _labels(labels, x.shape, allow_sparse, dt, xname, yname)
     params["grad_scale"] = _real(params.get("grad_scale", 1.0), "grad_scale")
     loss = _poisoned((x.size // cols,), dt)
     grad = _poisoned((x.size // cols, cols), dt) if return_grad else None
@@ -634,10 +636,11 @@ def regression_loss(pred, target, kind="mse", *, grad_scale=1.0, return_grad=Tru
         if target.shape == (pred.shape[0],):
             target = target.reshape(-1, 1)
         loss, grad = _loss("regression_loss", pred, target, "pred", False,
-                           dict(grad_scale=grad_scale, kind=kind), return_grad, backend, dtype)
+                           dict(grad_scale=grad_scale, kind=kind), return_grad, backend, dtype,
+                           "target")
         return loss, (grad.reshape(-1) if grad is not None else None)
     return _loss("regression_loss", pred, target, "pred", False,
-                 dict(grad_scale=grad_scale, kind=kind), return_grad, backend, dtype)
+                 dict(grad_scale=grad_scale, kind=kind), return_grad, backend, dtype, "target")
 
 
 def mse(pred, target, **kwargs):

@@ -81,7 +81,8 @@ def round_to(x, dtype):
     if dtype == "float32":
         return _f64(np.asarray(x, dtype=np.float32))
     if dtype == "float16":
-        return _f64(np.asarray(x, dtype=np.float16))
+        with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
+            return _f64(np.asarray(x, dtype=np.float16))
     if dtype == "bfloat16":
         return round_bf16(x)
     raise ValueError(f"round_to: unknown dtype {dtype!r}")
@@ -586,7 +587,8 @@ def accuracy(pred, labels, kind="categorical", threshold=0.5):
     if kind == "binary":
         thr = float(np.float32(threshold))
         y = _f64(labels).reshape(p.shape)
-        return float(((p > thr) == (y > 0.5)).mean() * rows)
+        # rows * mean over all elements = matching elements / cols
+        return float(((p > thr) == (y > 0.5)).sum()) / p.shape[1]
     raise ValueError(f"accuracy: unknown kind {kind!r}")
 
 

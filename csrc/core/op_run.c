@@ -24,11 +24,29 @@ static gc_status cast(const gc_backend *be, const gc_tensor *src, gc_tensor *dst
     return be->ops[GC_OP_CAST](be, &c);
 }
 
+static int allow_tf32 = 1;
+void gc_set_allow_tf32(int allow) { allow_tf32 = allow != 0; }
+int gc_get_allow_tf32(void) { return allow_tf32; }
+
+static int uses_vendor(const gc_op_call *c)
+{
+    switch (c->op) {
+    case GC_OP_GEMM: return ((const gc_gemm_params *)c->params)->impl != GC_IMPL_OWN;
+    case GC_OP_CONV2D_FWD:
+    case GC_OP_CONV2D_BWD_DATA:
+    case GC_OP_CONV2D_BWD_FILTER: return ((const gc_conv2d_params *)c->params)->impl != GC_IMPL_OWN;
+    default: return 0;
+    }
+}
+
 gc_status gc_op_run(const gc_backend *be, const gc_op_call *call)
 {
     gc_status s = gc_op_validate(call);
     if (s) return s;
     if (!be) return gc_fail(GC_ERR_INVALID_ARG, "%s: no backend given", gc_op_name(call->op));
+    if (!be->capture_begin && uses_vendor(call)) /* host backends have no vendor baseline */
+        return gc_fail(GC_ERR_UNSUPPORTED, "%s: impl='vendor' (cuBLAS / cuDNN) needs a GPU backend, not '%s'",
+                       gc_op_name(call->op), be->name);
     gc_op_fn fn = be->ops[call->op];
     if (!fn)
         return gc_fail(GC_ERR_UNSUPPORTED, "%s: not implemented on backend '%s'",

@@ -166,7 +166,7 @@ static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
         gc_act act = layer_act(p, i, mode);
         switch (d->kind) {
         case GC_LAYER_DENSE: {
-            gc_gemm_params gp = {0, 0, 1.0f, 0.0f, act == GC_ACT_SOFTMAX ? GC_ACT_LINEAR : act};
+            gc_gemm_params gp = {0, 0, 1.0f, 0.0f, act == GC_ACT_SOFTMAX ? GC_ACT_LINEAR : act, GC_IMPL_OWN};
             gc_tensor a = t2(in, GC_F32, rows, l->in_numel);
             gc_tensor w = t2(d->kernel, GC_F32, l->in_numel, l->out_numel);
             gc_tensor b = d->bias ? t1(d->bias, GC_F32, l->out_numel) : none_tensor();
@@ -341,7 +341,7 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
                 gc_tensor w = t2(d->kernel, GC_F32, l->in_numel, l->out_numel);
                 gc_tensor nob = none_tensor();
                 if (tr) {
-                    gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR};
+                    gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
                     gc_tensor dw = t2(l->dw, GC_F32, l->in_numel, l->out_numel);
                     TRY(run(p, GC_OP_GEMM, &gp, &a, &dz2, &nob, &dw, NULL, NULL));
                     if (d->bias) {
@@ -350,7 +350,7 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
                     }
                 }
                 if (l->needs_gin) {
-                    gc_gemm_params gp = {0, 1, 1.0f, 0.0f, GC_ACT_LINEAR};
+                    gc_gemm_params gp = {0, 1, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
                     gc_tensor ga = t2(gin, GC_F32, rows, l->in_numel);
                     TRY(run(p, GC_OP_GEMM, &gp, &dz2, &w, &nob, &ga, NULL, NULL));
                 }

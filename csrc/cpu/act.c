@@ -181,7 +181,10 @@ static void act_bwd_block(gc_act act, int64_t n, const float *y, const float *dy
 {
     switch (act) {
     case GC_ACT_RELU:
-        for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float g = dy[i]; /* loaded unconditionally, so the select vectorises */
+            dx[i] = y[i] > 0.0f ? g : 0.0f;
+        }
         break;
     case GC_ACT_TANH:
         for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);

@@ -181,32 +181,35 @@ static void im2col_par(const gc_conv2d_geom *g, const float *x, int64_t m0, int6
     }
 }
 
-/* dx[n, h, :, :] += every dcol entry of rows [m0, m1) that im2col took from it.
- * dcol row m - m0 holds the gradient of the receptive field of output pixel m. */
+/* dx[n, h, :, :] += every dcol entry of rows [m0, m1) that im2col took from image row h.
+ * dcol row m - m0 holds the gradient of the receptive field of output pixel m. For each
+ * tap (kh, kw) that reads row h, the output pixels ow that read this row form a range,
+ * and they read input columns w = ow*sw + kw*dw - pad_left: a strided run, no tests
+ * inside the loop. */
 static void col2im_row(const gc_conv2d_geom *g, const float *dcol, int64_t m0, int64_t m1,
                        int64_t n, int64_t h, float *dxrow)
 {
     const int64_t W = g->W, C = g->C, KH = g->KH, KW = g->KW, OH = g->OH, OW = g->OW;
-    const int64_t Kc = KH * KW * C;
+    const int64_t Kc = KH * KW * C, sw = g->sw;
     for (int64_t kh = 0; kh < KH; kh++) {
         int64_t t = h + g->pad_top - kh * g->dh;
-        if (t < 0 || (g->sh > 1 && t % g->sh)) continue;
+        if (t < 0 || t % g->sh) continue;
         int64_t oh = t / g->sh;
         if (oh >= OH) continue;
         int64_t mrow = (n * OH + oh) * OW;
+        int64_t olo = m0 - mrow > 0 ? m0 - mrow : 0, ohi = m1 - mrow < OW ? m1 - mrow : OW;
+        if (olo >= ohi) continue;
         for (int64_t kw = 0; kw < KW; kw++) {
-            const float *tap = dcol + (kh * KW + kw) * C;
-            for (int64_t w = 0; w < W; w++) {
-                int64_t u = w + g->pad_left - kw * g->dw;
-                if (u < 0 || (g->sw > 1 && u % g->sw)) continue;
-                int64_t ow = u / g->sw;
-                if (ow >= OW) continue;
-                int64_t m = mrow + ow;
-                if (m < m0 || m >= m1) continue;
-                const float *src = tap + (m - m0) * Kc;
-                float *dst = dxrow + w * C;
+            int64_t base = kw * g->dw - g->pad_left; /* w = ow * sw + base */
+            if (W - 1 - base < 0) continue;
+            int64_t owa = base >= 0 ? 0 : (-base + sw - 1) / sw;
+            int64_t owb = (W - 1 - base) / sw + 1;
+            if (owa < olo) owa = olo;
+            if (owb > ohi) owb = ohi;
+            const float *src = dcol + (mrow + owa - m0) * Kc + (kh * KW + kw) * C;
+            float *dst = dxrow + (owa * sw + base) * C;
+            for (int64_t ow = owa; ow < owb; ow++, src += Kc, dst += sw * C)
                 for (int64_t c = 0; c < C; c++) dst[c] += src[c];
-            }
         }
     }
 }
@@ -520,6 +523,9 @@ static gc_status geom_from(const char *what, const gc_tensor *xlike, const gc_te
 {
     if (!p || !xlike || !wt || xlike->ndim != 4 || wt->ndim != 4)
         return gc_fail(GC_ERR_INVALID_ARG, "%s: expected 4-D input and kernel", what);
+    if (p->impl != GC_IMPL_OWN)
+        return gc_fail(GC_ERR_UNSUPPORTED, "%s: the CPU backend has no vendor implementation",
+                       what);
     return gc_conv2d_geometry(xlike->shape[0], xlike->shape[1], xlike->shape[2],
                               xlike->shape[3], wt->shape[0], wt->shape[1], wt->shape[3], p, g);
 }

@@ -54,7 +54,8 @@ gc_status gc_cpu_sgemm_force_variant(const char *name);
 typedef struct {
     const char *name;
     int mr, nr; /* micro-tile */
-    int kc, nc; /* K block and N block: the packed B block (kc x nc) lives in L2 */
+    int kc;     /* K block: the A micro-panel (mr x kc) stays in L1; gemm.c sizes the N
+                   block from the L2, which holds the packed B block (kc x nc) */
     void (*ukr)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                 float alpha, float beta, const float *bias);
     void (*act)(gc_act act, float *x, int64_t n);

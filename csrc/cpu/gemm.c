@@ -15,6 +15,7 @@
  * the first one); bias and the activation once, on the last K block, while the tile is
  * still in L1, so the epilogue costs no extra pass over C. Accumulation is float32.
  */
+#define _GNU_SOURCE /* sysconf(_SC_LEVEL2_CACHE_SIZE) in glibc */
 #include "cpu_kernels.h"
 
 #include <stdatomic.h>
@@ -23,6 +24,10 @@
 
 #if defined(__SSE2__)
 #include <immintrin.h>
+#endif
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
 #endif
 
 #ifdef _OPENMP
@@ -122,6 +127,24 @@ gc_status gc_cpu_sgemm_force_variant(const char *name)
 
 /* ------------------------------------------------------------------ helpers */
 
+/* Bytes of L2 per core (it holds the packed B block), asked once; 1 MiB when the
+ * system does not say. */
+static int64_t l2_bytes(void)
+{
+    static atomic_llong cached = 0;
+    long long v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        v = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+        if (v < 128 * 1024 || v > 64 * 1024 * 1024)
+            v = 1024 * 1024;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return (int64_t)v;
+}
+
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -145,98 +168,150 @@ static void free_floats(float *p)
 #endif
 }
 
-/* op(B)[pc:pc+kc, jc:jc+nc] into ceil(nc/nr) panels, each kc rows of nr values,
- * columns past nc zero so the micro-kernel never needs a column mask. */
+/* ------------------------------------------------------------------ packing
+ * A panel of width w holds kc groups of w values: d[k*w + i]. Both operands are
+ * packed by one of two moves: pack_n when the w values of one k are contiguous in the
+ * source (rows of B, or columns of A stored transposed), pack_t when each of the h
+ * source rows runs along k (rows of A, or B stored transposed), a transpose. Slots
+ * i >= h are zero, so edge tiles run the full micro-kernel on well-defined values.
+ * Packing is O(MK + KN) against O(MNK) compute, but with few columns (N = 64 in a
+ * convolution) it is a visible share: hence the fixed-width copies and SSE
+ * transposes instead of memcpy calls and scalar loops. */
+
+#if defined(__GNUC__)
+#define GC_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define GC_ALWAYS_INLINE static inline
+#endif
+
+/* d[k*w + i] = s[k*ld + i] for i < h, 0 for h <= i < w. */
+GC_ALWAYS_INLINE void pack_n_w(const float *restrict s, int64_t ld, int h, int64_t kc,
+                               float *restrict d, const int w)
+{
+    if (h == w) { /* w is a constant here: a fixed-size, vectorised copy */
+        for (int64_t k = 0; k < kc; k++)
+            for (int i = 0; i < w; i++)
+                d[k * w + i] = s[k * ld + i];
+        return;
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        for (int i = 0; i < h; i++)
+            d[k * w + i] = s[k * ld + i];
+        for (int i = h; i < w; i++)
+            d[k * w + i] = 0.0f;
+    }
+}
+
+/* Panels ahead that pack_t prefetches: a panel of a large A takes as long to pack
+ * (from DRAM) as it takes to compute, unless its lines were requested earlier. */
+#ifndef PACK_PF_PANELS
+#define PACK_PF_PANELS 2
+#endif
+
+/* d[k*w + i] = s[i*ld + k] for i < h, 0 for h <= i < w. While it reads, it prefetches
+ * the same lines of the panel PACK_PF_PANELS ahead (rows s + PACK_PF_PANELS*w*ld on),
+ * of which hpf rows exist: a steady stream of one prefetch per line consumed, far
+ * enough ahead to hide DRAM latency, which neither the short row runs (kc floats)
+ * nor the hardware prefetchers achieve. */
+GC_ALWAYS_INLINE void pack_t_w(const float *restrict s, int64_t ld, int h, int64_t kc,
+                               float *restrict d, const int w, int hpf)
+{
+    const float *pf = s + (int64_t)PACK_PF_PANELS * w * ld;
+    int64_t k = 0;
+#if defined(__SSE2__)
+    /* 4 x 4 transposes in SSE registers (baseline on x86-64): four source rows in
+     * (zero rows past h), four k groups out; w is a multiple of 2 for every kernel */
+    if (w % 2 == 0) {
+        for (; k + 4 <= kc; k += 4) {
+            float *dk = d + k * w;
+            if ((k & 15) == 0)
+                for (int i = 0; i < hpf; i++)
+                    _mm_prefetch((const char *)(pf + i * ld + k), _MM_HINT_T0);
+            for (int i = 0; i < w; i += 4) {
+                __m128 r0 = i + 0 < h ? _mm_loadu_ps(s + (i + 0) * ld + k) : _mm_setzero_ps();
+                __m128 r1 = i + 1 < h ? _mm_loadu_ps(s + (i + 1) * ld + k) : _mm_setzero_ps();
+                __m128 r2 = i + 2 < h ? _mm_loadu_ps(s + (i + 2) * ld + k) : _mm_setzero_ps();
+                __m128 r3 = i + 3 < h ? _mm_loadu_ps(s + (i + 3) * ld + k) : _mm_setzero_ps();
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                if (i + 4 <= w) {
+                    _mm_storeu_ps(dk + i, r0);
+                    _mm_storeu_ps(dk + w + i, r1);
+                    _mm_storeu_ps(dk + 2 * w + i, r2);
+                    _mm_storeu_ps(dk + 3 * w + i, r3);
+                } else { /* the last two slots of a width 4n + 2 */
+                    _mm_storel_pi((__m64 *)(dk + i), r0);
+                    _mm_storel_pi((__m64 *)(dk + w + i), r1);
+                    _mm_storel_pi((__m64 *)(dk + 2 * w + i), r2);
+                    _mm_storel_pi((__m64 *)(dk + 3 * w + i), r3);
+                }
+            }
+        }
+    }
+#endif
+    if (kc > 0)
+        for (int i = 0; i < hpf; i++) /* the last, possibly partial, line of each row */
+            __builtin_prefetch(pf + i * ld + kc - 1, 0, 3);
+    for (; k < kc; k++) {
+        for (int i = 0; i < h; i++)
+            d[k * w + i] = s[i * ld + k];
+        for (int i = h; i < w; i++)
+            d[k * w + i] = 0.0f;
+    }
+}
+
+/* The widths of the micro-kernels, as constants, so the loops above unroll. */
+#define GC_PACK_DISPATCH(fn, w, ...)                                                     \
+    switch (w) {                                                                         \
+    case 6: fn(__VA_ARGS__, 6); break;                                                   \
+    case 8: fn(__VA_ARGS__, 8); break;                                                   \
+    case 12: fn(__VA_ARGS__, 12); break;                                                 \
+    case 16: fn(__VA_ARGS__, 16); break;                                                 \
+    case 32: fn(__VA_ARGS__, 32); break;                                                 \
+    default: fn(__VA_ARGS__, w); break;                                                  \
+    }
+
+static void pack_n(const float *s, int64_t ld, int h, int64_t kc, float *d, int w)
+{
+    GC_PACK_DISPATCH(pack_n_w, w, s, ld, h, kc, d)
+}
+
+#define PACK_T_W(s, ld, h, kc, d, hpf, w) pack_t_w(s, ld, h, kc, d, w, hpf)
+static void pack_t(const float *s, int64_t ld, int h, int64_t kc, float *d, int w, int hpf)
+{
+    GC_PACK_DISPATCH(PACK_T_W, w, s, ld, h, kc, d, hpf)
+}
+
+/* Rows of the panel PACK_PF_PANELS panels after the one at `at` (panels of width w)
+ * that exist before `end`. */
+static int rows_ahead(int64_t at, int64_t end, int w)
+{
+    const int64_t first = at + (int64_t)PACK_PF_PANELS * w;
+    return first >= end ? 0 : (int)min64(w, end - first);
+}
+
+/* op(B)[pc:pc+kc, jc:jc+nc] into ceil(nc/nr) panels of width nr. */
 static void pack_b(const gc_sgemm_args *g, int64_t pc, int64_t kc, int64_t jc, int64_t nc,
-                   int nr, float *restrict dst)
+                   int nr, float *dst)
 {
     for (int64_t j0 = 0; j0 < nc; j0 += nr) {
         const int w = (int)min64(nr, nc - j0);
-        float *restrict d = dst + j0 * kc;
-        if (!g->trans_b) { /* rows of B are rows of op(B): copies */
-            const float *restrict s = g->B + pc * g->ldb + jc + j0;
-            for (int64_t k = 0; k < kc; k++) {
-                memcpy(d + k * nr, s + k * g->ldb, (size_t)w * sizeof(float));
-                for (int j = w; j < nr; j++)
-                    d[k * nr + j] = 0.0f;
-            }
-        } else { /* B is N x K: a transpose, read along rows of B */
-            const float *restrict s = g->B + (jc + j0) * g->ldb + pc;
-            for (int j = 0; j < w; j++) {
-                const float *restrict sj = s + j * g->ldb;
-                for (int64_t k = 0; k < kc; k++)
-                    d[k * nr + j] = sj[k];
-            }
-            for (int j = w; j < nr; j++)
-                for (int64_t k = 0; k < kc; k++)
-                    d[k * nr + j] = 0.0f;
-        }
+        if (!g->trans_b) /* B is K x N */
+            pack_n(g->B + pc * g->ldb + jc + j0, g->ldb, w, kc, dst + j0 * kc, nr);
+        else /* B is N x K */
+            pack_t(g->B + (jc + j0) * g->ldb + pc, g->ldb, w, kc, dst + j0 * kc, nr,
+                   rows_ahead(j0, nc, nr));
     }
 }
 
-/* op(A)[ic:ic+h, pc:pc+kc] into one micro-panel: kc groups of mr values, rows past h
- * zero. */
+/* op(A)[ic:ic+h, pc:pc+kc] into one micro-panel of width mr; m_end: the end of the
+ * rows this thread packs (the limit of the prefetch). */
 static void pack_a(const gc_sgemm_args *g, int64_t ic, int h, int64_t pc, int64_t kc, int mr,
-                   float *restrict dst)
+                   int64_t m_end, float *dst)
 {
-    if (g->trans_a) { /* A is K x M: each k is a contiguous run of op(A)'s column */
-        const float *restrict s = g->A + pc * g->lda + ic;
-        for (int64_t k = 0; k < kc; k++) {
-            memcpy(dst + k * mr, s + k * g->lda, (size_t)h * sizeof(float));
-            for (int i = h; i < mr; i++)
-                dst[k * mr + i] = 0.0f;
-        }
-    } else { /* a transpose of h rows, read along each row */
-        const float *restrict s = g->A + ic * g->lda + pc;
-#if defined(__SSE2__)
-        if (h == mr && mr % 4 == 0) {
-            int64_t k = 0;
-            for (; k + 4 <= kc; k += 4) {
-                for (int i = 0; i < mr; i += 4) {
-                    __m128 r0 = _mm_loadu_ps(s + (i + 0) * g->lda + k);
-                    __m128 r1 = _mm_loadu_ps(s + (i + 1) * g->lda + k);
-                    __m128 r2 = _mm_loadu_ps(s + (i + 2) * g->lda + k);
-                    __m128 r3 = _mm_loadu_ps(s + (i + 3) * g->lda + k);
-                    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-                    _mm_storeu_ps(dst + (k + 0) * mr + i, r0);
-                    _mm_storeu_ps(dst + (k + 1) * mr + i, r1);
-                    _mm_storeu_ps(dst + (k + 2) * mr + i, r2);
-                    _mm_storeu_ps(dst + (k + 3) * mr + i, r3);
-                }
-            }
-            for (; k < kc; k++)
-                for (int i = 0; i < mr; i++)
-                    dst[k * mr + i] = s[i * g->lda + k];
-            return;
-        }
-#endif
-        for (int i = 0; i < h; i++) {
-            const float *restrict si = s + i * g->lda;
-            for (int64_t k = 0; k < kc; k++)
-                dst[k * mr + i] = si[k];
-        }
-        for (int i = h; i < mr; i++)
-            for (int64_t k = 0; k < kc; k++)
-                dst[k * mr + i] = 0.0f;
-    }
-}
-
-/* Prefetches part `part` of `parts` of the cache lines of op(A)[ic:ic+h, pc:pc+kc], the
- * next micro-panel to pack. Rows of A far apart in memory miss all caches on a large
- * matrix, and each is read only kc floats at a time, too short a run for the hardware
- * prefetcher: spread over the kernel calls of the current sweep, the misses overlap
- * with compute instead of stalling the packing. */
-static void prefetch_a(const gc_sgemm_args *g, int64_t ic, int h, int64_t pc, int64_t kc,
-                       int64_t part, int64_t parts)
-{
-    const int64_t rows = g->trans_a ? kc : h, len = g->trans_a ? h : kc;
-    const float *base = g->trans_a ? g->A + pc * g->lda + ic : g->A + ic * g->lda + pc;
-    for (int64_t r = rows * part / parts; r < rows * (part + 1) / parts; r++) {
-        const float *row = base + r * g->lda;
-        for (int64_t o = 0; o < len; o += 16)
-            __builtin_prefetch(row + o, 0, 1);
-        __builtin_prefetch(row + len - 1, 0, 1);
-    }
+    if (g->trans_a) /* A is K x M */
+        pack_n(g->A + pc * g->lda + ic, g->lda, h, kc, dst, mr);
+    else /* A is M x K */
+        pack_t(g->A + ic * g->lda + pc, g->lda, h, kc, dst, mr, rows_ahead(ic, m_end, mr));
 }
 
 /* ------------------------------------------------------------------ the blocked loop */
@@ -284,13 +359,9 @@ static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64
             pack_b(g, pc, kc, jc, nc, nr, bbuf);
             for (int64_t ic = m0; ic < m1; ic += mr) {
                 const int h = (int)min64(mr, m1 - ic);
-                pack_a(g, ic, h, pc, kc, mr, abuf);
-                const int64_t next = ic + mr, nparts = ceil_div(nc, nr);
-                const int hn = (int)min64(mr, m1 - next);
+                pack_a(g, ic, h, pc, kc, mr, m1, abuf);
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     const int w = (int)min64(nr, nc - jr);
-                    if (hn > 0)
-                        prefetch_a(g, next, hn, pc, kc, jr / nr, nparts);
                     float *c = g->C + ic * g->ldc + jc + jr;
                     const float *bias = last && g->bias ? g->bias + jc + jr : NULL;
                     if (h == mr && w == nr) {
@@ -311,7 +382,7 @@ static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64
 /* ------------------------------------------------------------------ threading */
 
 /* Below this many multiply-adds per thread, forking costs more than it saves. */
-#define MIN_FMAS_PER_THREAD (1 << 20)
+#define MIN_FMAS_PER_THREAD (1 << 18)
 
 static int threads_for(int64_t M, int64_t N, int64_t K, int64_t tiles)
 {
@@ -425,21 +496,21 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
     plan_t p;
     p.g = g;
     p.kr = kr;
-    int kc_def = kr->kc, nc_def = kr->nc;
-    if (getenv("T_KC")) kc_def = atoi(getenv("T_KC"));
-    if (getenv("T_NC")) nc_def = atoi(getenv("T_NC"));
-    p.kc_blk = ceil_div(K, ceil_div(K, kc_def));
-    const int mr = kr->mr, nr = kr->nr;
+    const int mr = kr->mr, nr = kr->nr, kc = kr->kc;
+    /* K blocks of about kc, equal so the last is not a sliver; up to 1.5 kc in one block
+     * (K = 288 of a 3x3x32 convolution), since each extra block rereads C */
+    p.kc_blk = K <= kc + kc / 2 ? K : ceil_div(K, ceil_div(K, kc));
+    /* N block: the packed B block (kc x nc) takes 3/4 of the L2, the rest is for the
+     * A micro-panels and C tiles passing through */
+    const int64_t nc_l2 = l2_bytes() * 3 / 4 / ((int64_t)kc * (int64_t)sizeof(float)) / nr * nr;
+    p.nc_max = nc_l2 < 4 * nr ? 4 * nr : nc_l2 > 4096 ? 4096 : nc_l2;
     const int nt = threads_for(M, N, K, ceil_div(M, mr) * ceil_div(N, nr));
     int pm = 1, pn = 1;
-    p.nc_max = nc_def;
     if (nt > 1)
         pick_grid(nt, M, N, K, &p, &pm, &pn);
-    if (getenv("T_PM")) { pm = atoi(getenv("T_PM")); pn = nt / pm; }
-    /* N block: a multiple of nr, balanced over each thread's columns */
-    {
+    { /* balance the N blocks over each thread's columns, in multiples of nr */
         const int64_t n_thr = ceil_div(ceil_div(N, nr), pn) * nr;
-        const int64_t nb = ceil_div(n_thr, nc_def);
+        const int64_t nb = ceil_div(n_thr, p.nc_max);
         p.nc_max = ceil_div(ceil_div(n_thr, nb), nr) * nr;
     }
     const int64_t mtiles = ceil_div(M, mr), ntiles = ceil_div(N, nr);

@@ -7,7 +7,9 @@
  * TensorFlow's rule for free: padded cells never win a max and are not counted in an
  * average. Max backward recomputes the arg-max of each window (the first maximal cell
  * in row-major (kh, kw) order, as TensorFlow's CPU kernel) and adds dy there, so
- * overlapping windows accumulate; dX is zeroed first so every element is written.
+ * overlapping windows accumulate; dX is zeroed first so every element is written. When
+ * windows cannot overlap (stride >= pool, the usual 2x2 / 2), backward writes each dX
+ * cell exactly once instead (max: the first cell equal to the window max takes dy).
  * Work is split over samples (or over output rows when windows cannot overlap)
  * across OpenMP threads.
  */
@@ -101,13 +103,100 @@ static void maxpool_bwd_row(const gc_pool2d_geom *g, const float *restrict xn,
     }
 }
 
+/* Windows that cannot overlap (stride >= pool size on both axes): every dX cell lies in
+ * at most one window, so backward writes each cell exactly once (no zeroing pass, no
+ * scatter). Cells outside every window are zeroed here. */
+static inline int no_overlap(const gc_pool2d_geom *g)
+{
+    return g->sh >= g->PH && g->sw >= g->PW;
+}
+
+/* Is image row / column i (of extent n) inside a window (pool k, stride s, padding p,
+ * out windows)? Counters instead of a division per cell. */
+static void covered_mask(int64_t n, int64_t k, int64_t s, int64_t p, int64_t out,
+                         unsigned char *mask)
+{
+    int64_t q = p / s, r = p % s; /* i + p = q * s + r */
+    for (int64_t i = 0; i < n; i++) {
+        mask[i] = q < out && r < k;
+        if (++r == s) {
+            r = 0;
+            q++;
+        }
+    }
+}
+
+/* Zeroes the cells of one sample that no window covers (none for the usual 2x2 / 2 on
+ * an even image); rowm / colm from covered_mask. */
+static void zero_uncovered(const gc_pool2d_geom *g, const unsigned char *rowm,
+                           const unsigned char *colm, int cols_all, float *dxn)
+{
+    const int64_t W = g->W, C = g->C;
+    for (int64_t h = 0; h < g->H; h++) {
+        float *row = dxn + h * W * C;
+        if (!rowm[h]) {
+            memset(row, 0, (size_t)(W * C) * sizeof(float));
+            continue;
+        }
+        if (cols_all) continue;
+        for (int64_t w = 0; w < W; w++)
+            if (!colm[w]) memset(row + w * C, 0, (size_t)C * sizeof(float));
+    }
+}
+
+/* Max backward of one sample, non-overlapping windows: per window the max per channel,
+ * then the cells in scan order, the first equal to the max taking dy (done masks the
+ * later ties). best / done are scratch arrays of C elements. */
+static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *restrict xn,
+                                        const float *restrict dyn, float *restrict dxn,
+                                        float *restrict best, int32_t *restrict done)
+{
+    const int64_t W = g->W, C = g->C;
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t h0, h1, w0, w1;
+            window(g, oh, ow, &h0, &h1, &w0, &w1);
+            const float *d = dyn + (oh * g->OW + ow) * C;
+            const float *x0 = xn + (h0 * W + w0) * C;
+            for (int64_t c = 0; c < C; c++) {
+                best[c] = x0[c];
+                done[c] = 0;
+            }
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) {
+                    const float *xp = xn + (h * W + w) * C;
+                    for (int64_t c = 0; c < C; c++) best[c] = xp[c] > best[c] ? xp[c] : best[c];
+                }
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) {
+                    const float *xp = xn + (h * W + w) * C;
+                    float *dp = dxn + (h * W + w) * C;
+                    for (int64_t c = 0; c < C; c++) {
+                        float dv = d[c];
+                        int32_t hit = -(int32_t)(xp[c] == best[c]) & ~done[c];
+                        done[c] |= hit;
+                        dp[c] = hit ? dv : 0.0f;
+                    }
+                }
+        }
+}
+
 gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const float *dy,
                                float *dx)
 {
     const int64_t N = g->N, OH = g->OH, C = g->C, HWC = g->H * g->W * C, OWC = g->OW * C;
     if (N == 0) return GC_OK;
-    int par = pool_parallel(g);
+    int par = pool_parallel(g), disjoint = no_overlap(g);
     int bad = 0;
+    unsigned char *mask = NULL;
+    int cols_all = 1;
+    if (disjoint) {
+        mask = (unsigned char *)malloc((size_t)(g->H + g->W));
+        if (!mask) return gc_fail(GC_ERR_NOMEM, "maxpool2d_bwd: cannot allocate scratch");
+        covered_mask(g->H, g->PH, g->sh, g->pad_top, g->OH, mask);
+        covered_mask(g->W, g->PW, g->sw, g->pad_left, g->OW, mask + g->H);
+        for (int64_t w = 0; w < g->W; w++) cols_all &= mask[g->H + w];
+    }
 #pragma omp parallel if (par) reduction(| : bad)
     {
         float *best = (float *)malloc((size_t)C * sizeof(float));
@@ -119,14 +208,23 @@ gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const fl
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; n++) {
             float *dxn = dx + n * HWC;
+            if (!best || !idx) {
+                memset(dxn, 0, (size_t)HWC * sizeof(float));
+                continue;
+            }
+            if (disjoint) {
+                zero_uncovered(g, mask, mask + g->H, cols_all, dxn);
+                maxpool_bwd_sample_disjoint(g, x + n * HWC, dy + n * OH * OWC, dxn, best, idx);
+                continue;
+            }
             memset(dxn, 0, (size_t)HWC * sizeof(float));
-            if (!best || !idx) continue;
             for (int64_t oh = 0; oh < OH; oh++)
                 maxpool_bwd_row(g, x + n * HWC, dy + (n * OH + oh) * OWC, oh, dxn, best, idx);
         }
         free(best);
         free(idx);
     }
+    free(mask);
     if (bad)
         return gc_fail(GC_ERR_NOMEM, "maxpool2d_bwd: cannot allocate %lld bytes of scratch",
                        (long long)(C * (int64_t)(sizeof(float) + sizeof(int32_t))));
@@ -167,10 +265,21 @@ gc_status gc_cpu_avgpool2d_bwd(const gc_pool2d_geom *g, const float *dy, float *
 {
     const int64_t N = g->N, OH = g->OH, OW = g->OW, W = g->W, C = g->C;
     const int64_t HWC = g->H * W * C, OWC = OW * C;
+    const int disjoint = no_overlap(g);
+    unsigned char *mask = NULL;
+    int cols_all = 1;
+    if (disjoint) {
+        mask = (unsigned char *)malloc((size_t)(g->H + g->W));
+        if (!mask) return gc_fail(GC_ERR_NOMEM, "avgpool2d_bwd: cannot allocate scratch");
+        covered_mask(g->H, g->PH, g->sh, g->pad_top, g->OH, mask);
+        covered_mask(g->W, g->PW, g->sw, g->pad_left, g->OW, mask + g->H);
+        for (int64_t w = 0; w < g->W; w++) cols_all &= mask[g->H + w];
+    }
 #pragma omp parallel for schedule(static) if (pool_parallel(g))
     for (int64_t n = 0; n < N; n++) {
         float *dxn = dx + n * HWC;
-        memset(dxn, 0, (size_t)HWC * sizeof(float));
+        if (disjoint) zero_uncovered(g, mask, mask + g->H, cols_all, dxn); /* then each covered cell is written once */
+        else memset(dxn, 0, (size_t)HWC * sizeof(float));
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
                 int64_t h0, h1, w0, w1;
@@ -180,10 +289,14 @@ gc_status gc_cpu_avgpool2d_bwd(const gc_pool2d_geom *g, const float *dy, float *
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         float *dp = dxn + (h * W + w) * C;
-                        for (int64_t c = 0; c < C; c++) dp[c] += d[c] * inv;
+                        if (disjoint)
+                            for (int64_t c = 0; c < C; c++) dp[c] = d[c] * inv;
+                        else
+                            for (int64_t c = 0; c < C; c++) dp[c] += d[c] * inv;
                     }
             }
     }
+    free(mask);
     return GC_OK;
 }
 

@@ -79,13 +79,16 @@ typedef enum { GC_PAD_VALID = 0, GC_PAD_SAME } gc_padding;
 /* C = act(alpha * op(A) @ op(B) + beta * C + bias[None, :]); A, B, C row-major.
  * inputs: A, B, bias (optional: data NULL); outputs: C.  act is elementwise
  * (softmax is rejected: use act_fwd). */
-typedef struct { int trans_a, trans_b; float alpha, beta; gc_act act; } gc_gemm_params;
+/* impl: 0 = gpucmp's own kernels; 1 = the vendor library (cuBLAS(Lt) / cuDNN) as a
+ * baseline, GC_ERR_UNSUPPORTED where absent (always on the CPU). */
+typedef enum { GC_IMPL_OWN = 0, GC_IMPL_VENDOR = 1 } gc_impl;
+typedef struct { int trans_a, trans_b; float alpha, beta; gc_act act; gc_impl impl; } gc_gemm_params;
 
 /* NHWC input, kernel (kh, kw, in, out) as Keras stores it, cross-correlation.
  * conv2d_fwd:        in x, w, bias(opt)      out y = act(conv(x, w) + bias)
  * conv2d_bwd_data:   in dy, w                out dx            (dy already through act')
  * conv2d_bwd_filter: in x, dy                out dw, db(opt)   */
-typedef struct { int stride_h, stride_w, dil_h, dil_w; gc_padding padding; gc_act act; } gc_conv2d_params;
+typedef struct { int stride_h, stride_w, dil_h, dil_w; gc_padding padding; gc_act act; gc_impl impl; } gc_conv2d_params;
 
 /* maxpool2d_fwd / avgpool2d_fwd: in x out y; maxpool2d_bwd: in x, dy out dx;
  * avgpool2d_bwd: in dy out dx (shape of x taken from dx).  Padded cells never win a
@@ -198,6 +201,12 @@ struct gc_backend {
     gc_status (*fill_zero)(const gc_backend *be, void *dst, size_t nbytes);
     gc_status (*sync)(const gc_backend *be);
     gc_op_fn ops[GC_OP_COUNT]; /* NULL: unsupported */
+    /* Optional (NULL on the CPU): record the ops issued between begin and end into a
+     * replayable graph (CUDA graphs), launch it, free it. */
+    gc_status (*capture_begin)(const gc_backend *be);
+    gc_status (*capture_end)(const gc_backend *be, void **graph);
+    gc_status (*graph_launch)(const gc_backend *be, void *graph);
+    void (*graph_destroy)(const gc_backend *be, void *graph);
     void *impl;                /* backend private state */
 };
 
@@ -214,6 +223,11 @@ gc_status gc_backend_register(const gc_backend *be);
 gc_status gc_op_run(const gc_backend *be, const gc_op_call *call);
 /* Only the checks (used by the plan once at creation). */
 gc_status gc_op_validate(const gc_op_call *call);
+
+/* Float32 GEMM/conv inputs may run as TF32 on Tensor Cores (the default on Ampere and
+ * newer, as TensorFlow does); 0 gives exact float32. Read by GPU backends per call. */
+void gc_set_allow_tf32(int allow);
+int gc_get_allow_tf32(void);
 
 /* ------------------------------------------------------------------ geometry
  * One source of truth for output shapes and padding (Keras rules). */

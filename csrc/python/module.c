@@ -95,6 +95,7 @@ static const char *const act_names[GC_ACT_COUNT] = {"linear", "relu", "tanh", "s
 static const char *const pad_names[2] = {"valid", "same"};
 static const char *const reg_names[2] = {"mse", "mae"};
 static const char *const acc_names[3] = {"categorical", "sparse", "binary"};
+static const char *const impl_names[2] = {"own", "vendor"};
 
 /* ------------------------------------------------------------------ params dict */
 
@@ -241,9 +242,10 @@ static int parse_params(gc_op op, PyObject *d, any_params *P)
     case GC_OP_GEMM:
         if (p_bool(d, "trans_a", 0, &P->gemm.trans_a) || p_bool(d, "trans_b", 0, &P->gemm.trans_b) ||
             p_float(d, "alpha", 1.0, &P->gemm.alpha) || p_float(d, "beta", 0.0, &P->gemm.beta) ||
-            p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e))
+            p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e) || p_enum(d, "impl", impl_names, 2, 0, &b))
             return -1;
         P->gemm.act = (gc_act)e;
+        P->gemm.impl = (gc_impl)b;
         return 0;
     case GC_OP_CONV2D_FWD:
     case GC_OP_CONV2D_BWD_DATA:
@@ -254,6 +256,8 @@ static int parse_params(gc_op op, PyObject *d, any_params *P)
             return -1;
         P->conv.padding = (gc_padding)b;
         P->conv.act = (gc_act)e;
+        if (p_enum(d, "impl", impl_names, 2, 0, &b)) return -1;
+        P->conv.impl = (gc_impl)b;
         return 0;
     case GC_OP_MAXPOOL2D_FWD:
     case GC_OP_MAXPOOL2D_BWD:
@@ -531,6 +535,21 @@ static PyObject *py_cpu_simd_variants(PyObject *self, PyObject *noargs)
     gc_cpu_sgemm_force_variant("auto");
     if (strcmp(current, gc_cpu_sgemm_variant()) != 0) gc_cpu_sgemm_force_variant(current);
     return l;
+}
+
+static PyObject *py_set_allow_tf32(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int b = PyObject_IsTrue(arg);
+    if (b < 0) return NULL;
+    gc_set_allow_tf32(b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_allow_tf32(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+    return PyBool_FromLong(gc_get_allow_tf32());
 }
 
 /* ------------------------------------------------------------------ Buffer */
@@ -1130,6 +1149,8 @@ static PyMethodDef module_methods[] = {
     {"backends", py_backends, METH_NOARGS, "usable backends, e.g. ['cpu', 'cuda:0']"},
     {"cpu_simd_variant", py_cpu_simd_variant, METH_NOARGS, "active CPU GEMM micro-kernel"},
     {"cpu_simd_variants", py_cpu_simd_variants, METH_NOARGS, "CPU GEMM micro-kernels this machine runs"},
+    {"set_allow_tf32", py_set_allow_tf32, METH_O, "set_allow_tf32(bool): float32 GEMM/conv may use TF32 on GPUs"},
+    {"get_allow_tf32", py_get_allow_tf32, METH_NOARGS, "whether float32 GEMM/conv may use TF32 on GPUs"},
     {"cpu_force_simd", py_cpu_force_simd, METH_O, "cpu_force_simd(name): pick a micro-kernel ('auto' resets)"},
     {NULL, NULL, 0, NULL}};
 

@@ -7,6 +7,10 @@ number), else from the session stream that ``keras.utils.set_random_seed`` seeds
 """
 import numbers
 
+import numpy as np
+
+from .. import backend
+from ..keras_tensor import KerasTensor
 from . import argument_checks as check
 from .layer import Layer
 
@@ -27,6 +31,15 @@ class Dropout(Layer):
     def plan_layers(self, input_shape):
         return [{"kind": "dropout", "in_shape": tuple(input_shape[1:]),
                  "out_shape": tuple(input_shape[1:]), "rate": self.rate}]
+
+    def __call__(self, inputs, training=None, **kwargs):
+        """``layer(x, training=True)`` on an array applies a fresh mask (in NumPy);
+        otherwise (inference, or a symbolic call) the usual Layer call."""
+        if training and not isinstance(inputs, KerasTensor):
+            x = np.asarray(inputs, dtype=np.float32)
+            keep = backend.rng().random(x.shape) >= self.rate
+            return x * keep / np.float32(1.0 - self.rate)
+        return super().__call__(inputs, training=training, **kwargs)
 
     def _forward_numpy(self, x, out_shape):
         return x.copy()   # inference: identity

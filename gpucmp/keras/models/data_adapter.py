@@ -42,7 +42,8 @@ def to_array(data, what):
 
 def as_float32(arr, what):
     """C-contiguous float32 copy/view, checked finite (NaN/Inf -> ValueError naming the position)."""
-    out = np.ascontiguousarray(arr, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(arr, dtype=np.float32)
     finite = np.isfinite(out)
     if not finite.all():
         pos = np.unravel_index(int(np.argmin(finite.reshape(-1))), out.shape)

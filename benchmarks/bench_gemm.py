@@ -1,0 +1,134 @@
+"""GEMM throughput: gpucmp's own kernels side by side with what users would otherwise use.
+
+CPU (always): float32 GFLOP/s of gpucmp (each SIMD micro-kernel this CPU runs), NumPy
+(OpenBLAS or whatever BLAS it links) and PyTorch CPU when importable, at 256..2048, on the
+same threads. GPU (when gpucmp has a CUDA device): TFLOP/s of gpucmp and cuBLAS (impl=
+'vendor', and PyTorch when importable) for fp32 (exact), tf32, fp16 and bf16 at 4096 and
+8192.
+
+    python benchmarks/bench_gemm.py [--sizes 1024 2048] [--gpu-sizes 4096 8192] [--quick]
+
+To compare against a current NumPy fairly, run with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
+unset (some machines set them for old OpenBLAS builds; they slow a current one down).
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import header, table, timeit, try_import_torch  # noqa: E402
+
+import gpucmp  # noqa: E402
+from gpucmp import _core  # noqa: E402
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+        infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        if infos:
+            i = infos[0]
+            return f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, {i.get('num_threads')} threads)"
+    except Exception:  # noqa: BLE001
+        pass
+    return "unknown BLAS"
+
+
+def cpu_rows(sizes, repeats):
+    torch = try_import_torch()
+    if torch is not None:
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    rng = np.random.default_rng()
+    rows = []
+    variants = _core.cpu_simd_variants()
+    for n in sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), np.float32)
+        flops = 2.0 * n ** 3
+        reps = max(3, min(repeats, int(2e10 / flops) + 1))
+        row = {"n": n}
+        t_np, _, _ = timeit(lambda: np.matmul(a, b, out=c), repeats=reps)
+        row["numpy GFLOP/s"] = flops / t_np / 1e9
+        for v in variants:
+            _core.cpu_force_simd(v)
+            t, _, _ = timeit(lambda: _core.run_op("gemm", "cpu", (a, b, None), (c,), {}), repeats=reps)
+            row[f"gpucmp {v}"] = flops / t / 1e9
+        _core.cpu_force_simd("auto")
+        best = max(row[f"gpucmp {v}"] for v in variants)
+        row["gpucmp best / numpy"] = best / row["numpy GFLOP/s"]
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            t_t, _, _ = timeit(lambda: torch.matmul(ta, tb), repeats=reps)
+            row["torch GFLOP/s"] = flops / t_t / 1e9
+            row["gpucmp best / torch"] = best / row["torch GFLOP/s"]
+        rows.append(row)
+    cols = ["n", "numpy GFLOP/s"] + [f"gpucmp {v}" for v in variants] + ["gpucmp best / numpy"]
+    if torch is not None:
+        cols += ["torch GFLOP/s", "gpucmp best / torch"]
+    return rows, cols
+
+
+def gpu_rows(device, sizes, repeats):
+    """Times whole run_op calls on device-resident data is not possible through run_op (it
+    stages host arrays), so the GPU benchmark uses the plan-free timing helper in _core
+    when present; otherwise it reports that it cannot measure."""
+    bench = getattr(_core, "bench_gemm", None)
+    if bench is None:
+        print("(this build has no _core.bench_gemm: GPU GEMM timing needs the CUDA backend)")
+        return [], []
+    torch = try_import_torch()
+    rows = []
+    for n in sizes:
+        flops = 2.0 * n ** 3
+        for dtype in ("float32", "tfloat32", "float16", "bfloat16"):
+            row = {"n": n, "dtype": dtype}
+            for impl in ("own", "vendor"):
+                try:
+                    sec = bench(device, n, n, n, dtype, impl, repeats)
+                    row[f"{impl} TFLOP/s"] = flops / sec / 1e12
+                except (NotImplementedError, RuntimeError, ValueError) as e:
+                    row[f"{impl} TFLOP/s"] = f"n/a ({e})"
+            if isinstance(row.get("own TFLOP/s"), float) and isinstance(row.get("vendor TFLOP/s"), float):
+                row["own / cuBLAS"] = row["own TFLOP/s"] / row["vendor TFLOP/s"]
+            if torch is not None and torch.cuda.is_available():
+                tdt = {"float32": torch.float32, "tfloat32": torch.float32, "float16": torch.float16,
+                       "bfloat16": torch.bfloat16}[dtype]
+                torch.backends.cuda.matmul.allow_tf32 = dtype == "tfloat32"
+                a = torch.randn(n, n, device="cuda", dtype=tdt)
+                b = torch.randn(n, n, device="cuda", dtype=tdt)
+                t, _, _ = timeit(lambda: torch.matmul(a, b), repeats=repeats, warmup=3,
+                                 sync=torch.cuda.synchronize)
+                row["torch TFLOP/s"] = flops / t / 1e12
+            rows.append(row)
+    return rows, ["n", "dtype", "own TFLOP/s", "vendor TFLOP/s", "own / cuBLAS", "torch TFLOP/s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 1536, 2048])
+    ap.add_argument("--gpu-sizes", type=int, nargs="+", default=[4096, 8192])
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats (smoke run)")
+    ap.add_argument("--no-cpu", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.gpu_sizes, args.repeats = [128, 256], [512], 3
+    print(header("GEMM benchmark"))
+    print(f"numpy {np.__version__} with {blas_info()}; gpucmp CPU micro-kernel {_core.cpu_simd_variant()}")
+    if not args.no_cpu:
+        rows, cols = cpu_rows(args.sizes, args.repeats)
+        print("\n## CPU float32 (GFLOP/s)\n")
+        print(table(rows, cols))
+    gpus = [d for d in gpucmp.available_devices() if d.startswith("cuda")]
+    if gpus:
+        rows, cols = gpu_rows(gpus[0], args.gpu_sizes, args.repeats)
+        if rows:
+            print(f"\n## GPU {gpus[0]} (TFLOP/s)\n")
+            print(table(rows, cols))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+/* conv2d_internal.cuh -- what the three conv2d sources share (private to them):
+ * conv2d.cu (adapters + Tensor Core implicit GEMMs), conv2d_simt.cu (the exact-f32
+ * direct reference kernels) and conv2d_vendor.cu (cuDNN loaded at run time).
+ *
+ * All entry points take the geometry from gc_conv2d_geometry (core/geometry.c), device
+ * pointers of one storage dtype (f32 / f16 / bf16) and launch on gc_cuda_stream(be);
+ * none synchronises the host or allocates outside gc_cuda_workspace, so they can be
+ * captured into CUDA graphs. */
+#ifndef GPUCMP_CUDA_CONV2D_INTERNAL_CUH
+#define GPUCMP_CUDA_CONV2D_INTERNAL_CUH
+
+#include "common.cuh"
+
+/* The fused epilogue activation (the formulas of csrc/cpu/act.c: relu keeps NaN,
+ * sigmoid from e = exp(-|x|)). Softmax is rejected by core for conv2d. */
+__device__ __forceinline__ float conv_act(float v, int act)
+{
+    switch (act) {
+    case GC_ACT_RELU: return v < 0.0f ? 0.0f : v;
+    case GC_ACT_TANH: return tanhf(v);
+    case GC_ACT_SIGMOID: {
+        float e = expf(-fabsf(v));
+        float s = 1.0f / (1.0f + e);
+        return v < 0.0f ? e * s : s;
+    }
+    default: return v;
+    }
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- conv2d_simt.cu: exact float32 direct convolution (f32 FMA, f32 accumulation,
+ * any storage dtype). bwd_filter needs gc_conv2d_simt_bwd_filter_ws() bytes of
+ * workspace (it calls gc_cuda_workspace itself). */
+gc_status gc_conv2d_simt_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                             const void *x, const void *w, const void *bias, gc_act act, void *y);
+gc_status gc_conv2d_simt_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                  const void *dy, const void *w, void *dx);
+gc_status gc_conv2d_simt_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                    const void *x, const void *dy, void *dw, void *db);
+
+/* ---- conv2d.cu: small helpers the vendor path reuses.
+ * out[c][r] = in[r][c] for an (R, Cc) matrix (weights: (KH*KW*C, F) <-> (F, KH*KW*C)). */
+gc_status gc_conv2d_transpose(const gc_backend *be, gc_dtype dt, const void *in, int64_t R,
+                              int64_t Cc, void *out);
+/* y[m][f] = act(y[m][f] + bias[f]) in place (bias may be NULL). */
+gc_status gc_conv2d_bias_act(const gc_backend *be, gc_dtype dt, void *y, int64_t M, int64_t F,
+                             const void *bias, gc_act act);
+/* out[i] = sum_{s < S} part[s * stride + i] for i < n (fixed order: deterministic),
+ * rounded to dt. */
+gc_status gc_conv2d_reduce_splits(const gc_backend *be, gc_dtype dt, const float *part, int S,
+                                  int64_t stride, int64_t n, void *out);
+/* db[f] = sum_m dy[m][f], deterministic two-pass through `ws` (>= gc_conv2d_colsum_ws). */
+size_t gc_conv2d_colsum_ws(const gc_backend *be, int64_t M, int64_t F);
+gc_status gc_conv2d_colsum(const gc_backend *be, gc_dtype dt, const void *dy, int64_t M, int64_t F,
+                           void *db, void *ws);
+
+/* ---- conv2d_vendor.cu: cuDNN (legacy API through dlopen). op is one of the three
+ * conv2d ops; the tensors are those of the gc_op_call. */
+gc_status gc_conv2d_vendor(const gc_backend *be, gc_op op, const gc_conv2d_geom *g, gc_dtype dt,
+                           int allow_tf32, const void *in0, const void *in1, const void *bias,
+                           gc_act act, void *out0, void *out1);
+/* 1 when libcudnn could be loaded (loads it on first use). */
+int gc_conv2d_vendor_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUCMP_CUDA_CONV2D_INTERNAL_CUH */

@@ -1,0 +1,203 @@
+/* gemm.cuh -- what the CUDA GEMM files share (internal; not part of the C API).
+ *
+ * The one GEMM of the CUDA backend: C[M,N] = act(alpha * op(A) @ op(B) + beta * C
+ * + bias[N]), row-major storage, all of A, B, C and bias of one float dtype (f32, f16,
+ * bf16), fp32 accumulation everywhere. It is the contract of cpu/cpu_kernels.h
+ * (gc_sgemm_args) with explicit leading dimensions so that other CUDA ops (conv2d
+ * through im2col, RNN cells) can call gc_cuda_gemm on sub-matrices:
+ *   op(A) is A (M x K, row stride lda) or, when trans_a, A^T with A stored K x M;
+ *   op(B) is B (K x N, ldb) or, when trans_b, B^T with B stored N x K;
+ *   beta == 0 never reads C (it may hold NaN); bias may be NULL; K == 0 gives
+ *   act(beta * C + bias); act is elementwise (linear, relu, tanh, sigmoid).
+ *
+ * Files and paths (gemm.cu dispatches):
+ *   gemm_simt.cu   exact float32 on the CUDA cores (the readable reference; the f32 path
+ *                  when TF32 is off)
+ *   gemm_mma.cu    Tensor Cores through mma.sync (sm_80+): f16/bf16 m16n8k16, tf32 m16n8k8;
+ *                  cp.async multi-stage pipeline; every layout, size and alignment
+ *   gemm_wgmma.cu  Hopper (sm_90a): TMA + mbarrier pipeline + wgmma, warp-specialised,
+ *                  persistent; big problems
+ *   gemm_vendor.cu cuBLASLt through dlopen (impl = vendor), the baseline
+ * The epilogue (alpha, beta*C, bias, act, rounding to C's dtype) is the same inline
+ * code for every own kernel (gc_gemm_epi below), so the paths differ only in how the
+ * fp32 sums are formed.
+ */
+#ifndef GPUCMP_CUDA_GEMM_CUH
+#define GPUCMP_CUDA_GEMM_CUH
+
+#include "common.cuh"
+
+typedef struct {
+    int dtype;          /* gc_dtype of A, B, C and bias: GC_F32, GC_F16 or GC_BF16 */
+    int trans_a, trans_b;
+    int64_t M, N, K;
+    const void *A; int64_t lda;
+    const void *B; int64_t ldb;
+    void *C; int64_t ldc;
+    const void *bias;   /* N values or NULL */
+    float alpha, beta;
+    int act;            /* gc_act, elementwise only */
+    int impl;           /* gc_impl: own kernels or the vendor library */
+} gc_gemm_desc;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The GEMM entry for other CUDA ops: checks the descriptor (dtype, leading dimensions),
+ * picks the path (impl, dtype, gc_get_allow_tf32(), device, size, alignment) and
+ * launches on gc_cuda_stream(be); no host sync, no allocation beyond gc_cuda_workspace. */
+gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d);
+
+/* Test / benchmark knobs (process-wide; not to be changed while GEMMs run).
+ * gc_cuda_gemm_force_path: "auto" (default), "simt" (f32 only), "mma", "wgmma" (sm_90a
+ * only); anything else, or a path that cannot run the next call, gives an error
+ * status from that call. gc_cuda_gemm_last_path: the path the calling thread's last
+ * gc_cuda_gemm took ("simt", "mma", "wgmma", "vendor", "epilogue" (K == 0), "none"). */
+gc_status gc_cuda_gemm_force_path(const char *name);
+const char *gc_cuda_gemm_last_path(void);
+/* TF32 on the wgmma path: the tensor cores read fp32 operands from shared memory and
+ * truncate them to TF32 (about 1e-3 relative error, biased); with rounding on
+ * (default 1) the operands are first rounded to nearest TF32 in a copy (with the
+ * transpose that path needs anyway), which costs one pass over A and B and brings the
+ * error to ~3e-4, what mma.sync (cvt.rna in registers) and the DESIGN tolerance give. */
+void gc_cuda_gemm_set_tf32_round(int on);
+
+/* ---- internal: one per path file, called by gc_cuda_gemm with a checked descriptor
+ * (M, N, K >= 1). */
+gc_status gc_cuda_gemm_simt(const gc_backend *be, const gc_gemm_desc *d);
+gc_status gc_cuda_gemm_mma(const gc_backend *be, const gc_gemm_desc *d, int tf32);
+/* 1 when this binary holds sm_90a code for the running device (probe kernel). */
+int gc_cuda_gemm_wgmma_compiled(const gc_backend *be);
+/* Runs when the layout / alignment is one it takes directly (see gemm_wgmma.cu);
+ * GC_ERR_UNSUPPORTED (no message) when not, and the caller takes another path. */
+gc_status gc_cuda_gemm_wgmma(const gc_backend *be, const gc_gemm_desc *d);
+gc_status gc_cuda_gemm_vendor(const gc_backend *be, const gc_gemm_desc *d);
+
+/* Helpers in gemm.cu shared by the paths. */
+/* C = act(beta * C + bias) over M x N (the K == 0 case; vendor's tanh/sigmoid with
+ * beta = 1 and no bias: act in place). */
+gc_status gc_cuda_gemm_epilogue_only(const gc_backend *be, const gc_gemm_desc *d, float beta,
+                                     const void *bias);
+/* dst[c, r] = src[r, c] (rows x cols, leading dims ld_src / ld_dst), same dtype; with
+ * round_tf32 (f32 only) each value is rounded to nearest TF32 on the way. Any
+ * alignment. */
+gc_status gc_cuda_gemm_transpose(const gc_backend *be, int dtype, int64_t rows, int64_t cols,
+                                 const void *src, int64_t ld_src, void *dst, int64_t ld_dst,
+                                 int round_tf32);
+/* dst = src (rows x cols, f32) rounded to nearest TF32, any leading dims. */
+gc_status gc_cuda_gemm_round_tf32(const gc_backend *be, int64_t rows, int64_t cols,
+                                  const float *src, int64_t ld_src, float *dst, int64_t ld_dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ------------------------------------------------------------------ device side */
+#ifdef __CUDACC__
+
+__device__ __forceinline__ float gc_gemm_act(int act, float v)
+{
+    /* the formulas of cpu/act.c and cuda/act.cu: relu keeps NaN, sigmoid from
+     * e = exp(-|x|) so it never overflows */
+    switch (act) {
+    case GC_ACT_RELU: return v < 0.0f ? 0.0f : v;
+    case GC_ACT_TANH: return tanhf(v);
+    case GC_ACT_SIGMOID: {
+        const float e = expf(-fabsf(v)), s = 1.0f / (1.0f + e);
+        return v < 0.0f ? e * s : s;
+    }
+    default: return v;
+    }
+}
+
+/* Epilogue parameters, passed by value to every kernel. */
+typedef struct {
+    void *C;
+    int64_t ldc;
+    const void *bias;
+    float alpha, beta;
+    int act;
+    int M, N;
+    int vec2; /* C + r*ldc + c is 2-element aligned for every even c */
+} gc_gemm_epi_args;
+
+/* Two horizontally adjacent results (row r, columns c and c+1) through the epilogue
+ * and out to C in storage type T. r < M is the caller's check; c+1 may be >= N. */
+template <typename T>
+__device__ __forceinline__ void gc_gemm_epi2(const gc_gemm_epi_args &e, int r, int c, float v0,
+                                             float v1)
+{
+    if (c >= e.N) return;
+    T *row = (T *)e.C + (int64_t)r * e.ldc;
+    const T *bias = (const T *)e.bias;
+    const bool two = c + 1 < e.N;
+    v0 *= e.alpha;
+    v1 *= e.alpha;
+    if (e.vec2 && two) {
+        if (sizeof(T) == 4) {
+            float2 *p = (float2 *)(row + c);
+            if (e.beta != 0.0f) {
+                float2 o = *p;
+                v0 += e.beta * o.x;
+                v1 += e.beta * o.y;
+            }
+            if (bias) { v0 += gc_to_f(bias[c]); v1 += gc_to_f(bias[c + 1]); }
+            *p = make_float2(gc_gemm_act(e.act, v0), gc_gemm_act(e.act, v1));
+        } else {
+            struct alignas(2 * sizeof(T)) P2 { T x, y; };
+            P2 *p = (P2 *)(row + c);
+            if (e.beta != 0.0f) {
+                P2 o = *p;
+                v0 += e.beta * gc_to_f(o.x);
+                v1 += e.beta * gc_to_f(o.y);
+            }
+            if (bias) { v0 += gc_to_f(bias[c]); v1 += gc_to_f(bias[c + 1]); }
+            P2 o;
+            o.x = gc_from_f<T>(gc_gemm_act(e.act, v0));
+            o.y = gc_from_f<T>(gc_gemm_act(e.act, v1));
+            *p = o;
+        }
+        return;
+    }
+    if (e.beta != 0.0f) v0 += e.beta * gc_to_f(row[c]);
+    if (bias) v0 += gc_to_f(bias[c]);
+    row[c] = gc_from_f<T>(gc_gemm_act(e.act, v0));
+    if (two) {
+        if (e.beta != 0.0f) v1 += e.beta * gc_to_f(row[c + 1]);
+        if (bias) v1 += gc_to_f(bias[c + 1]);
+        row[c + 1] = gc_from_f<T>(gc_gemm_act(e.act, v1));
+    }
+}
+
+/* One result through the epilogue. */
+template <typename T>
+__device__ __forceinline__ void gc_gemm_epi1(const gc_gemm_epi_args &e, int r, int c, float v)
+{
+    T *p = (T *)e.C + (int64_t)r * e.ldc + c;
+    v *= e.alpha;
+    if (e.beta != 0.0f) v += e.beta * gc_to_f(*p);
+    if (e.bias) v += gc_to_f(((const T *)e.bias)[c]);
+    *p = gc_from_f<T>(gc_gemm_act(e.act, v));
+}
+
+#endif /* __CUDACC__ */
+
+/* Host: the epilogue arguments of a descriptor. */
+static inline gc_gemm_epi_args gc_gemm_epi_of(const gc_gemm_desc *d)
+{
+    gc_gemm_epi_args e;
+    e.C = d->C;
+    e.ldc = d->ldc;
+    e.bias = d->bias;
+    e.alpha = d->alpha;
+    e.beta = d->beta;
+    e.act = d->act;
+    e.M = (int)d->M;
+    e.N = (int)d->N;
+    const size_t es = gc_dtype_size((gc_dtype)d->dtype);
+    e.vec2 = (d->ldc % 2 == 0) && ((uintptr_t)d->C % (2 * es) == 0);
+    return e;
+}
+
+#endif

@@ -1,0 +1,480 @@
+/* gemm_wgmma.cu -- Hopper GEMM: TMA + mbarrier pipeline + wgmma (sm_90a only).
+ *
+ * What it provides: gc_cuda_gemm_wgmma (f16 / bf16 with fp32 accumulation; f32 as
+ * TF32) for big problems on an H100 / H200, and gc_cuda_gemm_wgmma_compiled, which
+ * tells whether this binary holds sm_90a code for the running device.
+ *
+ * Design (the warp-specialised persistent kernel of CUTLASS 3 / DeepGEMM, written
+ * out): a block of 3 warpgroups owns one multiprocessor for the whole launch (grid =
+ * number of SMs) and walks output tiles of 128 x 256 in a grouped order (16 tile-rows
+ * at a time, so the blocks running together share A rows and B columns in L2).
+ *   - Warpgroup 0 is the producer: it gives registers back (setmaxnreg 40) and one of
+ *     its threads issues the bulk tensor copies (TMA, cp.async.bulk.tensor with a
+ *     CUtensorMap) of the A slice (128 x 128 bytes) and B slice (256 x 128 bytes) of
+ *     every K step into a 4-stage ring of 48 KB stages, each stage guarded by a "full"
+ *     mbarrier (transaction bytes) and an "empty" one (consumers done).
+ *   - Warpgroups 1 and 2 are consumers (setmaxnreg 232): each multiplies its 64 rows
+ *     of A by the whole 256-wide B slice with wgmma.m64n256k16 (k8 for TF32) straight
+ *     from shared memory into 128 fp32 accumulators per thread, keeps one wgmma group
+ *     in flight, frees a stage as soon as the group that read it retires, and runs the
+ *     fused epilogue (alpha, beta*C, bias, act, rounding; gemm.cuh) from registers
+ *     while the producer is already loading the next tile.
+ * Shared-memory layout is the TMA 128-byte swizzle, which is the wgmma canonical
+ * layout: K-major operands (A always; B when stored N x K) as rows of 128 bytes, 8-row
+ * groups 1024 bytes apart (descriptor SBO); B stored K x N (16-bit only) as four
+ * 64-column boxes 8 KB apart (LBO) read with the transpose bit. TMA zero-fills reads
+ * past M, N and K, so tails cost nothing in the main loop and only the epilogue is
+ * predicated. What it takes directly: A not transposed and 16-byte aligned (pointer and
+ * row pitch), B likewise in either layout for 16-bit, B transposed for TF32 (wgmma
+ * reads TF32 K-major only); any other case is first copied into that form in the
+ * workspace (one pass over the operand, the transpose folded in), which also rounds
+ * fp32 operands to nearest TF32 when gc_cuda_gemm_set_tf32_round is on (the default:
+ * the tensor cores would truncate). Template parameters: storage type and B's layout
+ * (5 kernels); the device code exists only for sm_90a (elsewhere the kernels are empty
+ * and gc_cuda_gemm_wgmma_compiled says 0).
+ */
+#include "gemm.cuh"
+
+#include <cuda.h> /* CUtensorMap and its enums only: the encoder is fetched from the driver at run time */
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GC_WG_DEVICE 1
+#else
+#define GC_WG_DEVICE 0
+#endif
+
+namespace {
+
+constexpr int WG_BM = 128, WG_BN = 256, WG_STAGES = 4, WG_THREADS = 384;
+constexpr int WG_A_BYTES = WG_BM * 128, WG_B_BYTES = WG_BN * 128; /* one K step: 128 bytes of K */
+constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES;           /* 48 KB */
+constexpr int WG_SMEM = WG_STAGES * WG_STAGE_BYTES + 1024 /* alignment */ + 256 /* barriers */;
+
+#if GC_WG_DEVICE
+#define GC_WG_DREGS \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+#define GC_WG_DOUTS \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#endif
+
+/* ------------------------------------------------------------------ PTX wrappers */
+#if GC_WG_DEVICE
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* GC_GEMM_WATCHDOG (cycles; the standalone test sets it): trap instead of hanging when a
+ * barrier never completes (a bad tensor map, say). 0 in the library: a preempted
+ * context may legitimately wait long. */
+#ifndef GC_GEMM_WATCHDOG
+#define GC_GEMM_WATCHDOG 0
+#endif
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+#if GC_GEMM_WATCHDOG
+    const long long t0 = clock64();
+#endif
+    do {
+#if GC_GEMM_WATCHDOG
+        if (clock64() - t0 > (long long)GC_GEMM_WATCHDOG) __trap();
+#endif
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* 2-D tile of the tensor map into shared memory; c0 is the inner (contiguous)
+ * coordinate. Completion is counted on the mbarrier in bytes. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                            int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* keeps the compiler from moving accumulator reads/writes across the async region */
+__device__ __forceinline__ void wg_fence_regs(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* Shared-memory matrix descriptor, 128-byte swizzle. */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+#define GC_WG_ASM(instr, tail)                                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" instr " {" GC_WG_DREGS   \
+                 "}, %128, %129, p" tail ";\n}\n"                                       \
+                 : GC_WG_DOUTS                                                          \
+                 : "l"(da), "l"(db), "r"(scale_d))
+
+/* d (64 x 256 per warpgroup) += A (64 x k, K-major) * B (k x 256); KMAJ_B: B stored
+ * N x K, else K x N (transpose bit). */
+template <typename T, bool KMAJ_B> struct wg_mma;
+template <> struct wg_mma<__half, true> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 1, 1, 0, 0"); }
+};
+template <> struct wg_mma<__half, false> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 1, 1, 0, 1"); }
+};
+template <> struct wg_mma<__nv_bfloat16, true> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 0"); }
+};
+template <> struct wg_mma<__nv_bfloat16, false> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 1"); }
+};
+template <> struct wg_mma<float, true> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1"); }
+};
+#undef GC_WG_ASM
+
+constexpr int WG_GROUP_M = 16; /* tile-rows per group of the grouped tile order */
+
+__device__ __forceinline__ void wg_tile_coords(int t, int tiles_m, int tiles_n, int &tm, int &tn)
+{
+    const int group = t / (WG_GROUP_M * tiles_n), first = group * WG_GROUP_M;
+    const int gm = min(tiles_m - first, WG_GROUP_M), in = t - group * WG_GROUP_M * tiles_n;
+    tm = first + in % gm;
+    tn = in / gm;
+}
+#endif /* GC_WG_DEVICE */
+
+/* ------------------------------------------------------------------ the kernel */
+template <typename T, bool KMAJ_B>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                     int M, int N, int K, gc_gemm_epi_args e)
+{
+#if GC_WG_DEVICE
+    constexpr int BKE = 128 / (int)sizeof(T);    /* K elements per stage: 64 or 32 */
+    constexpr int KSTEP = sizeof(T) == 2 ? 16 : 8; /* K of one wgmma */
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
+    const uint32_t full0 = base + WG_STAGES * WG_STAGE_BYTES, empty0 = full0 + 8 * WG_STAGES;
+
+    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    const int ntiles = tiles_m * tiles_n, nk = (K + BKE - 1) / BKE;
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            mbar_init(full0 + 8 * s, 1);  /* the producer's expect_tx arrival */
+            mbar_init(empty0 + 8 * s, 2); /* one arrival per consumer warpgroup */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmA) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmB) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* ---------------- producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            int s = 0;
+            uint32_t phase = 0;
+            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+                int tm, tn;
+                wg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+                for (int kb = 0; kb < nk; kb++) {
+                    mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
+                    const uint32_t full = full0 + 8 * s;
+                    const uint32_t sa = base + s * WG_STAGE_BYTES, sb = sa + WG_A_BYTES;
+                    mbar_expect_tx(full, WG_STAGE_BYTES);
+                    tma_load_2d(sa, &tmA, full, kb * BKE, tm * WG_BM);
+                    if (KMAJ_B) {
+                        tma_load_2d(sb, &tmB, full, kb * BKE, tn * WG_BN);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            tma_load_2d(sb + j * 8192, &tmB, full, tn * WG_BN + j * 64, kb * BKE);
+                    }
+                    if (++s == WG_STAGES) { s = 0; phase ^= 1; }
+                }
+            }
+        }
+    } else { /* ---------------- consumers */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int cw = wg - 1; /* rows cw*64 .. cw*64+63 of the tile */
+        const int warp = tid >> 5, lane = tid & 31;
+        float d[128];
+        int s = 0;
+        uint32_t phase = 0;
+        for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+            int tm, tn;
+            wg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+#pragma unroll
+            for (int i = 0; i < 128; i++) d[i] = 0.0f;
+            wg_fence_regs(d);
+            int prev = -1;
+            for (int kb = 0; kb < nk; kb++) {
+                mbar_wait(full0 + 8 * s, phase);
+                const uint32_t sa = base + s * WG_STAGE_BYTES + cw * (64 * 128), sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BKE / KSTEP; kk++) {
+                    /* a K step of 32 bytes inside the 128-byte swizzled rows */
+                    const uint64_t da = wg_desc(sa + kk * 32, 16, 1024);
+                    const uint64_t db = KMAJ_B ? wg_desc(sb + kk * 32, 16, 1024)
+                                               : wg_desc(sb + kk * (KSTEP * 128), 8192, 1024);
+                    wg_mma<T, KMAJ_B>::run(d, da, db, 1u);
+                }
+                wg_commit();
+                wg_wait<1>(); /* the group before this one has retired: its stage is free */
+                if (prev >= 0 && tid == 0) mbar_arrive(empty0 + 8 * prev);
+                prev = s;
+                if (++s == WG_STAGES) { s = 0; phase ^= 1; }
+            }
+            wg_wait<0>();
+            wg_fence_regs(d);
+            if (prev >= 0 && tid == 0) mbar_arrive(empty0 + 8 * prev);
+
+            /* epilogue from registers: d[4j + {0,1}] at (row, 8j + 2q + {0,1}),
+             * d[4j + {2,3}] at row + 8 */
+            const int r = tm * WG_BM + cw * 64 + warp * 16 + (lane >> 2);
+            const int c0 = tn * WG_BN + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                if (r < M) gc_gemm_epi2<T>(e, r, c0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                if (r + 8 < M) gc_gemm_epi2<T>(e, r + 8, c0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+            }
+        }
+    }
+#endif
+}
+
+/* Holds 256 bytes of static shared memory in sm_90a code only: cudaFuncGetAttributes
+ * on it tells which image the driver picked for this device. */
+__global__ void gc_gemm_wgmma_probe(int *p)
+{
+#if GC_WG_DEVICE
+    __shared__ int s[64];
+    s[threadIdx.x & 63] = (int)threadIdx.x;
+    __syncthreads();
+    if (p) p[threadIdx.x] = s[(threadIdx.x + 1) & 63];
+#endif
+}
+
+/* ------------------------------------------------------------------ host side */
+typedef CUresult (*gc_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                       const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                       const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+gc_encode_tiled_fn load_encoder(void)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                     cudaEnableDefault, &q);
+#else
+    cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return (gc_encode_tiled_fn)fn;
+}
+
+gc_encode_tiled_fn encoder(void)
+{
+    static gc_encode_tiled_fn fn = load_encoder(); /* thread-safe static init */
+    return fn;
+}
+
+/* 2-D row-major matrix `outer` x `inner` (pitch ld_bytes) cut into boxes of
+ * box_outer x box_inner with the 128-byte swizzle. */
+gc_status make_map(CUtensorMap *m, int dtype, const void *ptr, int64_t inner, int64_t outer,
+                   int64_t ld_bytes, int box_inner, int box_outer)
+{
+    gc_encode_tiled_fn enc = encoder();
+    if (!enc)
+        return gc_fail(GC_ERR_UNSUPPORTED, "gemm: the driver has no cuTensorMapEncodeTiled");
+    const CUtensorMapDataType t = dtype == GC_F16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                  : dtype == GC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    cuuint64_t strides[1] = {(cuuint64_t)ld_bytes};
+    cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer};
+    cuuint32_t estr[2] = {1, 1};
+    CUresult r = enc(m, t, 2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return gc_fail(GC_ERR_BACKEND,
+                       "gemm: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld matrix, pitch %lld "
+                       "bytes, box %d x %d",
+                       (int)r, (long long)outer, (long long)inner, (long long)ld_bytes, box_outer,
+                       box_inner);
+    return GC_OK;
+}
+
+int aligned16(const void *p, int64_t ld, int es)
+{
+    return ((uintptr_t)p % 16 == 0) && ((ld * es) % 16 == 0);
+}
+
+template <typename T, bool KMAJ_B>
+gc_status launch_wgmma(const gc_backend *be, const void *A, int64_t lda, const void *B,
+                       int64_t ldb, const gc_gemm_desc *d)
+{
+    const int es = (int)sizeof(T), bke = 128 / es;
+    CUtensorMap ta, tb;
+    gc_status st = make_map(&ta, d->dtype, A, d->K, d->M, lda * es, bke, WG_BM);
+    if (st) return st;
+    if (KMAJ_B) st = make_map(&tb, d->dtype, B, d->K, d->N, ldb * es, bke, WG_BN);
+    else st = make_map(&tb, d->dtype, B, d->N, d->K, ldb * es, 64, bke);
+    if (st) return st;
+    const int64_t tiles = ((d->M + WG_BM - 1) / WG_BM) * ((d->N + WG_BN - 1) / WG_BN);
+    int sms = gc_cuda_sm_count(be);
+    if (sms < 1) sms = 1;
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+    auto kern = gc_gemm_wgmma_kernel<T, KMAJ_B>;
+    GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    kern<<<grid, WG_THREADS, WG_SMEM, gc_cuda_stream(be)>>>(ta, tb, (int)d->M, (int)d->N, (int)d->K,
+                                                            gc_gemm_epi_of(d));
+    return gc_cuda_launch_check("gemm (wgmma)");
+}
+
+int g_tf32_round = 1;
+int g_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
+
+} // namespace
+
+extern "C" void gc_cuda_gemm_set_tf32_round(int on) { g_tf32_round = on != 0; }
+
+extern "C" int gc_cuda_gemm_wgmma_compiled(const gc_backend *be)
+{
+    if (gc_cuda_cc(be) != 90) return 0; /* sm_90a code runs on compute capability 9.0 only */
+    const int dev = be->device_index;
+    if (dev >= 0 && dev < 64 && g_compiled[dev]) return g_compiled[dev] == 1;
+    cudaFuncAttributes fa;
+    int yes = 0;
+    if (cudaFuncGetAttributes(&fa, gc_gemm_wgmma_probe) == cudaSuccess)
+        yes = fa.sharedSizeBytes >= 256;
+    else
+        (void)cudaGetLastError();
+    if (yes && !encoder()) yes = 0;
+    if (yes && gc_cuda_smem_optin(be) < (size_t)WG_SMEM) yes = 0;
+    if (dev >= 0 && dev < 64) g_compiled[dev] = yes ? 1 : 2;
+    return yes;
+}
+
+extern "C" gc_status gc_cuda_gemm_wgmma(const gc_backend *be, const gc_gemm_desc *d)
+{
+    if (!gc_cuda_gemm_wgmma_compiled(be)) return GC_ERR_UNSUPPORTED;
+    if (d->M > 0x7fffffffLL || d->N > 0x7fffffffLL || d->K > 0x7fffffffLL) return GC_ERR_UNSUPPORTED;
+    const int es = (int)gc_dtype_size((gc_dtype)d->dtype);
+    const int f32 = d->dtype == GC_F32;
+    /* What the kernel reads directly: A K-major, B K-major (TF32) or either (16-bit),
+     * 16-byte aligned; f32 with rounding always goes through a rounded copy. */
+    const int copy_a = d->trans_a || !aligned16(d->A, d->lda, es) || (f32 && g_tf32_round);
+    const int copy_b = !aligned16(d->B, d->ldb, es) || (f32 && (!d->trans_b || g_tf32_round));
+    const void *A = d->A, *B = d->B;
+    int64_t lda = d->lda, ldb = d->ldb;
+    int kmaj_b = d->trans_b;
+    if (copy_a || copy_b) {
+        const int64_t ldk = (d->K + 7) / 8 * 8; /* 16-byte aligned rows for either size */
+        const size_t bytes_a = copy_a ? (size_t)(d->M * ldk * es + 255) / 256 * 256 : 0;
+        const size_t bytes_b = copy_b ? (size_t)(d->N * ldk * es) : 0;
+        void *ws = NULL;
+        gc_status st = gc_cuda_workspace(be, bytes_a + bytes_b, &ws);
+        if (st) return st;
+        const int rnd = f32 && g_tf32_round;
+        if (copy_a) {
+            void *dst = ws;
+            if (d->trans_a) /* A stored K x M -> M x K */
+                st = gc_cuda_gemm_transpose(be, d->dtype, d->K, d->M, d->A, d->lda, dst, ldk, rnd);
+            else if (rnd)
+                st = gc_cuda_gemm_round_tf32(be, d->M, d->K, (const float *)d->A, d->lda, (float *)dst, ldk);
+            else {
+                GC_CUDA_TRY(cudaMemcpy2DAsync(dst, ldk * es, d->A, d->lda * es, d->K * es, d->M,
+                                              cudaMemcpyDeviceToDevice, gc_cuda_stream(be)));
+            }
+            if (st) return st;
+            A = dst;
+            lda = ldk;
+        }
+        if (copy_b) {
+            void *dst = (char *)ws + bytes_a;
+            if (!d->trans_b) /* B stored K x N -> N x K */
+                st = gc_cuda_gemm_transpose(be, d->dtype, d->K, d->N, d->B, d->ldb, dst, ldk, rnd);
+            else if (rnd)
+                st = gc_cuda_gemm_round_tf32(be, d->N, d->K, (const float *)d->B, d->ldb, (float *)dst, ldk);
+            else {
+                GC_CUDA_TRY(cudaMemcpy2DAsync(dst, ldk * es, d->B, d->ldb * es, d->K * es, d->N,
+                                              cudaMemcpyDeviceToDevice, gc_cuda_stream(be)));
+            }
+            if (st) return st;
+            B = dst;
+            ldb = ldk;
+            kmaj_b = 1;
+        }
+    }
+    switch (d->dtype) {
+    case GC_F16:
+        return kmaj_b ? launch_wgmma<__half, true>(be, A, lda, B, ldb, d)
+                      : launch_wgmma<__half, false>(be, A, lda, B, ldb, d);
+    case GC_BF16:
+        return kmaj_b ? launch_wgmma<__nv_bfloat16, true>(be, A, lda, B, ldb, d)
+                      : launch_wgmma<__nv_bfloat16, false>(be, A, lda, B, ldb, d);
+    case GC_F32: return launch_wgmma<float, true>(be, A, lda, B, ldb, d);
+    default: return GC_ERR_UNSUPPORTED;
+    }
+}

@@ -1,0 +1,236 @@
+/* pool2d.cu -- max and average pooling on CUDA, NHWC, forward and backward,
+ * f32/f16/bf16 storage, float32 compute.
+ *
+ * Same rules as csrc/cpu/pool2d.c: windows are clipped to the image, so padded cells
+ * never win a max and are not counted in an average (TensorFlow's rule); max backward
+ * routes dy to the FIRST maximal cell of each window in row-major (kh, kw) order.
+ * One thread per output element (forward) or per input element (backward), channel
+ * index fastest so neighbouring threads touch neighbouring addresses. Backward is a
+ * gather: each input element visits the windows that contain it (in (oh, ow) order,
+ * the CPU's accumulation order) and, for max, recomputes each window's arg-max, so no
+ * atomics are needed, every element of dx is written, and results are deterministic
+ * (bit-identical to the CPU for f32).
+ */
+#include "common.cuh"
+
+#include <stdio.h>
+
+typedef struct {
+    int64_t N, H, W, C, OH, OW;
+    int PH, PW, sh, sw, pt, pl;
+} pool_dims;
+
+static pool_dims dims_of(const gc_pool2d_geom *g)
+{
+    pool_dims d;
+    d.N = g->N; d.H = g->H; d.W = g->W; d.C = g->C; d.OH = g->OH; d.OW = g->OW;
+    d.PH = (int)g->PH; d.PW = (int)g->PW; d.sh = g->sh; d.sw = g->sw;
+    d.pt = g->pad_top; d.pl = g->pad_left;
+    return d;
+}
+
+/* clipped window [h0, h1) x [w0, w1) of output (oh, ow) */
+__device__ __forceinline__ void window(const pool_dims &d, int64_t oh, int64_t ow, int64_t &h0,
+                                       int64_t &h1, int64_t &w0, int64_t &w1)
+{
+    int64_t hs = oh * d.sh - d.pt, ws = ow * d.sw - d.pl;
+    int64_t he = hs + d.PH, we = ws + d.PW;
+    h0 = hs < 0 ? 0 : hs;
+    w0 = ws < 0 ? 0 : ws;
+    h1 = he > d.H ? d.H : he;
+    w1 = we > d.W ? d.W : we;
+}
+
+/* outputs whose window (unclipped) contains input row h: [lo, hi] (empty when lo > hi) */
+__device__ __forceinline__ void out_range(int64_t h, int pad, int k, int s, int64_t O, int64_t &lo,
+                                          int64_t &hi)
+{
+    int64_t a = h + pad - k + 1; /* oh * s >= a */
+    lo = a <= 0 ? 0 : (a + s - 1) / s;
+    hi = (h + pad) / s;
+    if (hi > O - 1) hi = O - 1;
+}
+
+template <typename T, int IS_MAX>
+__global__ void __launch_bounds__(256) pool_fwd_kernel(pool_dims d, const T *x, T *y)
+{
+    const int64_t total = d.N * d.OH * d.OW * d.C;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % d.C, q = i / d.C;
+        int64_t ow = q % d.OW;
+        q /= d.OW;
+        int64_t oh = q % d.OH, n = q / d.OH;
+        int64_t h0, h1, w0, w1;
+        window(d, oh, ow, h0, h1, w0, w1);
+        const T *xn = x + n * d.H * d.W * d.C + c;
+        float acc;
+        if (IS_MAX) {
+            acc = gc_to_f(xn[(h0 * d.W + w0) * d.C]);
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) {
+                    float v = gc_to_f(xn[(h * d.W + w) * d.C]);
+                    acc = v > acc ? v : acc;
+                }
+        } else {
+            acc = 0.0f;
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) acc += gc_to_f(xn[(h * d.W + w) * d.C]);
+            acc = __fmul_rn(acc, 1.0f / (float)((h1 - h0) * (w1 - w0)));
+        }
+        y[i] = gc_from_f<T>(acc);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) maxpool_bwd_kernel(pool_dims d, const T *x, const T *dy, T *dx)
+{
+    const int64_t total = d.N * d.H * d.W * d.C;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % d.C, q = i / d.C;
+        int64_t w = q % d.W;
+        q /= d.W;
+        int64_t h = q % d.H, n = q / d.H;
+        int64_t oh0, oh1, ow0, ow1;
+        out_range(h, d.pt, d.PH, d.sh, d.OH, oh0, oh1);
+        out_range(w, d.pl, d.PW, d.sw, d.OW, ow0, ow1);
+        const T *xn = x + n * d.H * d.W * d.C + c;
+        const T *dyn = dy + n * d.OH * d.OW * d.C + c;
+        float acc = 0.0f;
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++) {
+                int64_t h0, h1, w0, w1;
+                window(d, oh, ow, h0, h1, w0, w1);
+                /* the window's first arg-max, scanned in the CPU's order */
+                float best = gc_to_f(xn[(h0 * d.W + w0) * d.C]);
+                int64_t bh = h0, bw = w0;
+                for (int64_t hh = h0; hh < h1; hh++)
+                    for (int64_t ww = w0; ww < w1; ww++) {
+                        float v = gc_to_f(xn[(hh * d.W + ww) * d.C]);
+                        if (v > best) {
+                            best = v;
+                            bh = hh;
+                            bw = ww;
+                        }
+                    }
+                if (bh == h && bw == w) acc += gc_to_f(dyn[(oh * d.OW + ow) * d.C]);
+            }
+        dx[i] = gc_from_f<T>(acc);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) avgpool_bwd_kernel(pool_dims d, const T *dy, T *dx)
+{
+    const int64_t total = d.N * d.H * d.W * d.C;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % d.C, q = i / d.C;
+        int64_t w = q % d.W;
+        q /= d.W;
+        int64_t h = q % d.H, n = q / d.H;
+        int64_t oh0, oh1, ow0, ow1;
+        out_range(h, d.pt, d.PH, d.sh, d.OH, oh0, oh1);
+        out_range(w, d.pl, d.PW, d.sw, d.OW, ow0, ow1);
+        const T *dyn = dy + n * d.OH * d.OW * d.C + c;
+        float acc = 0.0f;
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++) {
+                int64_t h0, h1, w0, w1;
+                window(d, oh, ow, h0, h1, w0, w1);
+                float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                acc = __fadd_rn(acc, __fmul_rn(gc_to_f(dyn[(oh * d.OW + ow) * d.C]), inv));
+            }
+        dx[i] = gc_from_f<T>(acc);
+    }
+}
+
+static unsigned grid_for(const gc_backend *be, int64_t n)
+{
+    int64_t b = (n + 255) / 256;
+    int64_t cap = (int64_t)(gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80) * 32;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+static gc_status geom(const char *what, const gc_tensor *xlike, const void *params, gc_pool2d_geom *g)
+{
+    gc_status st = gc_pool2d_geometry(xlike->shape[0], xlike->shape[1], xlike->shape[2],
+                                      xlike->shape[3], (const gc_pool2d_params *)params, g);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", gc_last_error()); /* gc_fail rewrites that buffer */
+        return gc_fail(st, "%s: %s", what, why);
+    }
+    return GC_OK;
+}
+
+static gc_status pool_fwd(const gc_backend *be, const gc_op_call *call, int is_max, const char *what)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    gc_pool2d_geom g;
+    if ((st = geom(what, call->in[0], call->params, &g))) return st;
+    pool_dims d = dims_of(&g);
+    int64_t n = d.N * d.OH * d.OW * d.C;
+    if (n == 0) return GC_OK;
+    const void *x = call->in[0]->data;
+    void *y = call->out[0]->data;
+    cudaStream_t s = gc_cuda_stream(be);
+    unsigned grid = grid_for(be, n);
+    if (is_max) {
+        GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                               pool_fwd_kernel<T, 1><<<grid, 256, 0, s>>>(d, (const T *)x, (T *)y));
+    } else {
+        GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                               pool_fwd_kernel<T, 0><<<grid, 256, 0, s>>>(d, (const T *)x, (T *)y));
+    }
+    return gc_cuda_launch_check(what);
+}
+
+extern "C" gc_status gc_cuda_op_maxpool2d_fwd(const gc_backend *be, const gc_op_call *call)
+{
+    return pool_fwd(be, call, 1, "maxpool2d_fwd");
+}
+
+extern "C" gc_status gc_cuda_op_avgpool2d_fwd(const gc_backend *be, const gc_op_call *call)
+{
+    return pool_fwd(be, call, 0, "avgpool2d_fwd");
+}
+
+extern "C" gc_status gc_cuda_op_maxpool2d_bwd(const gc_backend *be, const gc_op_call *call)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    gc_pool2d_geom g;
+    if ((st = geom("maxpool2d_bwd", call->in[0], call->params, &g))) return st;
+    pool_dims d = dims_of(&g);
+    int64_t n = d.N * d.H * d.W * d.C;
+    if (n == 0) return GC_OK;
+    const void *x = call->in[0]->data, *dy = call->in[1]->data;
+    void *dx = call->out[0]->data;
+    cudaStream_t s = gc_cuda_stream(be);
+    GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                           maxpool_bwd_kernel<T><<<grid_for(be, n), 256, 0, s>>>(
+                               d, (const T *)x, (const T *)dy, (T *)dx));
+    return gc_cuda_launch_check("maxpool2d_bwd");
+}
+
+extern "C" gc_status gc_cuda_op_avgpool2d_bwd(const gc_backend *be, const gc_op_call *call)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    gc_pool2d_geom g;
+    /* the input's shape is dx's shape */
+    if ((st = geom("avgpool2d_bwd", call->out[0], call->params, &g))) return st;
+    pool_dims d = dims_of(&g);
+    int64_t n = d.N * d.H * d.W * d.C;
+    if (n == 0) return GC_OK;
+    const void *dy = call->in[0]->data;
+    void *dx = call->out[0]->data;
+    cudaStream_t s = gc_cuda_stream(be);
+    GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                           avgpool_bwd_kernel<T><<<grid_for(be, n), 256, 0, s>>>(d, (const T *)dy, (T *)dx));
+    return gc_cuda_launch_check("avgpool2d_bwd");
+}

@@ -1,0 +1,263 @@
+"""Saving and loading: ``model.save(path)``, ``load_model(path)``, ``save_weights`` /
+``load_weights``.
+
+File format (gpucmp's own; Keras writes HDF5 inside its .keras zip): a zip archive with
+- ``metadata.json``: {"format": "gpucmp.keras", "version": 1, "kind": "model"|"weights"}
+- ``config.json``: the model config (class_name + get_config()), the compile config
+  and the name and shape of every weight (models only)
+- ``weights.npz``: the weights in get_weights() order (``w0``, ``w1``, ...)
+- ``optimizer.npz``: iterations and the optimizer slots (models saved after compile)
+Any file name works ('.keras' is conventional; '.h5' and '.weights.h5' are accepted).
+
+Writes are atomic: the archive is written to a temporary file in the same directory,
+flushed to disk, then moved over the target with ``os.replace``; a failed save leaves
+the previous file intact. Reads validate everything (zip integrity and CRCs, members,
+JSON, weight count and shapes) and raise ValueError naming what is wrong.
+"""
+import io
+import json
+import os
+import tempfile
+import zipfile
+import zlib
+
+import numpy as np
+
+FORMAT = "gpucmp.keras"
+VERSION = 1
+
+
+def _atomic_write(filepath, members, overwrite):
+    filepath = os.fspath(filepath)
+    if os.path.isdir(filepath):
+        raise IsADirectoryError(f"Cannot save to {filepath!r}: it is a directory")
+    if not overwrite and os.path.exists(filepath):
+        raise FileExistsError(f"{filepath!r} exists and overwrite=False")
+    directory = os.path.dirname(os.path.abspath(filepath))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(filepath) + ".", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for name, payload in members.items():
+                    zf.writestr(name, payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, filepath)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _npz_bytes(arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _json_bytes(obj):
+    return json.dumps(obj, indent=1, default=_json_default).encode("utf-8")
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"cannot serialize {obj!r}")
+
+
+def _weights_manifest(model):
+    return [{"path": w.path, "shape": list(w.shape)} for w in model.weights]
+
+
+def _compile_config(model):
+    from .. import losses, metrics, optimizers
+    if not model.compiled:
+        return None
+    return {
+        "optimizer": optimizers.serialize(model.optimizer),
+        "loss": losses.serialize(model._loss_obj) if model._loss_obj is not None else None,
+        "metrics": [metrics.serialize(m) for m in model._compiled_metrics],
+    }
+
+
+def _optimizer_arrays(model):
+    opt = model.optimizer
+    arrays = {"iterations": np.array(opt.iterations, np.int64)}
+    for i, var in enumerate(model.weights):
+        entry = opt._slots.get(id(var))
+        if entry is not None and entry[0] is var:
+            for j, buf in enumerate(entry[1]):
+                arrays[f"w{i}_slot{j}"] = buf.read()
+    return arrays
+
+
+def save_model(model, filepath, overwrite=True, include_optimizer=True, **kwargs):
+    if kwargs.get("save_format") not in (None, "keras", "h5", "tf"):
+        raise ValueError(f"Unknown save_format {kwargs['save_format']!r}")
+    model._require_built()
+    config = {"class_name": type(model).__name__ if type(model).__name__ in ("Sequential",)
+              else "Functional", "config": model.get_config(),
+              "compile_config": _compile_config(model), "weights": _weights_manifest(model)}
+    members = {
+        "metadata.json": _json_bytes({"format": FORMAT, "version": VERSION, "kind": "model"}),
+        "config.json": _json_bytes(config),
+        "weights.npz": _npz_bytes({f"w{i}": w for i, w in enumerate(model.get_weights())}),
+    }
+    if include_optimizer and model.compiled:
+        members["optimizer.npz"] = _npz_bytes(_optimizer_arrays(model))
+    _atomic_write(filepath, members, overwrite)
+
+
+def save_weights(model, filepath, overwrite=True):
+    model._require_built()
+    members = {
+        "metadata.json": _json_bytes({"format": FORMAT, "version": VERSION, "kind": "weights"}),
+        "config.json": _json_bytes({"weights": _weights_manifest(model)}),
+        "weights.npz": _npz_bytes({f"w{i}": w for i, w in enumerate(model.get_weights())}),
+    }
+    _atomic_write(filepath, members, overwrite)
+
+
+# ---------------------------------------------------------------- reading
+class _Archive:
+    """A validated gpucmp archive: metadata, config, weights (and optimizer state)."""
+
+    def __init__(self, filepath, kind):
+        filepath = os.fspath(filepath)
+        self.path = filepath
+        if not os.path.isfile(filepath):
+            raise ValueError(f"File not found: filepath={filepath}. Please ensure the file is an "
+                             "accessible gpucmp model/weights file.")
+        try:
+            with zipfile.ZipFile(filepath, "r") as zf:
+                bad = zf.testzip()
+                if bad is not None:
+                    raise ValueError(f"{filepath}: member {bad!r} is corrupt (CRC mismatch)")
+                names = set(zf.namelist())
+                for required in ("metadata.json", "config.json", "weights.npz"):
+                    if required not in names:
+                        raise ValueError(f"{filepath} is not a gpucmp {kind} file: it has no "
+                                         f"{required!r}")
+                self.metadata = self._json(zf, "metadata.json")
+                self.config = self._json(zf, "config.json")
+                self.weights = self._npz(zf, "weights.npz")
+                self.optimizer = self._npz(zf, "optimizer.npz") if "optimizer.npz" in names else None
+        except (zipfile.BadZipFile, zlib.error) as exc:
+            raise ValueError(f"{filepath} is not a valid gpucmp {kind} file (corrupt or "
+                             f"truncated zip archive: {exc})") from None
+        except (EOFError, OSError) as exc:
+            raise ValueError(f"{filepath} could not be read as a gpucmp {kind} file "
+                             f"(truncated?): {exc}") from None
+        if not isinstance(self.metadata, dict) or self.metadata.get("format") != FORMAT:
+            raise ValueError(f"{filepath} is not a gpucmp {kind} file (metadata format "
+                             f"{self.metadata.get('format') if isinstance(self.metadata, dict) else None!r})")
+        if self.metadata.get("version") != VERSION:
+            raise ValueError(f"{filepath}: unsupported format version {self.metadata.get('version')!r}")
+        manifest = self.config.get("weights") if isinstance(self.config, dict) else None
+        if not isinstance(manifest, list):
+            raise ValueError(f"{filepath}: config.json has no weight manifest")
+        self.manifest = manifest
+        arrays = []
+        for i, entry in enumerate(manifest):
+            key = f"w{i}"
+            if key not in self.weights:
+                raise ValueError(f"{filepath}: weight {i} ({entry.get('path')}) is missing")
+            arr = self.weights[key]
+            if list(arr.shape) != list(entry.get("shape", [])):
+                raise ValueError(f"{filepath}: weight {i} ({entry.get('path')}) has shape "
+                                 f"{tuple(arr.shape)} but the manifest says {tuple(entry.get('shape', []))}")
+            arrays.append(arr)
+        if len(self.weights) != len(manifest):
+            raise ValueError(f"{filepath}: {len(self.weights)} weight arrays for "
+                             f"{len(manifest)} manifest entries")
+        self.arrays = arrays
+
+    def _json(self, zf, name):
+        try:
+            return json.loads(zf.read(name).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{self.path}: {name} is not valid JSON ({exc})") from None
+
+    def _npz(self, zf, name):
+        try:
+            with np.load(io.BytesIO(zf.read(name)), allow_pickle=False) as npz:
+                return {k: npz[k] for k in npz.files}
+        except (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise ValueError(f"{self.path}: {name} is corrupt ({exc})") from None
+
+
+def _assign_all(model, arrays, source):
+    own = model.weights
+    if len(arrays) != len(own):
+        raise ValueError(f"{source} holds {len(arrays)} weight arrays but model '{model.name}' "
+                         f"has {len(own)}")
+    for i, (var, arr) in enumerate(zip(own, arrays)):
+        if tuple(arr.shape) != var.shape:
+            raise ValueError(f"{source}: weight {i} has shape {tuple(arr.shape)} but "
+                             f"'{var.path}' of model '{model.name}' has shape {var.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{source}: weight {i} ('{var.path}') contains NaN or Inf")
+    model.set_weights(arrays)
+
+
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
+    """Rebuilds a model saved by ``model.save``: architecture, weights and, when
+    ``compile=True`` and it was compiled, its compile state and optimizer state."""
+    from .. import losses, metrics, optimizers
+    archive = _Archive(filepath, "model")
+    cfg = archive.config
+    if not isinstance(cfg, dict) or "class_name" not in cfg or "config" not in cfg:
+        raise ValueError(f"{archive.path}: config.json does not describe a model")
+    try:
+        model = model_from_config({"class_name": cfg["class_name"], "config": cfg["config"]})
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{archive.path}: the model config is invalid ({exc!r})") from None
+    _assign_all(model, archive.arrays, archive.path)
+    cc = cfg.get("compile_config")
+    if compile and cc:
+        model.compile(optimizer=optimizers.deserialize(cc["optimizer"]),
+                      loss=losses.deserialize(cc["loss"]) if cc.get("loss") else None,
+                      metrics=[metrics.get(m) for m in cc.get("metrics", [])])
+        if archive.optimizer is not None:
+            _restore_optimizer(model, archive.optimizer, archive.path)
+    return model
+
+
+def _restore_optimizer(model, arrays, source):
+    opt = model.optimizer
+    opt.iterations = int(arrays.get("iterations", 0))
+    opt.state_for(model._plan_trainable_variables())
+    for i, var in enumerate(model.weights):
+        entry = opt._slots.get(id(var))
+        if entry is None:
+            continue
+        for j, buf in enumerate(entry[1]):
+            key = f"w{i}_slot{j}"
+            if key in arrays:
+                if arrays[key].size != buf.size:
+                    raise ValueError(f"{source}: optimizer slot {key} has {arrays[key].size} "
+                                     f"values, expected {buf.size}")
+                buf.write(arrays[key])
+    if opt.iterations:
+        opt.built = True
+
+
+def load_weights(model, filepath):
+    archive = _Archive(filepath, "weights")
+    _assign_all(model, archive.arrays, archive.path)
+
+
+def model_from_config(config, custom_objects=None):
+    from .model import Model
+    from .sequential import Sequential
+    cls = {"Sequential": Sequential, "Functional": Model, "Model": Model}.get(config.get("class_name"))
+    if cls is None:
+        raise ValueError(f"Unknown model class {config.get('class_name')!r}")
+    return cls.from_config(config["config"])

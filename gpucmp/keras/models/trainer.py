@@ -1,0 +1,404 @@
+"""Trainer: compile / fit / evaluate / predict and the *_on_batch methods of Model.
+
+compile() resolves the optimizer, loss and metrics and snapshots which layers are
+trainable; the first fit/evaluate lowers the model to a ``gpucmp._core.Plan`` (cached
+per batch size) and each training step is then ONE ``plan.train_step`` call, whose
+returned sums (loss and metrics over the rows, computed before the update) become
+Keras' running means. The loop slices batches with a permutation into preallocated
+C-contiguous float32 buffers; it allocates nothing per step but the log dict.
+"""
+import numpy as np
+
+from .. import backend, losses as losses_mod, metrics as metrics_mod, optimizers
+from .. import callbacks as callbacks_mod
+from ..layers.dropout import Dropout
+from . import data_adapter as data
+from . import lowering
+
+
+class _TrainConfig:
+    """What a training plan depends on besides max_batch: resolved metrics and label format."""
+
+    def __init__(self, loss, metrics):
+        self.loss = loss
+        self.metrics = metrics                                    # resolved Metric objects
+        self.plan_metrics = tuple(dict.fromkeys(m.plan_kind for m in metrics))
+        self.log_names = sorted(["loss"] + [m.name for m in metrics])
+        self.key = (loss.plan_kind, loss.from_logits, self.plan_metrics)
+
+    def logs(self, loss_sum, metric_sums, seen):
+        values = {"loss": loss_sum / seen}
+        for m in self.metrics:
+            values[m.name] = metric_sums[m.plan_kind] / seen
+        return {k: float(values[k]) for k in self.log_names}
+
+
+def _verbose(verbose):
+    if verbose == "auto":
+        return 1
+    if verbose not in (0, 1, 2) or isinstance(verbose, bool):
+        raise ValueError(f"`verbose` must be 'auto', 0, 1 or 2, received verbose={verbose!r}")
+    return int(verbose)
+
+
+def _unsupported(**kwargs):
+    for arg, value in kwargs.items():
+        if value is not None:
+            raise NotImplementedError(f"`{arg}` is not supported by gpucmp yet (received {arg}={value!r})")
+
+
+class Trainer:
+    """Mixed into Model; relies on its ``_chain()``, ``_ensure_built()``, shapes and flags."""
+
+    def _init_trainer(self):
+        self.compiled = False
+        self.optimizer = None
+        self.loss = None
+        self._loss_obj = None
+        self._compiled_metrics = []
+        self._snapshot = {}
+        self._train_plans = lowering.PlanCache()
+        self._infer_plans = lowering.PlanCache()
+        self._batch_sums = None
+        self.stop_training = False
+        self.history = None
+
+    def _invalidate_plans(self):
+        self._train_plans.clear()
+        self._infer_plans.clear()
+
+    # ------------------------------------------------------------ compile
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
+                weighted_metrics=None, run_eagerly=False, steps_per_execution=1,
+                jit_compile="auto", auto_scale_loss=True, **kwargs):
+        """Configures training.
+
+        The trainable state of every layer is snapshotted HERE, as tf.keras 2 did: a
+        layer frozen after this call (``discriminator.trainable = False``) still trains
+        when this model trains, until compile() is called again. This is what the
+        classic GAN recipe relies on: compile the discriminator, freeze it, compile the
+        combined model -- the discriminator then trains through its own
+        ``train_on_batch`` and stays frozen inside the combined model. (Keras 3 reads
+        the flags at every step instead, which silently stops such a discriminator.)
+        """
+        if kwargs:
+            raise ValueError(f"compile() got unrecognized arguments {sorted(kwargs)}")
+        _unsupported(loss_weights=loss_weights, weighted_metrics=weighted_metrics)
+        self._check_lowerable()
+        opt = optimizers.get(optimizer)
+        if isinstance(loss, (list, dict)):
+            raise NotImplementedError("several losses (multi-output models) are not supported")
+        loss_obj = losses_mod.get(loss) if loss is not None else None
+        if metrics is None:
+            metric_list = []
+        elif isinstance(metrics, dict):
+            raise NotImplementedError("metrics per output (a dict) are not supported")
+        elif isinstance(metrics, (list, tuple)):
+            metric_list = [metrics_mod.get(m) for m in metrics]
+        else:
+            metric_list = [metrics_mod.get(metrics)]
+        self.optimizer = opt
+        self.loss = loss
+        self._loss_obj = loss_obj
+        self._compiled_metrics = metric_list
+        self._snapshot = {id(layer): (layer, eff)
+                          for layer, eff in lowering.leaf_layers(self._chain(), self.trainable)}
+        self._train_plans.clear()
+        self.compiled = True
+        self.stop_training = False
+        if self.built:        # optimizer state lives on the device from compile on
+            opt.state_for(self._plan_trainable_variables())
+
+    def _trainable_of(self, layer):
+        entry = self._snapshot.get(id(layer))
+        if entry is not None and entry[0] is layer:
+            return entry[1]
+        return dict((id(l), e) for l, e in lowering.leaf_layers(self._chain(), self.trainable)).get(
+            id(layer), True)
+
+    def _leaf_list(self):
+        return [layer for layer, _ in lowering.leaf_layers(self._chain(), True)]
+
+    def _plan_trainable_variables(self):
+        return lowering.trainable_variables_in_plan_order(self._leaf_list(), self._trainable_of)
+
+    def _assert_compiled(self, method):
+        if not self.compiled:
+            raise RuntimeError(f"You must call `compile()` before using the model "
+                               f"(`{method}()` was called on '{self.name}').")
+        if self._loss_obj is None:
+            raise ValueError("No loss to compute. Provide a `loss` argument in `compile()`.")
+
+    @property
+    def metrics_names(self):
+        return ["loss"] + [m.name for m in self._compiled_metrics]
+
+    # ------------------------------------------------------------ plans
+    def _train_config(self, y_shape):
+        metrics = [metrics_mod.resolve_accuracy(m, y_shape, self.output_shape)
+                   for m in self._compiled_metrics]
+        loss = self._loss_obj
+        for m in metrics:
+            if (m.plan_kind == "acc_sparse") != (loss.label_kind == "sparse"):
+                raise NotImplementedError(
+                    f"metric '{m.name}' ({type(m).__name__}) cannot be computed with the labels "
+                    f"of loss '{loss.name}' (labels of shape {tuple(y_shape)}): the plan takes one "
+                    "label array; use 'accuracy' or a metric of the same label format")
+        return _TrainConfig(loss, metrics)
+
+    def _train_plan(self, rows, cfg):
+        def make(max_batch):
+            leaves = self._leaf_list()
+            descs = lowering.describe(leaves, self.input_shape, self._trainable_of)
+            train = {
+                "loss": cfg.loss.plan_kind, "from_logits": cfg.loss.from_logits,
+                "metrics": list(cfg.plan_metrics), "optimizer": self.optimizer.kind,
+                "opt_state": self.optimizer.state_for(
+                    lowering.trainable_variables_in_plan_order(leaves, self._trainable_of)),
+            }
+            return lowering.make_plan(descs, max_batch, train)
+        return self._train_plans.get(cfg.key, rows, make)
+
+    def _infer_plan(self, rows):
+        def make(max_batch):
+            descs = lowering.describe(self._leaf_list(), self.input_shape, lambda layer: False)
+            return lowering.make_plan(descs, max_batch)
+        return self._infer_plans.get("infer", rows, make)
+
+    def _dropout_seeder(self):
+        """A function of the step giving the dropout seed (0 when the model has no dropout)."""
+        drops = [l for l in self._leaf_list() if isinstance(l, Dropout) and l.rate > 0]
+        if not drops:
+            return lambda: 0
+        seeded = next((d.seed for d in drops if d.seed is not None), None)
+        if seeded is not None:
+            opt = self.optimizer
+            return lambda: (seeded * 0x9E3779B1 + opt.iterations) & (2 ** 63 - 1)
+        return backend.next_seed
+
+    # ------------------------------------------------------------ data
+    def _prepare_x(self, x, what="x"):
+        if not self.built:
+            arr = data.to_array(x, what)
+            if arr.ndim < 2 and arr.size:
+                arr = arr.reshape(-1, 1)
+            if arr.ndim == 0 or arr.shape[0] == 0:
+                raise ValueError(f"{what} is empty (shape {arr.shape}): nothing to compute on")
+            self._ensure_built((None,) + arr.shape[1:])
+            x = arr
+        return data.prepare_x(x, self.input_shape, what)
+
+    def _prepare_xy(self, x, y, what_x="x", what_y="y"):
+        if y is None:
+            raise ValueError(f"Targets `{what_y}` are required: fit/evaluate on arrays needs "
+                             "both x and y")
+        x_arr = self._prepare_x(x, what_x)
+        y_raw = data.to_array(y, what_y)
+        data.check_lengths(x_arr, y_raw, what_x, what_y)
+        y_arr = data.prepare_y(y_raw, self._loss_obj, self.output_shape, what_y)
+        cfg = self._train_config(y_raw.shape)
+        return x_arr, y_arr, cfg
+
+    # ------------------------------------------------------------ fit
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+            validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
+            sample_weight=None, initial_epoch=0, steps_per_epoch=None, validation_steps=None,
+            validation_batch_size=None, validation_freq=1):
+        """Trains for ``epochs`` epochs with Keras' semantics (see KERAS_SEMANTICS.md):
+        steps = ceil(n / batch_size) with the last partial batch kept; validation_split
+        takes the last fraction before shuffling; logged values are running means over
+        the epoch; returns a History. Every argument and the whole data set are checked
+        before the first step, so a raising fit leaves the weights untouched."""
+        self._assert_compiled("fit")
+        _unsupported(class_weight=class_weight, sample_weight=sample_weight,
+                     steps_per_epoch=steps_per_epoch, validation_steps=validation_steps)
+        batch_size = data.check_positive_int(batch_size, "batch_size", 32)
+        epochs = data.check_positive_int(epochs, "epochs", allow_zero=True)
+        initial_epoch = data.check_positive_int(initial_epoch, "initial_epoch", allow_zero=True)
+        validation_freq = data.check_positive_int(validation_freq, "validation_freq")
+        verbose_level = _verbose(verbose)
+        if shuffle not in (True, False, "batch"):
+            raise ValueError(f"`shuffle` must be True, False or 'batch', received {shuffle!r}")
+        x_arr, y_arr, cfg = self._prepare_xy(x, y)
+        val = None
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+                raise ValueError("`validation_data` must be a tuple (x_val, y_val) or "
+                                 "(x_val, y_val, val_sample_weight)")
+            if len(validation_data) == 3 and validation_data[2] is not None:
+                raise NotImplementedError("validation sample weights are not supported yet")
+            xv, yv, _ = self._prepare_xy(validation_data[0], validation_data[1],
+                                         "validation_data x", "validation_data y")
+            val = (xv, yv)
+        elif validation_split:
+            (x_arr, y_arr), val = data.split_validation(x_arr, y_arr, validation_split)
+        val_batch = data.check_positive_int(validation_batch_size, "validation_batch_size",
+                                            batch_size)
+
+        n = len(x_arr)
+        rows = min(batch_size, n)
+        steps = -(-n // batch_size)
+        plan = self._train_plan(rows, cfg)
+        if val is not None:
+            self._train_plan(min(val_batch, len(val[0])), cfg)
+        opt = self.optimizer
+        seed = self._dropout_seeder()
+        rng = backend.rng()
+        hp = opt.hparams()
+        xbuf = np.empty((rows,) + x_arr.shape[1:], np.float32) if shuffle is True else None
+        ybuf = np.empty((rows,) + y_arr.shape[1:], y_arr.dtype) if shuffle is True else None
+
+        params = {"verbose": verbose, "epochs": epochs, "steps": steps}
+        cbs, history = callbacks_mod.configure(callbacks, self, verbose_level, params)
+        wants_batches = cbs.wants_batches
+        self.stop_training = False
+        self.history = history
+        cbs.on_train_begin()
+        epoch_logs = {}
+        for epoch in range(initial_epoch, epochs):
+            cbs.on_epoch_begin(epoch)
+            order = rng.permutation(n) if shuffle is True else None
+            batches = rng.permutation(steps) if shuffle == "batch" else range(steps)
+            loss_sum, sums, seen = 0.0, dict.fromkeys(cfg.plan_metrics, 0.0), 0
+            for step, b in enumerate(batches):
+                if wants_batches:
+                    cbs.on_train_batch_begin(step)
+                lo = b * batch_size
+                hi = min(lo + batch_size, n)
+                if order is not None:
+                    idx = order[lo:hi]
+                    xb = np.take(x_arr, idx, axis=0, out=xbuf[:hi - lo])
+                    yb = np.take(y_arr, idx, axis=0, out=ybuf[:hi - lo])
+                else:
+                    xb, yb = x_arr[lo:hi], y_arr[lo:hi]
+                hp["t"] = opt.iterations + 1
+                hp["lr"] = opt.current_learning_rate()
+                stats = plan.train_step(xb, yb, hp, seed())
+                opt.iterations += 1
+                opt.built = True
+                seen += hi - lo
+                loss_sum += stats["loss"]
+                for k in sums:
+                    sums[k] += stats[k]
+                if wants_batches:
+                    cbs.on_train_batch_end(step, cfg.logs(loss_sum, sums, seen))
+                if self.stop_training:
+                    break
+            epoch_logs = cfg.logs(loss_sum, sums, seen) if seen else {}
+            if val is not None and (epoch + 1) % validation_freq == 0:
+                val_logs = self._evaluate_arrays(val[0], val[1], cfg, val_batch)
+                epoch_logs.update({"val_" + k: v for k, v in val_logs.items()})
+            epoch_logs = dict(sorted(epoch_logs.items()))
+            cbs.on_epoch_end(epoch, epoch_logs)
+            if self.stop_training:
+                break
+        cbs.on_train_end(epoch_logs)
+        return history
+
+    # ------------------------------------------------------------ evaluate
+    def _evaluate_arrays(self, x_arr, y_arr, cfg, batch_size, cbs=None):
+        n = len(x_arr)
+        plan = self._train_plan(min(batch_size, n), cfg)
+        loss_sum, sums, seen = 0.0, dict.fromkeys(cfg.plan_metrics, 0.0), 0
+        for step, lo in enumerate(range(0, n, batch_size)):
+            hi = min(lo + batch_size, n)
+            if cbs is not None:
+                cbs.on_test_batch_begin(step)
+            stats = plan.eval_step(x_arr[lo:hi], y_arr[lo:hi])
+            seen += hi - lo
+            loss_sum += stats["loss"]
+            for k in sums:
+                sums[k] += stats[k]
+            if cbs is not None:
+                cbs.on_test_batch_end(step, cfg.logs(loss_sum, sums, seen))
+        return cfg.logs(loss_sum, sums, seen)
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
+                 steps=None, callbacks=None, return_dict=False):
+        """Loss (and metrics) over the data: ``loss`` or ``[loss, *metrics]`` in compile order."""
+        self._assert_compiled("evaluate")
+        _unsupported(sample_weight=sample_weight, steps=steps)
+        batch_size = data.check_positive_int(batch_size, "batch_size", 32)
+        verbose_level = _verbose(verbose)
+        x_arr, y_arr, cfg = self._prepare_xy(x, y)
+        n_steps = -(-len(x_arr) // batch_size)
+        cbs, _ = callbacks_mod.configure(callbacks, self, verbose_level,
+                                         {"verbose": verbose, "epochs": 1, "steps": n_steps},
+                                         history=False)
+        cbs.on_test_begin()
+        logs = self._evaluate_arrays(x_arr, y_arr, cfg, batch_size,
+                                     cbs if cbs.wants_batches else None)
+        cbs.on_test_end(logs)
+        return self._format_results(logs, cfg, return_dict)
+
+    def _format_results(self, logs, cfg, return_dict):
+        if return_dict:
+            return dict(logs)
+        if not cfg.metrics:
+            return logs["loss"]
+        return [logs["loss"]] + [logs[m.name] for m in cfg.metrics]
+
+    # ------------------------------------------------------------ predict
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """Model outputs as a float32 NumPy array (dropout off), batch by batch."""
+        _unsupported(steps=steps)
+        batch_size = data.check_positive_int(batch_size, "batch_size", 32)
+        verbose_level = _verbose(verbose)
+        x_arr = self._prepare_x(x)
+        n = len(x_arr)
+        n_steps = -(-n // batch_size)
+        plan = self._infer_plan(min(batch_size, n))
+        out = np.empty((n,) + tuple(self.output_shape[1:]), np.float32)
+        cbs, _ = callbacks_mod.configure(callbacks, self, verbose_level,
+                                         {"verbose": verbose, "epochs": 1, "steps": n_steps},
+                                         history=False)
+        cbs.on_predict_begin()
+        for step, lo in enumerate(range(0, n, batch_size)):
+            hi = min(lo + batch_size, n)
+            out[lo:hi] = plan.predict(x_arr[lo:hi])
+            if cbs.wants_batches:
+                cbs.on_predict_batch_end(step, {"outputs": out[lo:hi]})
+        cbs.on_predict_end()
+        return out
+
+    # ------------------------------------------------------------ single batches
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None,
+                       reset_metrics=True, return_dict=False):
+        """One training step on the whole batch. Returns that batch's loss (and metrics),
+        computed before the update, as tf.keras 2 did with ``reset_metrics=True``;
+        ``reset_metrics=False`` accumulates over calls until ``reset_metrics()``."""
+        self._assert_compiled("train_on_batch")
+        _unsupported(sample_weight=sample_weight, class_weight=class_weight)
+        x_arr, y_arr, cfg = self._prepare_xy(x, y)
+        plan = self._train_plan(len(x_arr), cfg)
+        opt = self.optimizer
+        hp = opt.hparams()
+        stats = plan.train_step(x_arr, y_arr, hp, self._dropout_seeder()())
+        opt.iterations += 1
+        opt.built = True
+        return self._batch_result(stats, len(x_arr), cfg, reset_metrics, return_dict)
+
+    def test_on_batch(self, x, y=None, sample_weight=None, reset_metrics=True, return_dict=False):
+        """Loss (and metrics) of one batch, no update."""
+        self._assert_compiled("test_on_batch")
+        _unsupported(sample_weight=sample_weight)
+        x_arr, y_arr, cfg = self._prepare_xy(x, y)
+        stats = self._train_plan(len(x_arr), cfg).eval_step(x_arr, y_arr)
+        return self._batch_result(stats, len(x_arr), cfg, reset_metrics, return_dict)
+
+    def _batch_result(self, stats, rows, cfg, reset, return_dict):
+        if reset or self._batch_sums is None or self._batch_sums[0] is not cfg.key:
+            self._batch_sums = [cfg.key, 0.0, dict.fromkeys(cfg.plan_metrics, 0.0), 0]
+        acc = self._batch_sums
+        acc[1] += stats["loss"]
+        for k in acc[2]:
+            acc[2][k] += stats[k]
+        acc[3] += rows
+        return self._format_results(cfg.logs(acc[1], acc[2], acc[3]), cfg, return_dict)
+
+    def reset_metrics(self):
+        self._batch_sums = None
+
+    def predict_on_batch(self, x):
+        x_arr = self._prepare_x(x)
+        return np.asarray(self._infer_plan(len(x_arr)).predict(x_arr), dtype=np.float32)

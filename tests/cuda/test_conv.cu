@@ -1,0 +1,846 @@
+/* test_conv.cu -- standalone correctness test and benchmark of the CUDA conv2d ops
+ * (csrc/cuda/conv2d.cu, conv2d_simt.cu, conv2d_vendor.cu).
+ *
+ *   test_conv            correctness: every case x {f32 exact (SIMT), f32 TF32, f16, bf16,
+ *                        forced Tensor Core / forced SIMT paths, cuDNN when present}
+ *                        against a float64 host reference; outputs poisoned with NaN
+ *                        before each call; determinism and graph-capture checks
+ *   test_conv bench      TFLOP/s of the seeds' CNN layers (batch 128) and a 3x3 64->64
+ *                        56x56 batch-64 'same' layer, ours vs cuDNN, fp16 / bf16 / tf32
+ *   test_conv all        both
+ *
+ * The ops run through gc_op_run (core validation) on a minimal fake CUDA backend that
+ * implements the few common.cuh services the conv sources use (stream, workspace,
+ * device attributes), so the program links without backend.cu and the other ops.
+ * Exit status 0 only when every check passed. */
+#include "conv2d_internal.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
+    gc_conv2d_debug_nosplit;
+
+/* ------------------------------------------------------------------ fake backend */
+static cudaStream_t g_stream;
+static int g_sms, g_cc;
+static size_t g_optin;
+static void *g_ws;
+static size_t g_ws_bytes;
+
+extern "C" gc_status gc_cuda_launch_check(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return gc_fail(GC_ERR_BACKEND, "%s: %s", what, cudaGetErrorString(e));
+    return GC_OK;
+}
+extern "C" cudaStream_t gc_cuda_stream(const gc_backend *) { return g_stream; }
+extern "C" int gc_cuda_cc(const gc_backend *) { return g_cc; }
+extern "C" int gc_cuda_sm_count(const gc_backend *) { return g_sms; }
+extern "C" size_t gc_cuda_smem_optin(const gc_backend *) { return g_optin; }
+extern "C" gc_status gc_cuda_set_device(const gc_backend *) { return GC_OK; }
+extern "C" int gc_cuda_capturing(const gc_backend *)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g_stream, &cs) != cudaSuccess) return 0;
+    return cs != cudaStreamCaptureStatusNone;
+}
+extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void **out)
+{
+    if (bytes > g_ws_bytes) {
+        if (gc_cuda_capturing(be)) return gc_fail(GC_ERR_BACKEND, "workspace growth during capture");
+        GC_CUDA_TRY(cudaStreamSynchronize(g_stream));
+        if (g_ws) cudaFree(g_ws);
+        g_ws = NULL;
+        g_ws_bytes = 0;
+        GC_CUDA_TRY(cudaMalloc(&g_ws, bytes));
+        g_ws_bytes = bytes;
+    }
+    *out = g_ws;
+    return GC_OK;
+}
+
+static gc_status fake_capture_begin(const gc_backend *)
+{
+    GC_CUDA_TRY(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+    return GC_OK;
+}
+
+static gc_backend g_be;
+
+static void init_backend(void)
+{
+    int dev = 0;
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        fprintf(stderr, "no CUDA device\n");
+        exit(2);
+    }
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, dev);
+    g_sms = prop.multiProcessorCount;
+    g_cc = prop.major * 10 + prop.minor;
+    g_optin = prop.sharedMemPerBlockOptin;
+    cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+    printf("device: %s, cc %d.%d, %d SMs, %.0f GB; cuDNN %s\n", prop.name, prop.major, prop.minor,
+           g_sms, prop.totalGlobalMem / 1e9, gc_conv2d_vendor_available() ? "loaded" : "absent");
+    memset(&g_be, 0, sizeof g_be);
+    g_be.name = "cuda";
+    g_be.native_dtypes = (1u << GC_F32) | (1u << GC_F16) | (1u << GC_BF16);
+    g_be.ops[GC_OP_CONV2D_FWD] = gc_cuda_op_conv2d_fwd;
+    g_be.ops[GC_OP_CONV2D_BWD_DATA] = gc_cuda_op_conv2d_bwd_data;
+    g_be.ops[GC_OP_CONV2D_BWD_FILTER] = gc_cuda_op_conv2d_bwd_filter;
+    g_be.capture_begin = fake_capture_begin; /* marks a GPU backend (vendor allowed) */
+}
+
+#define CK(x)                                                                              \
+    do {                                                                                   \
+        cudaError_t e_ = (x);                                                              \
+        if (e_ != cudaSuccess) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(2);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------ host data */
+static uint64_t g_rng;
+static float frand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* random values representable in dtype dt: returns the float values; `bits` gets the storage */
+static std::vector<float> rand_tensor(size_t n, gc_dtype dt, std::vector<uint8_t> &bits, float scale)
+{
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    bits.resize(n * gc_dtype_size(dt) + 16);
+    if (dt == GC_F16) {
+        gc_f32_to_f16(v.data(), (uint16_t *)bits.data(), n);
+        gc_f16_to_f32((const uint16_t *)bits.data(), v.data(), n);
+    } else if (dt == GC_BF16) {
+        gc_f32_to_bf16(v.data(), (uint16_t *)bits.data(), n);
+        gc_bf16_to_f32((const uint16_t *)bits.data(), v.data(), n);
+    } else {
+        memcpy(bits.data(), v.data(), n * 4);
+    }
+    return v;
+}
+
+static std::vector<float> to_float(const std::vector<uint8_t> &bits, size_t n, gc_dtype dt)
+{
+    std::vector<float> v(n);
+    if (dt == GC_F16) gc_f16_to_f32((const uint16_t *)bits.data(), v.data(), n);
+    else if (dt == GC_BF16) gc_bf16_to_f32((const uint16_t *)bits.data(), v.data(), n);
+    else memcpy(v.data(), bits.data(), n * 4);
+    return v;
+}
+
+struct dbuf {
+    void *p = NULL;
+    size_t bytes = 0;
+    void alloc(size_t b) { bytes = b; CK(cudaMalloc(&p, b ? b : 16)); }
+    void up(const std::vector<uint8_t> &h) { CK(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice)); }
+    void poison() { CK(cudaMemset(p, 0xFF, bytes)); }
+    std::vector<uint8_t> down() const
+    {
+        std::vector<uint8_t> h(bytes + 16);
+        CK(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost));
+        return h;
+    }
+    void release() { if (p) cudaFree(p); p = NULL; }
+};
+
+/* ------------------------------------------------------------------ float64 reference */
+static double ref_act(double v, gc_act a)
+{
+    switch (a) {
+    case GC_ACT_RELU: return v < 0 ? 0 : v;
+    case GC_ACT_TANH: return tanh(v);
+    case GC_ACT_SIGMOID: return 1.0 / (1.0 + exp(-v));
+    default: return v;
+    }
+}
+
+static void ref_fwd(const gc_conv2d_geom &g, const float *x, const float *w, const float *b, gc_act act,
+                    std::vector<double> &y)
+{
+    y.assign((size_t)(g.N * g.OH * g.OW * g.F), 0.0);
+    for (int64_t n = 0; n < g.N; n++)
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                double *yo = &y[(size_t)(((n * g.OH + oh) * g.OW + ow) * g.F)];
+                for (int64_t kh = 0; kh < g.KH; kh++) {
+                    int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+                    if (ih < 0 || ih >= g.H) continue;
+                    for (int64_t kw = 0; kw < g.KW; kw++) {
+                        int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
+                        if (iw < 0 || iw >= g.W) continue;
+                        const float *xp = x + ((n * g.H + ih) * g.W + iw) * g.C;
+                        for (int64_t c = 0; c < g.C; c++) {
+                            const float *wp = w + ((kh * g.KW + kw) * g.C + c) * g.F;
+                            double xv = xp[c];
+                            for (int64_t f = 0; f < g.F; f++) yo[f] += xv * wp[f];
+                        }
+                    }
+                }
+                for (int64_t f = 0; f < g.F; f++) yo[f] = ref_act(yo[f] + (b ? b[f] : 0.0), act);
+            }
+}
+
+/* backward data as the adjoint of the forward (scatter) -- independent of the GPU gather */
+static void ref_bwd_data(const gc_conv2d_geom &g, const float *dy, const float *w, std::vector<double> &dx)
+{
+    dx.assign((size_t)(g.N * g.H * g.W * g.C), 0.0);
+    for (int64_t n = 0; n < g.N; n++)
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                const float *dyo = dy + ((n * g.OH + oh) * g.OW + ow) * g.F;
+                for (int64_t kh = 0; kh < g.KH; kh++) {
+                    int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+                    if (ih < 0 || ih >= g.H) continue;
+                    for (int64_t kw = 0; kw < g.KW; kw++) {
+                        int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
+                        if (iw < 0 || iw >= g.W) continue;
+                        double *dxp = &dx[(size_t)(((n * g.H + ih) * g.W + iw) * g.C)];
+                        for (int64_t c = 0; c < g.C; c++) {
+                            const float *wp = w + ((kh * g.KW + kw) * g.C + c) * g.F;
+                            double s = 0;
+                            for (int64_t f = 0; f < g.F; f++) s += (double)dyo[f] * wp[f];
+                            dxp[c] += s;
+                        }
+                    }
+                }
+            }
+}
+
+static void ref_bwd_filter(const gc_conv2d_geom &g, const float *x, const float *dy, std::vector<double> &dw,
+                           std::vector<double> &db)
+{
+    dw.assign((size_t)(g.KH * g.KW * g.C * g.F), 0.0);
+    db.assign((size_t)g.F, 0.0);
+    for (int64_t n = 0; n < g.N; n++)
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                const float *dyo = dy + ((n * g.OH + oh) * g.OW + ow) * g.F;
+                for (int64_t f = 0; f < g.F; f++) db[(size_t)f] += dyo[f];
+                for (int64_t kh = 0; kh < g.KH; kh++) {
+                    int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+                    if (ih < 0 || ih >= g.H) continue;
+                    for (int64_t kw = 0; kw < g.KW; kw++) {
+                        int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
+                        if (iw < 0 || iw >= g.W) continue;
+                        const float *xp = x + ((n * g.H + ih) * g.W + iw) * g.C;
+                        for (int64_t c = 0; c < g.C; c++) {
+                            double *dwp = &dw[(size_t)(((kh * g.KW + kw) * g.C + c) * g.F)];
+                            double xv = xp[c];
+                            for (int64_t f = 0; f < g.F; f++) dwp[f] += xv * dyo[f];
+                        }
+                    }
+                }
+            }
+}
+
+/* ||out - ref|| / ||ref||; non-finite output -> +inf */
+static double rel_err(const std::vector<float> &out, const std::vector<double> &ref)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!isfinite(out[i])) return INFINITY;
+        double d = out[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ------------------------------------------------------------------ cases */
+struct conv_case {
+    int N, H, W, C, KH, KW, F, sh, sw, dh, dw;
+    gc_padding pad;
+    gc_act act;
+    int bias, db;
+};
+
+static const conv_case g_cases[] = {
+    /* N  H   W   C  KH KW  F  sh sw dh dw  pad           act             bias db */
+    {2, 9, 11, 8, 3, 3, 16, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},
+    {3, 13, 13, 32, 3, 3, 64, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 1, 1},   /* seed layer 2 */
+    {2, 28, 28, 1, 3, 3, 32, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},      /* seed layer 1 */
+    {1, 5, 5, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},       /* seed layer 3 */
+    {2, 10, 9, 24, 3, 3, 40, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_TANH, 1, 1},       /* odd total pad */
+    {2, 12, 14, 16, 3, 5, 24, 3, 2, 2, 1, GC_PAD_VALID, GC_ACT_SIGMOID, 1, 0},
+    {1, 7, 7, 12, 2, 2, 10, 1, 1, 2, 2, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},      /* C, F % 8 != 0 */
+    {2, 8, 8, 64, 1, 1, 48, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},       /* 1x1 */
+    {2, 16, 15, 64, 1, 1, 32, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 1, 1},    /* 1x1 stride 2 */
+    {2, 9, 9, 3, 5, 5, 7, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},          /* C = 3, F = 7 */
+    {3, 11, 7, 16, 3, 3, 8, 3, 1, 1, 2, GC_PAD_SAME, GC_ACT_LINEAR, 1, 1},
+    {1, 6, 6, 8, 3, 3, 200, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},        /* 4 N tiles */
+    {4, 20, 20, 40, 3, 3, 72, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 1, 1},    /* many M tiles */
+    {2, 17, 19, 16, 4, 4, 24, 2, 3, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 0, 1},      /* even kernel */
+    {2, 6, 6, 20, 3, 3, 16, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 0},     /* C % 8 == 4 */
+    {2, 33, 30, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},      /* the bench layer, small */
+    {8, 48, 48, 16, 3, 3, 24, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_SIGMOID, 1, 1},   /* >= 132 tiles: no split */
+    {3, 80, 80, 8, 3, 3, 8, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},        /* strided bwd, no split */
+};
+
+struct config {
+    const char *name;
+    gc_dtype dt;
+    int tf32, path;
+    gc_impl impl;
+    double tol;
+    int stages; /* pipeline depth override of both Tensor Core kernels (0: default) */
+    int nosplit;
+};
+
+static const config g_configs[] = {
+    {"f32-exact", GC_F32, 0, 0, GC_IMPL_OWN, 2e-5},
+    {"tf32", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3},
+    {"f16", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2},
+    {"bf16", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2},
+    {"f16-simt", GC_F16, 1, 1, GC_IMPL_OWN, 1e-2},
+    {"f16-tc", GC_F16, 1, 2, GC_IMPL_OWN, 1e-2},
+    {"tf32-tc", GC_F32, 1, 2, GC_IMPL_OWN, 2e-3},
+    {"f32-direct", GC_F32, 0, 3, GC_IMPL_OWN, 2e-5},
+    {"f16-s3", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 3},
+    {"tf32-s6", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 6},
+    {"bf16-s5", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2, 5},
+    {"f16-nosplit", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 1},
+    {"tf32-nosplt", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 4, 1},
+    {"cudnn-f32", GC_F32, 0, 0, GC_IMPL_VENDOR, 1e-4},
+    {"cudnn-tf32", GC_F32, 1, 0, GC_IMPL_VENDOR, 2e-3},
+    {"cudnn-f16", GC_F16, 1, 0, GC_IMPL_VENDOR, 1e-2},
+    {"cudnn-bf16", GC_BF16, 1, 0, GC_IMPL_VENDOR, 1e-2},
+};
+
+static int g_fail, g_checks;
+
+static void report(const char *cfg, int ci, const char *what, double err, double tol, const char *note)
+{
+    g_checks++;
+    int ok = err <= tol;
+    if (!ok) g_fail++;
+    if (!ok || getenv("VERBOSE"))
+        printf("  %-4s case %2d %-11s %-12s rel err %.3e (tol %.0e) %s\n", ok ? "ok" : "FAIL", ci, cfg,
+               what, err, tol, note ? note : "");
+}
+
+static gc_status run_op(gc_op op, const gc_tensor **in, int nin, gc_tensor **out, int nout,
+                        const gc_conv2d_params *p)
+{
+    gc_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    for (int i = 0; i < nin; i++) c.in[i] = in[i];
+    for (int i = 0; i < nout; i++) c.out[i] = out[i];
+    c.params = p;
+    return gc_op_run(&g_be, &c);
+}
+
+static void test_case(int ci, const conv_case &k, const config &cf, double *worst)
+{
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, cf.impl};
+    gc_conv2d_geom g;
+    if (gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g) != GC_OK) {
+        printf("  FAIL case %d: geometry: %s\n", ci, gc_last_error());
+        g_fail++;
+        return;
+    }
+    gc_set_allow_tf32(cf.tf32);
+    gc_conv2d_debug_path = cf.path;
+    gc_conv2d_debug_stages = gc_conv2d_debug_wg_stages = cf.stages;
+    gc_conv2d_debug_nosplit = cf.nosplit;
+    const gc_dtype dt = cf.dt;
+    const size_t es = gc_dtype_size(dt);
+    const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
+    const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F), nb = (size_t)g.F;
+    std::vector<uint8_t> bx, bw, bb, bdy;
+    std::vector<float> x = rand_tensor(nx, dt, bx, 1.0f), w = rand_tensor(nw, dt, bw, 0.5f);
+    std::vector<float> b = rand_tensor(nb, dt, bb, 1.0f), dy = rand_tensor(ny, dt, bdy, 1.0f);
+    dbuf dx_, dw_, db_, dy_, y_, gx, gw, gb;
+    gx.alloc(nx * es); gx.up(bx);
+    gw.alloc(nw * es); gw.up(bw);
+    gb.alloc(nb * es); gb.up(bb);
+    dy_.alloc(ny * es); dy_.up(bdy);
+    y_.alloc(ny * es); dx_.alloc(nx * es); dw_.alloc(nw * es); db_.alloc(nb * es);
+
+    int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F};
+    int64_t sb[1] = {g.F};
+    gc_tensor tx = gc_tensor_make(gx.p, dt, 4, sx), tw = gc_tensor_make(gw.p, dt, 4, sw);
+    gc_tensor tb = gc_tensor_make(k.bias ? gb.p : NULL, dt, 1, sb);
+    gc_tensor ty = gc_tensor_make(y_.p, dt, 4, sy), tdy = gc_tensor_make(dy_.p, dt, 4, sy);
+    gc_tensor tdx = gc_tensor_make(dx_.p, dt, 4, sx), tdw = gc_tensor_make(dw_.p, dt, 4, sw);
+    gc_tensor tdb = gc_tensor_make(k.db ? db_.p : NULL, dt, 1, sb);
+
+    std::vector<double> ry, rdx, rdw, rdb;
+    ref_fwd(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, ry);
+    ref_bwd_data(g, dy.data(), w.data(), rdx);
+    ref_bwd_filter(g, x.data(), dy.data(), rdw, rdb);
+
+    /* forward */
+    y_.poison();
+    const gc_tensor *fin[3] = {&tx, &tw, &tb};
+    gc_tensor *fout[1] = {&ty};
+    gc_status st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
+    if (st && cf.impl == GC_IMPL_VENDOR) { /* the baseline may refuse a shape: reported, not failed */
+        printf("  skip case %2d %-11s fwd: %s\n", ci, cf.name, gc_last_error());
+        goto out;
+    }
+    if (st) {
+        printf("  FAIL case %2d %-11s conv2d_fwd: %s: %s\n", ci, cf.name, gc_status_name(st), gc_last_error());
+        g_fail++;
+        goto out;
+    }
+    CK(cudaDeviceSynchronize());
+    {
+        double e = rel_err(to_float(y_.down(), ny, dt), ry);
+        report(cf.name, ci, "fwd", e, cf.tol, NULL);
+        worst[0] = std::max(worst[0], e);
+    }
+    /* backward data */
+    {
+        dx_.poison();
+        const gc_tensor *in[2] = {&tdy, &tw};
+        gc_tensor *out[1] = {&tdx};
+        st = run_op(GC_OP_CONV2D_BWD_DATA, in, 2, out, 1, &p);
+        if (st && cf.impl == GC_IMPL_VENDOR) {
+            printf("  skip case %2d %-11s bwd_data: %s\n", ci, cf.name, gc_last_error());
+        } else if (st) {
+            printf("  FAIL case %2d %-11s conv2d_bwd_data: %s\n", ci, cf.name, gc_last_error());
+            g_fail++;
+        } else {
+            CK(cudaDeviceSynchronize());
+            double e = rel_err(to_float(dx_.down(), nx, dt), rdx);
+            report(cf.name, ci, "bwd_data", e, cf.tol, NULL);
+            worst[1] = std::max(worst[1], e);
+        }
+    }
+    /* backward filter (+ db), twice: the results must be bitwise identical */
+    {
+        const gc_tensor *in[2] = {&tx, &tdy};
+        gc_tensor *out[2] = {&tdw, &tdb};
+        std::vector<uint8_t> first_w, first_b;
+        for (int rep = 0; rep < 2; rep++) {
+            dw_.poison();
+            db_.poison();
+            st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+            if (st && cf.impl == GC_IMPL_VENDOR) {
+                printf("  skip case %2d %-11s bwd_filter: %s\n", ci, cf.name, gc_last_error());
+                break;
+            }
+            if (st) {
+                printf("  FAIL case %2d %-11s conv2d_bwd_filter: %s\n", ci, cf.name, gc_last_error());
+                g_fail++;
+                break;
+            }
+            CK(cudaDeviceSynchronize());
+            std::vector<uint8_t> hw = dw_.down(), hb = db_.down();
+            if (rep == 0) {
+                double e = rel_err(to_float(hw, nw, dt), rdw);
+                report(cf.name, ci, "bwd_filter", e, cf.tol, NULL);
+                worst[2] = std::max(worst[2], e);
+                if (k.db) {
+                    e = rel_err(to_float(hb, nb, dt), rdb);
+                    report(cf.name, ci, "db", e, cf.tol, NULL);
+                    worst[3] = std::max(worst[3], e);
+                }
+                first_w = hw;
+                first_b = hb;
+            } else if (cf.impl == GC_IMPL_OWN) {
+                int same = !memcmp(hw.data(), first_w.data(), nw * es) &&
+                           (!k.db || !memcmp(hb.data(), first_b.data(), nb * es));
+                report(cf.name, ci, "determinism", same ? 0.0 : 1.0, 0.0, NULL);
+            }
+        }
+    }
+out:
+    gx.release(); gw.release(); gb.release(); dy_.release(); y_.release();
+    dx_.release(); dw_.release(); db_.release();
+    gc_conv2d_debug_path = 0;
+    gc_conv2d_debug_stages = gc_conv2d_debug_wg_stages = 0;
+    gc_conv2d_debug_nosplit = 0;
+}
+
+/* fwd + bwd_data + bwd_filter captured into one CUDA graph and replayed must give the
+ * eager results bit for bit (no host syncs or allocations inside the ops). */
+static void test_graph(gc_dtype dt, int tf32)
+{
+    const conv_case k = {4, 20, 20, 40, 3, 3, 72, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1};
+    gc_set_allow_tf32(tf32);
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN};
+    gc_conv2d_geom g;
+    gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g);
+    const size_t es = gc_dtype_size(dt);
+    const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
+    const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F);
+    std::vector<uint8_t> bx, bw, bb, bdy;
+    rand_tensor(nx, dt, bx, 1); rand_tensor(nw, dt, bw, 0.5f); rand_tensor(g.F, dt, bb, 1);
+    rand_tensor(ny, dt, bdy, 1);
+    dbuf gx, gw, gb, gdy, gy, gdx, gdw, gdb;
+    gx.alloc(nx * es); gx.up(bx); gw.alloc(nw * es); gw.up(bw); gb.alloc(g.F * es); gb.up(bb);
+    gdy.alloc(ny * es); gdy.up(bdy); gy.alloc(ny * es); gdx.alloc(nx * es); gdw.alloc(nw * es);
+    gdb.alloc(g.F * es);
+    int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+            sb[1] = {g.F};
+    gc_tensor tx = gc_tensor_make(gx.p, dt, 4, sx), tw = gc_tensor_make(gw.p, dt, 4, sw),
+              tb = gc_tensor_make(gb.p, dt, 1, sb), ty = gc_tensor_make(gy.p, dt, 4, sy),
+              tdy = gc_tensor_make(gdy.p, dt, 4, sy), tdx = gc_tensor_make(gdx.p, dt, 4, sx),
+              tdw = gc_tensor_make(gdw.p, dt, 4, sw), tdb = gc_tensor_make(gdb.p, dt, 1, sb);
+    const gc_tensor *fin[3] = {&tx, &tw, &tb}, *din[2] = {&tdy, &tw}, *win[2] = {&tx, &tdy};
+    gc_tensor *fout[1] = {&ty}, *dout[1] = {&tdx}, *wout[2] = {&tdw, &tdb};
+    std::vector<uint8_t> e[4];
+    int ok = 1;
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        gy.poison(); gdx.poison(); gdw.poison(); gdb.poison();
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        if (pass == 1) CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+        ok = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p) == GC_OK &&
+             run_op(GC_OP_CONV2D_BWD_DATA, din, 2, dout, 1, &p) == GC_OK &&
+             run_op(GC_OP_CONV2D_BWD_FILTER, win, 2, wout, 2, &p) == GC_OK;
+        if (!ok) printf("  graph test: op failed: %s\n", gc_last_error());
+        if (pass == 1) {
+            cudaError_t ce = cudaStreamEndCapture(g_stream, &graph);
+            if (ce != cudaSuccess || !ok) {
+                printf("  graph test: capture failed: %s\n", cudaGetErrorString(ce));
+                ok = 0;
+                (void)cudaGetLastError();
+                break;
+            }
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            CK(cudaGraphLaunch(exec, g_stream));
+        }
+        CK(cudaStreamSynchronize(g_stream));
+        std::vector<uint8_t> r[4] = {gy.down(), gdx.down(), gdw.down(), gdb.down()};
+        if (pass == 0) for (int i = 0; i < 4; i++) e[i] = r[i];
+        else for (int i = 0; i < 4; i++) ok = ok && r[i] == e[i];
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+    }
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("  %-4s graph capture + replay == eager (%s%s)\n", ok ? "ok" : "FAIL", gc_dtype_name(dt),
+           dt == GC_F32 ? (tf32 ? ", tf32" : ", exact") : "");
+    gx.release(); gw.release(); gb.release(); gdy.release(); gy.release(); gdx.release();
+    gdw.release(); gdb.release();
+}
+
+static int g_quick; /* 'quick' mode: own kernels in f16 / tf32 only (for compute-sanitizer) */
+
+static void run_tests(void)
+{
+    const int ncase = (int)(sizeof g_cases / sizeof g_cases[0]);
+    const int ncfg = (int)(sizeof g_configs / sizeof g_configs[0]);
+    printf("correctness: %d cases x %d configs, float64 reference, NaN-poisoned outputs\n", ncase, ncfg);
+    printf("  %-11s %10s %10s %10s %10s\n", "config", "fwd", "bwd_data", "bwd_filter", "db");
+    for (int c = 0; c < ncfg; c++) {
+        if (g_configs[c].impl == GC_IMPL_VENDOR && !gc_conv2d_vendor_available()) continue;
+        if (g_quick && (g_configs[c].impl == GC_IMPL_VENDOR || !strstr("f16 tf32 f16-tc tf32-tc bf16 f16-s3 tf32-s6 bf16-s5 f16-nosplit tf32-nosplt", g_configs[c].name)))
+            continue;
+        double worst[4] = {0, 0, 0, 0};
+        int before = g_fail;
+        for (int i = 0; i < ncase; i++) test_case(i, g_cases[i], g_configs[c], worst);
+        printf("  %-11s %10.2e %10.2e %10.2e %10.2e  worst rel err (tol %.0e)%s\n", g_configs[c].name,
+               worst[0], worst[1], worst[2], worst[3], g_configs[c].tol, g_fail > before ? "  FAILURES" : "");
+    }
+    if (g_quick) return;
+    test_graph(GC_F16, 1);
+    test_graph(GC_F32, 1);
+    test_graph(GC_F32, 0);
+    /* invalid calls come back as status values */
+    {
+        gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_VALID, GC_ACT_SOFTMAX, GC_IMPL_OWN};
+        int64_t sx[4] = {1, 4, 4, 8}, sw[4] = {3, 3, 8, 8}, sy[4] = {1, 2, 2, 8};
+        gc_tensor tx = gc_tensor_make((void *)16, GC_F16, 4, sx), tw = gc_tensor_make((void *)16, GC_F16, 4, sw);
+        gc_tensor ty = gc_tensor_make((void *)16, GC_F16, 4, sy), tb = gc_tensor_make(NULL, GC_F16, 1, sy);
+        const gc_tensor *in[3] = {&tx, &tw, &tb};
+        gc_tensor *out[1] = {&ty};
+        gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
+        g_checks++;
+        if (st != GC_ERR_INVALID_ARG) g_fail++;
+        printf("  %-4s softmax epilogue rejected: %s\n", st == GC_ERR_INVALID_ARG ? "ok" : "FAIL", gc_last_error());
+    }
+}
+
+/* ------------------------------------------------------------------ benchmark */
+struct layer {
+    const char *name;
+    int N, H, W, C, K, F;
+    gc_padding pad;
+};
+
+static const layer g_layers[] = {
+    {"seed1 28x28x1->32", 128, 28, 28, 1, 3, 32, GC_PAD_VALID},
+    {"seed2 13x13x32->64", 128, 13, 13, 32, 3, 64, GC_PAD_VALID},
+    {"seed3 5x5x64->64", 128, 5, 5, 64, 3, 64, GC_PAD_VALID},
+    {"56x56x64->64 same", 64, 56, 56, 64, 3, 64, GC_PAD_SAME},
+};
+
+#define NSETS 4
+#ifndef IG_KB_BUILD
+#define IG_KB_BUILD 64
+#endif
+
+template <typename T> __global__ void rand_kernel(T *p, int64_t n, uint64_t seed, float scale)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = gc_from_f<T>((gc_uniform01_dev(seed, (uint64_t)i) * 2.0f - 1.0f) * scale);
+}
+
+static void dev_rand(dbuf &b, gc_dtype dt, size_t n, float scale)
+{
+    uint64_t seed = g_rng += 0x9E3779B97F4A7C15ull;
+    GC_CUDA_DISPATCH_FLOAT(dt, T, rand_kernel<T><<<1024, 256>>>((T *)b.p, (int64_t)n, seed, scale));
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+}
+
+/* Median milliseconds per call of fn(i) (i rotates the input sets): `reps` calls are
+ * captured into one CUDA graph (after eager warm-up calls have sized the workspace and
+ * cached cuDNN's algorithm choice) and the graph is replayed between two events, so
+ * host launch overhead stays out, as in a plan step; eager loop if capture fails. */
+static int g_graphed_all = 1;
+template <typename Fn> static double time_ms(Fn fn, int runs)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++) fn(i);
+    CK(cudaStreamSynchronize(g_stream));
+    CK(cudaEventRecord(a, g_stream));
+    fn(0);
+    CK(cudaEventRecord(b, g_stream));
+    CK(cudaEventSynchronize(b));
+    float one = 0;
+    CK(cudaEventElapsedTime(&one, a, b));
+    int reps = (int)(0.5 / std::max(one, 0.001f));
+    reps = std::max(2, std::min(reps, 100));
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        for (int i = 0; i < reps; i++) fn(i);
+        if (cudaStreamEndCapture(g_stream, &graph) != cudaSuccess || !graph ||
+            cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+            exec = NULL;
+    }
+    (void)cudaGetLastError();
+    gc_clear_error();
+    if (!exec) g_graphed_all = 0;
+    std::vector<double> t;
+    for (int r = 0; r < runs + 1; r++) {
+        CK(cudaEventRecord(a, g_stream));
+        if (exec) CK(cudaGraphLaunch(exec, g_stream));
+        else
+            for (int i = 0; i < reps; i++) fn(i);
+        CK(cudaEventRecord(b, g_stream));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (r > 0) t.push_back(ms / reps); /* the first replay is a warm-up */
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+/* pipeline depth sweep of the Tensor Core kernels on one layer (stage counts that fit) */
+static int g_sweep_only;
+template <typename F1, typename F2, typename F3>
+static void sweep_stages(gc_dtype dt, double flops, F1 &fwd, F2 &bwdd, F3 &bwdf)
+{
+    const char *dn = dt == GC_F32 ? "tf32" : (dt == GC_F16 ? "f16" : "bf16");
+    printf("  stage sweep (IG_KB=%d) %s:", IG_KB_BUILD, dn);
+    for (int st = 3; st <= 6; st++) {
+        if ((size_t)st * (128 + 64) * (IG_KB_BUILD + 16) > g_optin) break;
+        gc_conv2d_debug_stages = st;
+        double vf = time_ms(fwd, 10), vd = time_ms(bwdd, 10);
+        printf("  ig%d fwd %.0f bwdD %.0f TF;", st, flops / vf / 1e9, flops / vd / 1e9);
+    }
+    gc_conv2d_debug_stages = 0;
+    for (int st = 3; st <= 6; st++) {
+        gc_conv2d_debug_wg_stages = st;
+        double vb = time_ms(bwdf, 10);
+        printf("  wg%d %.0f TF;", st, flops / vb / 1e9);
+    }
+    gc_conv2d_debug_wg_stages = 0;
+    printf("\n");
+    fflush(stdout);
+}
+
+static void run_bench(void)
+{
+    time_t now = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("\nbenchmark (%s): median of 15 runs, each an event-timed CUDA-graph replay of a loop of calls\n"
+           "(inputs rotated over %d sets)\n", date, NSETS);
+    printf("TFLOP/s = 2*N*OH*OW*F*KH*KW*C / time; fwd+bwd = 3x that / (fwd + bwd_data + bwd_filter)\n");
+    printf("no bias, linear (pure convolution); bwd_filter includes db\n");
+    printf("%-20s %-5s %-6s %9s %9s %9s %9s | %8s %8s %8s %8s\n", "layer", "dtype", "impl", "fwd us", "bwdD us",
+           "bwdF us", "fb us", "fwd TF", "bwdD TF", "bwdF TF", "f+b TF");
+    const gc_dtype dts[3] = {GC_F16, GC_BF16, GC_F32};
+    for (const layer &L : g_layers) {
+        if (g_sweep_only && &L != &g_layers[3]) continue;
+        gc_conv2d_params p0 = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+        gc_conv2d_geom g;
+        gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p0, &g);
+        const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
+        for (gc_dtype dt : dts) {
+            if (g_sweep_only && dt == GC_BF16) continue;
+            gc_set_allow_tf32(1);
+            const size_t es = gc_dtype_size(dt);
+            const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
+                         ny = (size_t)(g.N * g.OH * g.OW * g.F);
+            dbuf x[NSETS], dy[NSETS], y[NSETS], dx[NSETS], w, dw, db;
+            for (int s = 0; s < NSETS; s++) {
+                x[s].alloc(nx * es); dev_rand(x[s], dt, nx, 1);
+                dy[s].alloc(ny * es); dev_rand(dy[s], dt, ny, 1);
+                y[s].alloc(ny * es); dx[s].alloc(nx * es);
+            }
+            w.alloc(nw * es); dev_rand(w, dt, nw, 0.1f);
+            dw.alloc(nw * es); db.alloc(g.F * es);
+            int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F},
+                    sy[4] = {g.N, g.OH, g.OW, g.F}, sb[1] = {g.F};
+            for (int impl = 0; impl < 2; impl++) {
+                if (impl == 1 && (g_sweep_only || !gc_conv2d_vendor_available())) continue;
+                gc_conv2d_params p = p0;
+                p.impl = (gc_impl)impl;
+                gc_tensor tw = gc_tensor_make(w.p, dt, 4, sw), tdw = gc_tensor_make(dw.p, dt, 4, sw);
+                gc_tensor tnb = gc_tensor_make(NULL, dt, 1, sb), tdb = gc_tensor_make(db.p, dt, 1, sb);
+                gc_status err = GC_OK;
+                auto fwd = [&](int i) {
+                    int s = i % NSETS;
+                    gc_tensor tx = gc_tensor_make(x[s].p, dt, 4, sx), ty = gc_tensor_make(y[s].p, dt, 4, sy);
+                    const gc_tensor *in[3] = {&tx, &tw, &tnb};
+                    gc_tensor *out[1] = {&ty};
+                    gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
+                    if (st && !err) err = st;
+                };
+                auto bwdd = [&](int i) {
+                    int s = i % NSETS;
+                    gc_tensor tdy = gc_tensor_make(dy[s].p, dt, 4, sy), tdx = gc_tensor_make(dx[s].p, dt, 4, sx);
+                    const gc_tensor *in[2] = {&tdy, &tw};
+                    gc_tensor *out[1] = {&tdx};
+                    gc_status st = run_op(GC_OP_CONV2D_BWD_DATA, in, 2, out, 1, &p);
+                    if (st && !err) err = st;
+                };
+                auto bwdf = [&](int i) {
+                    int s = i % NSETS;
+                    gc_tensor tx = gc_tensor_make(x[s].p, dt, 4, sx), tdy = gc_tensor_make(dy[s].p, dt, 4, sy);
+                    const gc_tensor *in[2] = {&tx, &tdy};
+                    gc_tensor *out[2] = {&tdw, &tdb};
+                    gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+                    if (st && !err) err = st;
+                };
+                double tf = time_ms(fwd, 15), td = time_ms(bwdd, 15), tb = time_ms(bwdf, 15);
+                if (impl == 0 && !err && &L == &g_layers[3]) sweep_stages(dt, flops, fwd, bwdd, bwdf);
+                if (err) {
+                    printf("%-20s %-5s %-6s error: %s\n", L.name, dt == GC_F32 ? "tf32" : gc_dtype_name(dt),
+                           impl ? "cudnn" : "ours", gc_last_error());
+                    continue;
+                }
+                double tt = tf + td + tb;
+                printf("%-20s %-5s %-6s %9.1f %9.1f %9.1f %9.1f | %8.1f %8.1f %8.1f %8.1f\n", L.name,
+                       dt == GC_F32 ? "tf32" : (dt == GC_F16 ? "f16" : "bf16"), impl ? "cudnn" : "ours",
+                       tf * 1e3, td * 1e3, tb * 1e3, tt * 1e3, flops / tf / 1e9, flops / td / 1e9,
+                       flops / tb / 1e9, 3 * flops / tt / 1e9);
+                fflush(stdout);
+            }
+            for (int s = 0; s < NSETS; s++) { x[s].release(); dy[s].release(); y[s].release(); dx[s].release(); }
+            w.release(); dw.release(); db.release();
+        }
+    }
+    /* exact f32 (SIMT) for scale, on the large layer */
+    if (!g_sweep_only) {
+        const layer &L = g_layers[3];
+        gc_conv2d_params p = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+        gc_conv2d_geom g;
+        gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p, &g);
+        const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
+        gc_set_allow_tf32(0);
+        const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
+                     ny = (size_t)(g.N * g.OH * g.OW * g.F);
+        dbuf x, w, y, dy, dx, dw, db;
+        x.alloc(nx * 4); dev_rand(x, GC_F32, nx, 1);
+        w.alloc(nw * 4); dev_rand(w, GC_F32, nw, 0.1f);
+        dy.alloc(ny * 4); dev_rand(dy, GC_F32, ny, 1);
+        y.alloc(ny * 4); dx.alloc(nx * 4); dw.alloc(nw * 4); db.alloc(g.F * 4);
+        int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                sb[1] = {g.F};
+        gc_tensor tx = gc_tensor_make(x.p, GC_F32, 4, sx), tw = gc_tensor_make(w.p, GC_F32, 4, sw),
+                  ty = gc_tensor_make(y.p, GC_F32, 4, sy), tnb = gc_tensor_make(NULL, GC_F32, 1, sb),
+                  tdy = gc_tensor_make(dy.p, GC_F32, 4, sy), tdx = gc_tensor_make(dx.p, GC_F32, 4, sx),
+                  tdw = gc_tensor_make(dw.p, GC_F32, 4, sw), tdb = gc_tensor_make(db.p, GC_F32, 1, sb);
+        for (int impl = 0; impl < 2; impl++) {
+            if (impl == 1 && !gc_conv2d_vendor_available()) continue;
+            p.impl = (gc_impl)impl;
+            const gc_tensor *fin[3] = {&tx, &tw, &tnb}, *din[2] = {&tdy, &tw}, *win[2] = {&tx, &tdy};
+            gc_tensor *fout[1] = {&ty}, *dout[1] = {&tdx}, *wout[2] = {&tdw, &tdb};
+            double tf = time_ms([&](int) { run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p); }, 10);
+            double td = time_ms([&](int) { run_op(GC_OP_CONV2D_BWD_DATA, din, 2, dout, 1, &p); }, 10);
+            double tb = time_ms([&](int) { run_op(GC_OP_CONV2D_BWD_FILTER, win, 2, wout, 2, &p); }, 10);
+            double tt = tf + td + tb;
+            printf("%-20s %-5s %-6s %9.1f %9.1f %9.1f %9.1f | %8.1f %8.1f %8.1f %8.1f\n", L.name, "f32",
+                   impl ? "cudnn" : "ours", tf * 1e3, td * 1e3, tb * 1e3, tt * 1e3, flops / tf / 1e9,
+                   flops / td / 1e9, flops / tb / 1e9, 3 * flops / tt / 1e9);
+        }
+        x.release(); w.release(); y.release(); dy.release(); dx.release(); dw.release(); db.release();
+    }
+    gc_set_allow_tf32(1);
+    printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "test";
+    g_rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + (uint64_t)clock();
+    if (getenv("SEED")) g_rng = strtoull(getenv("SEED"), NULL, 10);
+    if (!g_rng) g_rng = 1;
+    printf("seed %llu\n", (unsigned long long)g_rng);
+    init_backend();
+    g_quick = !strcmp(mode, "quick");
+    if (!strcmp(mode, "test") || !strcmp(mode, "all") || g_quick) {
+        run_tests();
+        printf("correctness: %d of %d checks passed%s\n", g_checks - g_fail, g_checks,
+               g_fail ? "  -- FAILURES" : "");
+    }
+    g_sweep_only = !strcmp(mode, "sweep");
+    if (!strcmp(mode, "bench") || !strcmp(mode, "all") || g_sweep_only) run_bench();
+    if (!strcmp(mode, "one")) { /* one call of each pass on the large layer, f16 (for ncu) */
+        const layer &L = g_layers[3];
+        gc_conv2d_params p = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+        gc_conv2d_geom g;
+        gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p, &g);
+        const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
+                     ny = (size_t)(g.N * g.OH * g.OW * g.F);
+        dbuf x, w, y, dy, dx, dw, db;
+        x.alloc(nx * 2); dev_rand(x, GC_F16, nx, 1); w.alloc(nw * 2); dev_rand(w, GC_F16, nw, 0.1f);
+        dy.alloc(ny * 2); dev_rand(dy, GC_F16, ny, 1);
+        y.alloc(ny * 2); dx.alloc(nx * 2); dw.alloc(nw * 2); db.alloc(g.F * 2);
+        int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                sb[1] = {g.F};
+        gc_tensor tx = gc_tensor_make(x.p, GC_F16, 4, sx), tw = gc_tensor_make(w.p, GC_F16, 4, sw),
+                  ty = gc_tensor_make(y.p, GC_F16, 4, sy), tnb = gc_tensor_make(NULL, GC_F16, 1, sb),
+                  tdy = gc_tensor_make(dy.p, GC_F16, 4, sy), tdx = gc_tensor_make(dx.p, GC_F16, 4, sx),
+                  tdw = gc_tensor_make(dw.p, GC_F16, 4, sw), tdb = gc_tensor_make(db.p, GC_F16, 1, sb);
+        const gc_tensor *fin[3] = {&tx, &tw, &tnb}, *din[2] = {&tdy, &tw}, *win[2] = {&tx, &tdy};
+        gc_tensor *fout[1] = {&ty}, *dout[1] = {&tdx}, *wout[2] = {&tdw, &tdb};
+        if (run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p) || run_op(GC_OP_CONV2D_BWD_DATA, din, 2, dout, 1, &p) ||
+            run_op(GC_OP_CONV2D_BWD_FILTER, win, 2, wout, 2, &p))
+            printf("one: %s\n", gc_last_error());
+        CK(cudaDeviceSynchronize());
+    }
+    return g_fail ? 1 : 0;
+}

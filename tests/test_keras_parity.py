@@ -1,0 +1,179 @@
+"""Parity with Keras 3 itself: the same models built in keras and in gpucmp.keras, with
+weights copied through get_weights/set_weights, must predict, evaluate and train alike
+(float32 on both sides: ~1e-5 relative) and print the same summary.
+
+Runs when `keras` (Keras 3) is importable; CI installs it with the JAX backend
+(KERAS_BACKEND=jax, set here when unset).
+"""
+import contextlib
+import io
+import os
+import re
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+keras = pytest.importorskip("keras")
+if not keras.__version__.startswith("3."):
+    pytest.skip(f"needs Keras 3, found {keras.__version__}", allow_module_level=True)
+
+import gpucmp.keras as gk  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sessions():
+    keras.backend.clear_session()
+    gk.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    gk.utils.set_random_seed(0)
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def seeds_cnn(K):
+    model = K.models.Sequential()
+    model.add(K.layers.Input(shape=(28, 28, 1)))
+    model.add(K.layers.Conv2D(32, (3, 3), activation="relu"))
+    model.add(K.layers.MaxPooling2D((2, 2)))
+    model.add(K.layers.Conv2D(64, (3, 3), activation="relu"))
+    model.add(K.layers.MaxPooling2D((2, 2)))
+    model.add(K.layers.Conv2D(64, (3, 3), activation="relu"))
+    model.add(K.layers.Flatten())
+    model.add(K.layers.Dense(64, activation="relu"))
+    model.add(K.layers.Dense(10, activation="softmax"))
+    return model
+
+
+def digits(n, seed=0):
+    from gpucmp.datasets import load_digits_mnist
+    try:
+        (x, y), _ = load_digits_mnist()
+        x = (x[:n] / 255.0).reshape(-1, 28, 28, 1).astype(np.float32)
+        y = y[:n]
+    except ImportError:
+        rng = np.random.default_rng(seed)
+        x, y = rng.uniform(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 10, n)
+    return x, y
+
+
+def pair(build):
+    """(keras model, gpucmp model) with the keras weights copied into gpucmp."""
+    km, gm = build(keras), build(gk)
+    gm.set_weights(km.get_weights())
+    return km, gm
+
+
+def test_summary_text_and_param_counts_match(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    texts = []
+    for K in (keras, gk):
+        model = seeds_cnn(K)
+        captured = []
+        model.summary(print_fn=captured.append)
+        texts.append("".join(captured))
+        assert model.count_params() == 93322
+    assert texts[0] == texts[1]
+
+
+def test_seeds_cnn_predict_evaluate_and_one_adam_step():
+    km, gm = pair(seeds_cnn)
+    x, labels = digits(48)
+    y = keras.utils.to_categorical(labels, 10)
+    assert rel_err(gm.predict(x, verbose=0), km.predict(x, verbose=0)) < 1e-5
+    for m in (km, gm):
+        m.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    k_loss, k_acc = km.evaluate(x, y, verbose=0)
+    g_loss, g_acc = gm.evaluate(x, y, verbose=0)
+    assert g_loss == pytest.approx(k_loss, rel=1e-5)
+    assert g_acc == pytest.approx(k_acc)
+    w0 = km.get_weights()
+    k_step = km.train_on_batch(x[:16], y[:16])
+    g_step = gm.train_on_batch(x[:16], y[:16])
+    assert g_step[0] == pytest.approx(k_step[0], rel=1e-5)
+    for w, kw, gw in zip(w0, km.get_weights(), gm.get_weights()):
+        assert rel_err(gw, kw) < 1e-5
+        assert rel_err(gw - w, kw - w) < 1e-3         # the update itself (~lr) agrees too
+
+
+def test_gan_discriminator_binary_crossentropy_adam_steps():
+    def build(K):
+        model = K.models.Sequential([K.layers.Input(shape=(28, 28, 1)), K.layers.Flatten(),
+                                     K.layers.Dense(128, activation="relu"),
+                                     K.layers.Dense(1, activation="sigmoid")])
+        model.compile(loss="binary_crossentropy",
+                      optimizer=K.optimizers.Adam(learning_rate=0.0002, beta_1=0.5),
+                      metrics=["accuracy"])
+        return model
+    km, gm = pair(build)
+    x, _ = digits(32)
+    x = x * 2 - 1
+    y = np.r_[np.ones(16), np.zeros(16)].astype(np.float32)
+    for _ in range(3):
+        kl = km.train_on_batch(x, y)
+        gl = gm.train_on_batch(x, y)
+        assert gl[0] == pytest.approx(kl[0], rel=1e-5)
+    for kw, gw in zip(km.get_weights(), gm.get_weights()):
+        assert rel_err(gw, kw) < 1e-5
+
+
+@pytest.mark.parametrize("opt", [
+    lambda K: K.optimizers.SGD(learning_rate=0.05, momentum=0.9, nesterov=True),
+    lambda K: K.optimizers.SGD(learning_rate=0.1),
+    lambda K: K.optimizers.RMSprop(learning_rate=0.001),
+])
+def test_fit_history_and_weights_match_with_other_optimizers(opt):
+    def build(K):
+        model = K.models.Sequential([K.layers.Input(shape=(12,)), K.layers.Dense(16, activation="tanh"),
+                                     K.layers.Dense(4, activation="softmax")])
+        model.compile(optimizer=opt(K), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+    km, gm = pair(build)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 50)
+    kh = km.fit(x, y, batch_size=8, epochs=3, shuffle=False, validation_split=0.2, verbose=0)
+    gh = gm.fit(x, y, batch_size=8, epochs=3, shuffle=False, validation_split=0.2, verbose=0)
+    assert list(gh.history) == list(kh.history)
+    for key in kh.history:
+        np.testing.assert_allclose(gh.history[key], kh.history[key], rtol=2e-5, atol=1e-6)
+    for kw, gw in zip(km.get_weights(), gm.get_weights()):
+        assert rel_err(gw, kw) < 2e-5
+    assert gh.params == kh.params
+
+
+def test_other_layer_settings_predict_alike():
+    def build(K):
+        return K.models.Sequential([
+            K.layers.Input(shape=(15, 13, 3)),
+            K.layers.Conv2D(6, (3, 4), strides=(2, 2), padding="same", activation="tanh"),
+            K.layers.AveragePooling2D((2, 2), padding="same"),
+            K.layers.Conv2D(5, 2, dilation_rate=(2, 1), activation="sigmoid", use_bias=False),
+            K.layers.MaxPooling2D((2, 2), strides=(1, 1), padding="same"),
+            K.layers.Dropout(0.3),
+            K.layers.Reshape((-1,)),
+            K.layers.Dense(7),
+            K.layers.Activation("softmax"),
+        ])
+    km, gm = pair(build)
+    assert gm.count_params() == km.count_params()
+    assert gm.output_shape == km.output_shape
+    x = np.random.default_rng(2).normal(size=(9, 15, 13, 3)).astype(np.float32)
+    assert rel_err(gm.predict(x, verbose=0), km.predict(x, verbose=0)) < 1e-5
+
+
+def test_fit_progress_output_has_the_same_shape_of_text():
+    km, gm = pair(lambda K: K.models.Sequential([K.layers.Input(shape=(4,)), K.layers.Dense(2)]))
+    x = np.random.default_rng(3).normal(size=(20, 4)).astype(np.float32)
+    outs = []
+    for m in (km, gm):
+        m.compile("sgd", "mse")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            m.fit(x, x[:, :2], epochs=2, batch_size=10, verbose=2, shuffle=False)
+        outs.append(buf.getvalue())
+    timings = re.compile(r"\b\d+(us|ms|s)\b")
+    assert timings.sub("T", outs[1]) == timings.sub("T", outs[0])   # timings aside, the same text

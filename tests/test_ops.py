@@ -1,0 +1,920 @@
+"""The op test matrix: every op of the core x every backend x every storage dtype,
+against the NumPy oracle (tests/reference.py), through gpucmp.ops.
+
+What it provides:
+- `test_op[op-backend-dtype(-simd)]`: one case per name in `_core.op_names()`, per
+  backend in `_core.backends()` (CUDA ones marked `cuda`), per dtype (float32,
+  float16, bfloat16); GEMM and convolution cases also per CPU SIMD variant
+  (`_core.cpu_force_simd`). Each case draws FRESH random inputs (odd sizes, strides
+  1-3, dilation, both paddings, edge geometries), rounds them to the dtype, runs the
+  op and compares with the oracle evaluated in float64 on the same rounded inputs:
+  ||out - ref|| / ||ref|| <= 1e-5 (float32, scaled by sqrt(K) for a K-long reduction,
+  at most 1e-4) or 1e-2 (float16 / bfloat16 storage). NaN never passes; output
+  shapes and dtypes are checked; outputs are NaN-poisoned by gpucmp.ops.
+- For every backward op, in float32, a directional central-difference check of the
+  core's backward against the core's own forward (in float64 sums of the float32
+  outputs, with the perturbation taken exactly as rounded).
+- `test_every_op_has_a_case`: a new op of GC_OP_LIST cannot skip its tests.
+
+Every failure message carries the seed; GPUCMP_TEST_SEED=<seed> replays a run.
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import reference as ref
+from gpucmp import _core, ops
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover
+    ml_dtypes = None
+
+DTYPES = ("float32", "float16", "bfloat16")
+BACKENDS = tuple(_core.backends())
+SIMD_VARIANTS = tuple(_core.cpu_simd_variants())
+SIMD_OPS = {"gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter"}
+ELEMENTWISE_ACTS = ("linear", "relu", "tanh", "sigmoid")
+
+
+def _fresh_seed():
+    env = os.environ.get("GPUCMP_TEST_SEED")
+    return int(env) if env else int(np.random.SeedSequence().entropy % (1 << 63))
+
+
+# =====================================================================================
+# the per-case context: random inputs, dtype handling, comparisons
+# =====================================================================================
+
+class Case:
+    """Random inputs rounded to the case's dtype, calls into gpucmp.ops, and checks."""
+
+    def __init__(self, op, backend, dtype, simd):
+        self.op, self.backend, self.dtype, self.simd = op, backend, dtype, simd
+        self.seed = _fresh_seed()
+        self.rng = np.random.default_rng(self.seed)
+        self.what = ""  # the configuration being checked, for messages
+        # dtype is inferred from the typed arrays; without ml_dtypes bf16 must be named
+        self.kw = {"backend": backend}
+        if dtype == "bfloat16" and ml_dtypes is None:
+            self.kw["dtype"] = "bfloat16"
+
+    # ---- inputs
+    def round(self, a):
+        return ref.round_to(a, self.dtype)
+
+    def normal(self, shape, scale=1.0):
+        return self.round(self.rng.standard_normal(shape) * scale)
+
+    def uniform(self, shape, lo, hi):
+        return self.round(self.rng.uniform(lo, hi, shape))
+
+    def arg(self, a):
+        """A float64 array of dtype-exact values as a typed array for gpucmp.ops."""
+        if self.dtype == "float16":
+            return np.asarray(a, dtype=np.float16)
+        if self.dtype == "bfloat16" and ml_dtypes is not None:
+            return np.asarray(a, dtype=np.float32).astype(ml_dtypes.bfloat16)
+        return np.asarray(a, dtype=np.float32)
+
+    def out_dtype(self):
+        if self.dtype == "float16":
+            return np.dtype(np.float16)
+        if self.dtype == "bfloat16" and ml_dtypes is not None:
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(np.float32)
+
+    # ---- checks
+    def msg(self, text):
+        simd = f" simd={self.simd}" if self.simd else ""
+        return (f"[{self.op} backend={self.backend} dtype={self.dtype}{simd} "
+                f"seed={self.seed}] {self.what}: {text}")
+
+    def tol(self, k=1):
+        if self.dtype == "float32":
+            return 1e-5 * min(max(1.0, math.sqrt(k)), 10.0)
+        return 1e-2
+
+    def check(self, name, out, want, k=1, tol=None, terms=None):
+        """out (from the core) against want (oracle, float64): dtype, shape, NaN, error.
+
+        `terms`: the oracle evaluated on the magnitudes of what gets summed (e.g. the
+        product of |a| and |b|); see check_values."""
+        assert out is not None, self.msg(f"{name}: no output")
+        assert np.asarray(out).dtype == self.out_dtype(), \
+            self.msg(f"{name}: dtype {np.asarray(out).dtype}, expected {self.out_dtype()}")
+        self.check_values(name, np.asarray(out).astype(np.float64), want, k, tol, terms)
+
+    def check_values(self, name, got, want, k=1, tol=None, terms=None):
+        """||got - want|| <= tol * ||want|| + floor.
+
+        The floor is what float32 arithmetic cannot avoid when the terms of a sum
+        cancel (a random draw where a * b + c is nearly 0, tanh' = 1 - y*y with
+        y near 1): 2^-20 * sqrt(k) * ||terms||, i.e. 16 float32 ulps of the
+        magnitudes involved per sqrt(reduction length). Without cancellation it is
+        far below tol * ||want||, so it never hides a wrong result."""
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        assert got.shape == want.shape, self.msg(f"{name}: shape {got.shape}, expected {want.shape}")
+        assert np.all(np.isfinite(want)), self.msg(f"{name}: the oracle is not finite (test bug)")
+        bad = ~np.isfinite(got)
+        assert not bad.any(), self.msg(
+            f"{name}: {bad.sum()} non-finite values, first at {np.argwhere(bad)[0].tolist()}")
+        tol = self.tol(k) if tol is None else tol
+        floor = 0.0 if terms is None else \
+            2.0 ** -20 * math.sqrt(max(k, 1)) * np.linalg.norm(np.asarray(terms, np.float64))
+        diff, norm = np.linalg.norm(got - want), np.linalg.norm(want)
+        if diff > tol * norm + floor:
+            err = diff / norm if norm > 0 else diff
+            worst = np.unravel_index(np.argmax(np.abs(got - want)), got.shape) if got.size else ()
+            raise AssertionError(self.msg(
+                f"{name}: ||out-ref||/||ref|| = {err:.3e} > {tol:.1e} (cancellation floor "
+                f"{floor:.1e} absolute); worst at {list(worst)}: got {got[worst]!r}, "
+                f"expected {want[worst]!r}"))
+
+
+def _abs(a):
+    return None if a is None else np.abs(a)
+
+
+def _act_bwd_terms(y, dy, act):
+    """Magnitudes of the terms of act_bwd (1 - y*y cancels when |y| -> 1, etc.)."""
+    if act == "softmax":
+        return np.abs(y) * (np.abs(dy) + np.abs((dy * y).sum(axis=-1, keepdims=True)))
+    return np.abs(dy) * (1.0 + y * y + np.abs(y))
+
+
+def _pair_str(p):
+    return "x".join(str(v) for v in p)
+
+
+# =====================================================================================
+# random geometries
+# =====================================================================================
+
+def conv_configs(c, n_random=12):
+    """Fixed edge geometries plus fresh random ones (odd sizes, strides 1-3, dilation)."""
+    fixed = [
+        dict(N=1, H=5, W=7, C=3, F=2, KH=1, KW=1, s=(1, 1), d=(1, 1), pad="valid"),
+        dict(N=2, H=4, W=6, C=2, F=3, KH=4, KW=6, s=(1, 1), d=(1, 1), pad="valid"),  # k == in
+        dict(N=1, H=3, W=4, C=2, F=2, KH=5, KW=4, s=(2, 1), d=(1, 1), pad="same"),   # k > in
+        dict(N=2, H=9, W=11, C=8, F=16, KH=3, KW=3, s=(1, 1), d=(1, 1), pad="same"),  # a real layer
+        dict(N=1, H=10, W=9, C=3, F=5, KH=3, KW=2, s=(2, 3), d=(2, 2), pad="same"),
+        dict(N=1, H=8, W=8, C=2, F=3, KH=2, KW=2, s=(3, 3), d=(1, 1), pad="valid"),  # s > k
+        dict(N=3, H=28, W=28, C=1, F=32, KH=3, KW=3, s=(1, 1), d=(1, 1), pad="valid"),  # seed CNN
+        dict(N=2, H=13, W=13, C=32, F=64, KH=3, KW=3, s=(1, 1), d=(1, 1), pad="valid"),
+        dict(N=2, H=15, W=14, C=17, F=33, KH=5, KW=3, s=(2, 2), d=(1, 1), pad="same"),
+    ]
+    out = list(fixed)
+    r = c.rng
+    while len(out) < len(fixed) + n_random:
+        cfg = dict(N=int(r.integers(1, 4)), H=int(r.integers(3, 13)), W=int(r.integers(3, 13)),
+                   C=int(r.integers(1, 7)), F=int(r.integers(1, 8)), KH=int(r.integers(1, 5)),
+                   KW=int(r.integers(1, 5)), s=tuple(int(v) for v in r.integers(1, 4, 2)),
+                   d=tuple(int(v) for v in r.choice([1, 1, 2], 2)),
+                   pad=str(r.choice(["valid", "same"])))
+        try:
+            ref.window_geometry(cfg["H"], cfg["KH"], cfg["s"][0], cfg["d"][0], cfg["pad"])
+            ref.window_geometry(cfg["W"], cfg["KW"], cfg["s"][1], cfg["d"][1], cfg["pad"])
+        except ValueError:
+            continue
+        out.append(cfg)
+    return out
+
+
+def _conv_desc(g):
+    return (f"x=({g['N']},{g['H']},{g['W']},{g['C']}) kernel=({g['KH']},{g['KW']},{g['C']},"
+            f"{g['F']}) strides={_pair_str(g['s'])} dilation={_pair_str(g['d'])} "
+            f"padding={g['pad']}")
+
+
+def pool_configs(c, n_random=10):
+    fixed = [
+        dict(N=2, H=6, W=6, C=3, P=(2, 2), s=None, pad="valid"),
+        dict(N=1, H=7, W=5, C=2, P=(2, 2), s=None, pad="valid"),   # odd: floor
+        dict(N=1, H=7, W=5, C=2, P=(2, 2), s=None, pad="same"),    # odd: padded edge
+        dict(N=2, H=7, W=6, C=3, P=(3, 3), s=(2, 2), pad="same"),  # overlapping
+        dict(N=1, H=6, W=7, C=2, P=(2, 3), s=(3, 1), pad="valid"),  # stride > pool
+        dict(N=1, H=3, W=3, C=4, P=(3, 3), s=(1, 1), pad="same"),
+        dict(N=4, H=26, W=26, C=32, P=(2, 2), s=None, pad="valid"),  # the seed CNN's pool
+    ]
+    out = list(fixed)
+    r = c.rng
+    while len(out) < len(fixed) + n_random:
+        p = tuple(int(v) for v in r.integers(1, 5, 2))
+        cfg = dict(N=int(r.integers(1, 4)), H=int(r.integers(2, 12)), W=int(r.integers(2, 12)),
+                   C=int(r.integers(1, 6)), P=p,
+                   s=None if r.random() < 0.3 else tuple(int(v) for v in r.integers(1, 4, 2)),
+                   pad=str(r.choice(["valid", "same"])))
+        if cfg["pad"] == "valid" and (cfg["H"] < p[0] or cfg["W"] < p[1]):
+            continue
+        out.append(cfg)
+    return out
+
+
+def _pool_desc(g):
+    s = _pair_str(g["s"]) if g["s"] else "default"
+    return (f"x=({g['N']},{g['H']},{g['W']},{g['C']}) pool_size={_pair_str(g['P'])} "
+            f"strides={s} padding={g['pad']}")
+
+
+def _pool_overlap(g):
+    s = g["s"] or g["P"]
+    return math.ceil(g["P"][0] / s[0]) * math.ceil(g["P"][1] / s[1])
+
+
+# =====================================================================================
+# directional finite differences of the core's own forward (float32 only)
+# =====================================================================================
+
+def fd_check(c, name, f, x, grad, h, tol=1e-2, mixed=0.5):
+    """Checks <grad, d> against f(x + d/2) - f(x - d/2), f evaluated by the core.
+
+    The direction mixes the analytic gradient and noise, so <grad, d> is never tiny;
+    d is taken as the exact difference of the two float32-rounded points, and f sums
+    the core's float32 outputs in float64. A coarse check on purpose (1e-2): it
+    catches a wrong sign, scale or missing term; the oracle comparison does the rest."""
+    x = np.asarray(x, np.float64)
+    grad = np.asarray(grad, np.float64)
+    gnorm = np.linalg.norm(grad)
+    if gnorm == 0:
+        return
+    v = c.rng.standard_normal(x.shape)
+    direction = grad / gnorm + mixed * v / np.linalg.norm(v)
+    xp = np.asarray(x + h * direction, np.float32).astype(np.float64)
+    xm = np.asarray(x - h * direction, np.float32).astype(np.float64)
+    fd = float(f(xp)) - float(f(xm))
+    an = float(np.sum(grad * (xp - xm)))
+    err = abs(fd - an) / abs(an)
+    assert err <= tol, c.msg(f"{name}: finite difference of the core's forward {fd:.6e} vs "
+                             f"<core grad, step> {an:.6e} (relative {err:.2e} > {tol:.0e})")
+
+
+def _sum64(a):
+    return float(np.sum(np.asarray(a, np.float64)))
+
+
+# =====================================================================================
+# the cases, one per op
+# =====================================================================================
+
+def case_gemm(c):
+    r = c.rng
+    shapes = [(1, 1, 1), (3, 5, 0), (67, 45, 129), (64, 64, 64), (17, 33, 9)]
+    shapes += [tuple(int(v) for v in r.integers(1, 40, 3)) for _ in range(4)]
+    for i, (m, n, k) in enumerate(shapes):
+        for trans_a in (False, True):
+            for trans_b in (False, True):
+                a = c.normal((k, m) if trans_a else (m, k))
+                b = c.normal((n, k) if trans_b else (k, n))
+                bias = c.normal(n) if r.random() < 0.5 or k == 0 else None
+                beta = float(r.choice([0.0, 0.0, 0.5, -1.25])) if k else 0.5
+                alpha = float(r.choice([1.0, 1.0, 0.75, -2.0]))
+                cm = c.normal((m, n)) if beta else None
+                act = str(r.choice(ELEMENTWISE_ACTS))
+                c.what = (f"M={m} N={n} K={k} trans_a={trans_a} trans_b={trans_b} alpha={alpha} "
+                          f"beta={beta} bias={bias is not None} act={act}")
+                out = ops.gemm(c.arg(a), c.arg(b), None if bias is None else c.arg(bias),
+                               None if cm is None else c.arg(cm), trans_a=trans_a,
+                               trans_b=trans_b, alpha=alpha, beta=beta, activation=act, **c.kw)
+                want = ref.gemm(a, b, bias, cm, trans_a, trans_b, alpha, beta, act)
+                terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), trans_a, trans_b,
+                                 abs(alpha), abs(beta))
+                c.check("c", out, want, k=k, terms=terms)
+    # matmul: batch axes in front of a (a Dense layer)
+    a, b, bias = c.normal((2, 3, 7)), c.normal((7, 5)), c.normal(5)
+    c.what = "matmul a (2, 3, 7) @ b (7, 5) + bias, relu"
+    c.check("matmul", ops.matmul(c.arg(a), c.arg(b), bias=c.arg(bias), activation="relu", **c.kw),
+            ref.matmul(a, b, bias, "relu"), k=7, terms=ref.matmul(abs(a), abs(b), abs(bias)))
+
+
+def case_conv2d_fwd(c):
+    for g in conv_configs(c):
+        x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+        w = c.normal((g["KH"], g["KW"], g["C"], g["F"]))
+        bias = c.normal(g["F"]) if c.rng.random() < 0.6 else None
+        act = str(c.rng.choice(ELEMENTWISE_ACTS))
+        c.what = _conv_desc(g) + f" bias={bias is not None} act={act}"
+        y = ops.conv2d(c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"],
+                       padding=g["pad"], dilation_rate=g["d"], activation=act, **c.kw)
+        want = ref.conv2d(x, w, bias, g["s"], g["pad"], g["d"], act)
+        terms = ref.conv2d(abs(x), abs(w), _abs(bias), g["s"], g["pad"], g["d"])
+        c.check("y", y, want, k=g["KH"] * g["KW"] * g["C"], terms=terms)
+
+
+def _conv_fwd_f64(c, g, x, w, bias=None):
+    y = ops.conv2d(np.asarray(x, np.float32), np.asarray(w, np.float32),
+                   None if bias is None else np.asarray(bias, np.float32), strides=g["s"],
+                   padding=g["pad"], dilation_rate=g["d"], backend=c.backend)
+    return np.asarray(y, np.float64)
+
+
+def case_conv2d_bwd_data(c):
+    for g in conv_configs(c):
+        xshape = (g["N"], g["H"], g["W"], g["C"])
+        w = c.normal((g["KH"], g["KW"], g["C"], g["F"]))
+        yshape = ref.conv2d_output_shape(xshape, w.shape, g["s"], g["pad"], g["d"])
+        dy = c.normal(yshape)
+        c.what = _conv_desc(g)
+        dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=g["s"],
+                                      padding=g["pad"], dilation_rate=g["d"], **c.kw)
+        want = ref.conv2d_backward_data(dy, w, xshape, g["s"], g["pad"], g["d"])
+        terms = ref.conv2d_backward_data(abs(dy), abs(w), xshape, g["s"], g["pad"], g["d"])
+        c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+        if c.dtype == "float32":
+            x = c.normal(xshape)
+            fd_check(c, "dx", lambda t: np.sum(dy * _conv_fwd_f64(c, g, t, w)), x,
+                     np.asarray(dx, np.float64), h=0.1)
+
+
+def case_conv2d_bwd_filter(c):
+    for g in conv_configs(c):
+        x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+        kshape = (g["KH"], g["KW"], g["C"], g["F"])
+        yshape = ref.conv2d_output_shape(x.shape, kshape, g["s"], g["pad"], g["d"])
+        dy = c.normal(yshape)
+        with_bias = bool(c.rng.random() < 0.7)
+        c.what = _conv_desc(g) + f" with_bias={with_bias}"
+        dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
+                                            strides=g["s"], padding=g["pad"],
+                                            dilation_rate=g["d"], with_bias=with_bias, **c.kw)
+        want_w, want_b = ref.conv2d_backward_filter(x, dy, (g["KH"], g["KW"]), g["s"], g["pad"],
+                                                    g["d"])
+        terms_w, terms_b = ref.conv2d_backward_filter(abs(x), abs(dy), (g["KH"], g["KW"]),
+                                                      g["s"], g["pad"], g["d"])
+        rows = yshape[0] * yshape[1] * yshape[2]
+        c.check("dw", dw, want_w, k=rows, terms=terms_w)
+        if with_bias:
+            c.check("db", db, want_b, k=rows, terms=terms_b)
+        else:
+            assert db is None, c.msg("db returned although with_bias=False")
+        if c.dtype == "float32":
+            w = c.normal(kshape)
+            fd_check(c, "dw", lambda t: np.sum(dy * _conv_fwd_f64(c, g, x, t)), w,
+                     np.asarray(dw, np.float64), h=0.1)
+            if with_bias:
+                b0 = c.normal(g["F"])
+                fd_check(c, "db", lambda t: np.sum(dy * _conv_fwd_f64(c, g, x, w, t)), b0,
+                         np.asarray(db, np.float64), h=0.1)
+
+
+def case_maxpool2d_fwd(c):
+    for g in pool_configs(c):
+        x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+        if c.rng.random() < 0.3:
+            x = c.round(-np.abs(x) - 1.0)  # all negative: a zero pad would win if counted
+        c.what = _pool_desc(g)
+        y = ops.max_pool2d(c.arg(x), g["P"], g["s"], g["pad"], **c.kw)
+        c.check("y", y, ref.max_pool2d(x, g["P"], g["s"], g["pad"]), tol=0.0)  # a selection
+
+
+def case_maxpool2d_bwd(c):
+    for i, g in enumerate(pool_configs(c)):
+        shape = (g["N"], g["H"], g["W"], g["C"])
+        ties = i % 3 == 0
+        # every third configuration: few distinct values, so windows hold ties
+        x = c.round(c.rng.integers(-2, 2, shape).astype(float)) if ties else c.normal(shape)
+        dy = c.normal(ref.pool2d_output_shape(shape, g["P"], g["s"], g["pad"]))
+        c.what = _pool_desc(g) + (" (ties)" if ties else "")
+        dx = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], g["pad"], **c.kw)
+        c.check("dx", dx, ref.max_pool2d_backward(x, dy, g["P"], g["s"], g["pad"]),
+                k=_pool_overlap(g),
+                terms=ref.max_pool2d_backward(x, abs(dy), g["P"], g["s"], g["pad"]))
+        if c.dtype == "float32" and not ties:
+            xd = c.rng.permutation(x.size).reshape(shape) * 0.01  # distinct, 0.01 apart
+            dxd = ops.max_pool2d_backward(xd, dy, g["P"], g["s"], g["pad"], backend=c.backend)
+
+            def f(t):
+                return np.sum(dy * np.asarray(ops.max_pool2d(
+                    np.asarray(t, np.float32), g["P"], g["s"], g["pad"], backend=c.backend),
+                    np.float64))
+            fd_check(c, "dx", f, xd, np.asarray(dxd, np.float64), h=1e-3)
+
+
+def case_avgpool2d_fwd(c):
+    for g in pool_configs(c):
+        x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+        c.what = _pool_desc(g)
+        y = ops.avg_pool2d(c.arg(x), g["P"], g["s"], g["pad"], **c.kw)
+        c.check("y", y, ref.avg_pool2d(x, g["P"], g["s"], g["pad"]), k=g["P"][0] * g["P"][1],
+                terms=ref.avg_pool2d(abs(x), g["P"], g["s"], g["pad"]))
+
+
+def case_avgpool2d_bwd(c):
+    for g in pool_configs(c):
+        shape = (g["N"], g["H"], g["W"], g["C"])
+        dy = c.normal(ref.pool2d_output_shape(shape, g["P"], g["s"], g["pad"]))
+        c.what = _pool_desc(g)
+        dx = ops.avg_pool2d_backward(c.arg(dy), shape, g["P"], g["s"], g["pad"], **c.kw)
+        c.check("dx", dx, ref.avg_pool2d_backward(dy, shape, g["P"], g["s"], g["pad"]),
+                k=_pool_overlap(g),
+                terms=ref.avg_pool2d_backward(abs(dy), shape, g["P"], g["s"], g["pad"]))
+        if c.dtype == "float32":
+            x = c.normal(shape)
+
+            def f(t):
+                return np.sum(dy * np.asarray(ops.avg_pool2d(
+                    np.asarray(t, np.float32), g["P"], g["s"], g["pad"], backend=c.backend),
+                    np.float64))
+            fd_check(c, "dx", f, x, np.asarray(dx, np.float64), h=0.1)
+
+
+def _act_shapes(c):
+    r = c.rng
+    return [(1,), (7,), (3, 1), (5, 9), (2, 3, 17), (int(r.integers(1, 40)), int(r.integers(1, 70)))]
+
+
+def case_act_fwd(c):
+    for act in ref.ACTIVATIONS:
+        for shape in _act_shapes(c):
+            x = c.normal(shape, scale=3.0)
+            c.what = f"act={act} x{shape}"
+            y = ops.activation(c.arg(x), act, **c.kw)
+            c.check("y", y, ref.activation(x, act), k=shape[-1] if act == "softmax" else 1)
+
+
+def case_act_bwd(c):
+    for act in ref.ACTIVATIONS:
+        for shape in _act_shapes(c):
+            x = c.normal(shape, scale=3.0)
+            y = c.round(ref.activation(x, act))  # the forward output as stored
+            dy = c.normal(shape)
+            c.what = f"act={act} y{shape}"
+            dx = ops.activation_backward(c.arg(y), c.arg(dy), act, **c.kw)
+            c.check("dx", dx, ref.activation_backward(y, dy, act),
+                    k=shape[-1] if act == "softmax" else 1, terms=_act_bwd_terms(y, dy, act))
+            if c.dtype == "float32" and len(shape) == 2 and shape[1] > 1:
+                if act == "relu":
+                    x = np.where(np.abs(x) < 0.05, 0.5, x)  # off the kink
+
+                def fwd(t):
+                    return np.asarray(ops.activation(np.asarray(t, np.float32), act,
+                                                     backend=c.backend), np.float64)
+                y32 = fwd(x)
+                dxc = np.asarray(ops.activation_backward(y32, dy, act, backend=c.backend),
+                                 np.float64)
+                fd_check(c, "dx", lambda t: np.sum(dy * fwd(t)), x, dxc, h=1e-2)
+
+
+def case_bias_grad(c):
+    r = c.rng
+    for shape in [(1, 1), (3, 7), (int(r.integers(50, 300)), int(r.integers(1, 40))),
+                  (2, 5, 4, 6), (9,)]:
+        dy = c.normal(shape)
+        c.what = f"dy{shape}"
+        db = ops.bias_grad(c.arg(dy), **c.kw)
+        c.check("db", db, ref.bias_grad(dy), k=int(np.prod(shape[:-1])),
+                terms=ref.bias_grad(abs(dy)))
+    if c.dtype == "float32":
+        # through the core's gemm bias epilogue: d/db sum(dy * (a @ w + b)) = bias_grad(dy)
+        a, w, dy, b0 = c.normal((13, 6)), c.normal((6, 5)), c.normal((13, 5)), c.normal(5)
+        c.what = "d/dbias of sum(dy * gemm(a, w, bias))"
+        db = np.asarray(ops.bias_grad(dy, backend=c.backend), np.float64)
+        fd_check(c, "db", lambda t: np.sum(dy * np.asarray(
+            ops.gemm(a, w, np.asarray(t, np.float32), backend=c.backend), np.float64)),
+            b0, db, h=0.1)
+
+
+def _loss_rows_cols(c):
+    r = c.rng
+    return [(1, 1), (1, 7), (5, 3), (int(r.integers(2, 40)), int(r.integers(2, 30))), (17, 10)]
+
+
+def _check_loss(c, fn, x, labels, want_fn, kwargs, k):
+    """want_fn(grad_scale) -> (loss, grad, loss terms, grad terms) from the oracle."""
+    gs = float(c.rng.choice([1.0, 0.5, 1.0 / 32]))
+    loss, grad = fn(c.arg(x), labels, grad_scale=gs, **kwargs, **c.kw)
+    want_loss, want_grad, loss_terms, grad_terms = want_fn(gs)
+    c.check("loss", loss, want_loss, k=k, terms=loss_terms)
+    c.check("grad", grad, want_grad, k=k, terms=grad_terms)
+    loss2, none = fn(c.arg(x), labels, grad_scale=gs, return_grad=False, **kwargs, **c.kw)
+    assert none is None, c.msg("grad returned although return_grad=False")
+    c.check("loss (no grad)", loss2, want_loss, k=k, terms=loss_terms)
+    return gs
+
+
+def _softmax_xent_ref(z, labels, gs):
+    loss, grad = ref.softmax_cross_entropy(z, labels, gs)
+    y = np.abs(ref._dense_labels(labels, z.shape[-1]))
+    lse = np.abs(np.log(np.exp(z).sum(axis=-1, keepdims=True)))
+    return loss, grad, (y * (np.abs(z) + lse)).sum(axis=-1), \
+        gs * (ref.activation(z, "softmax") * y.sum(axis=-1, keepdims=True) + y)
+
+
+def _sigmoid_bce_ref(z, y, gs):
+    loss, grad = ref.sigmoid_binary_cross_entropy(z, y, gs)
+    cols = z.shape[-1]
+    return loss, grad, (2 * np.abs(z) + 1.0).mean(axis=-1), \
+        gs * (ref.activation(z, "sigmoid") + np.abs(y)) / cols
+
+
+def _xent_probs_ref(p, labels, binary, gs):
+    loss, grad = ref.cross_entropy_from_probs(p, labels, binary, gs)
+    cols = p.shape[-1]
+    if binary:
+        q = np.clip(p, ref.CLIP_LO, ref.CLIP_HI)
+        return loss, grad, loss, gs * (np.abs(labels) / q + np.abs(1 - labels) / (1 - q)) / cols
+    y = ref._dense_labels(labels, cols)
+    s = p.sum(axis=-1, keepdims=True)
+    n = p / s
+    g_n = np.abs(y) / np.clip(n, ref.CLIP_LO, ref.CLIP_HI)
+    return loss, grad, loss, gs * (g_n + (g_n * n).sum(axis=-1, keepdims=True)) / s
+
+
+def _regression_ref(p, t, kind, gs):
+    loss, grad = ref.regression_loss(p, t, kind, gs)
+    return loss, grad, loss, gs * 2 * (np.abs(p) + np.abs(t)) / p.shape[-1]
+
+
+def _fd_loss(c, fn, x, labels, kwargs, h):
+    """float32: finite differences of the core's loss against the core's gradient."""
+    if c.dtype != "float32":
+        return
+    loss, grad = fn(np.asarray(x, np.float32), labels, **kwargs, backend=c.backend)
+    fd_check(c, "grad", lambda t: _sum64(fn(np.asarray(t, np.float32), labels, **kwargs,
+                                            return_grad=False, backend=c.backend)[0]),
+             x, np.asarray(grad, np.float64), h=h)
+
+
+def case_softmax_xent(c):
+    for rows, cols in _loss_rows_cols(c):
+        z = c.normal((rows, cols), scale=3.0)
+        idx = c.rng.integers(0, cols, rows)
+        # (rows, 1) class indices are only unambiguous when there is more than one class
+        for kind in ("onehot", "soft", "sparse") + (("sparse_col",) if cols > 1 else ()):
+            if kind == "onehot":
+                labels = c.arg(np.eye(cols)[idx])
+            elif kind == "soft":  # rows summing to one after rounding
+                p = c.round(ref.activation(c.rng.standard_normal((rows, cols)), "softmax"))
+                p[:, -1] = 0.0
+                p[:, -1] = np.maximum(1.0 - p.sum(axis=1), 0.0)
+                labels = c.arg(c.round(p))
+            elif kind == "sparse":
+                labels = idx.astype(np.int64)
+            else:
+                labels = idx.astype(np.int32).reshape(rows, 1)
+            c.what = f"logits ({rows}, {cols}) labels={kind}"
+            lab64 = (np.asarray(labels, np.float64) if kind in ("onehot", "soft")
+                     else idx.astype(np.int32))
+            _check_loss(c, ops.softmax_cross_entropy, z, labels,
+                        lambda gs: _softmax_xent_ref(z, lab64, gs), {}, cols)
+            _fd_loss(c, ops.softmax_cross_entropy, z, labels, {}, h=1e-2)
+
+
+def case_sigmoid_bce(c):
+    for rows, cols in _loss_rows_cols(c):
+        z = c.normal((rows, cols), scale=3.0)
+        for kind in ("binary", "soft"):
+            y = (c.rng.random((rows, cols)) < 0.5).astype(float) if kind == "binary" else \
+                c.uniform((rows, cols), 0.0, 1.0)
+            c.what = f"logits ({rows}, {cols}) labels={kind}"
+            _check_loss(c, ops.sigmoid_binary_cross_entropy, z, c.arg(y),
+                        lambda gs: _sigmoid_bce_ref(z, y, gs), {}, cols)
+            _fd_loss(c, ops.sigmoid_binary_cross_entropy, z, c.arg(y), {}, h=1e-2)
+
+
+def case_xent_probs(c):
+    for rows, cols in _loss_rows_cols(c):
+        # categorical: positive, unnormalised probabilities; a few exact zeros get clipped
+        p = c.uniform((rows, cols), 0.05, 1.0)
+        if cols > 1:
+            p[c.rng.random((rows, cols)) < 0.15] = 0.0
+            p[:, 0] = np.maximum(p[:, 0], 0.05)
+        idx = c.rng.integers(0, cols, rows)
+        for kind in ("onehot", "sparse"):
+            labels = c.arg(np.eye(cols)[idx]) if kind == "onehot" else idx.astype(np.int32)
+            lab64 = np.eye(cols)[idx] if kind == "onehot" else idx.astype(np.int32)
+            c.what = f"categorical probs ({rows}, {cols}) labels={kind}"
+            _check_loss(c, ops.cross_entropy_from_probs, p, labels,
+                        lambda gs: _xent_probs_ref(p, lab64, False, gs), {}, cols)
+            pin = c.uniform((rows, cols), 0.2, 1.0)  # smooth region for the difference check
+            _fd_loss(c, ops.cross_entropy_from_probs, pin, labels, {}, h=1e-3)
+        # binary: inside (0, 1), plus exact 0 and 1 (clipped: loss at the bounds, no gradient)
+        pb = c.uniform((rows, cols), 0.02, 0.98)
+        pb[c.rng.random((rows, cols)) < 0.1] = 0.0
+        pb[c.rng.random((rows, cols)) < 0.1] = 1.0
+        y = c.uniform((rows, cols), 0.0, 1.0)
+        c.what = f"binary probs ({rows}, {cols})"
+        _check_loss(c, ops.cross_entropy_from_probs, pb, c.arg(y),
+                    lambda gs: _xent_probs_ref(pb, y, True, gs), {"binary": True},
+                    cols)
+        pin = c.uniform((rows, cols), 0.1, 0.9)
+        _fd_loss(c, ops.cross_entropy_from_probs, pin, c.arg(y), {"binary": True}, h=1e-3)
+
+
+def case_regression_loss(c):
+    for kind in ("mse", "mae"):
+        for rows, cols in _loss_rows_cols(c):
+            p, t = c.normal((rows, cols)), c.normal((rows, cols))
+            t[0, 0] = p[0, 0]  # one exact tie: mae's gradient is sign(0) = 0 there
+            c.what = f"{kind} pred ({rows}, {cols})"
+            _check_loss(c, ops.regression_loss, p, c.arg(t),
+                        lambda gs: _regression_ref(p, t, kind, gs), {"kind": kind}, cols)
+            if c.dtype == "float32":
+                # away from the kink of |d|: |p - t| >= 0.5
+                tf = p + np.where(c.rng.random(p.shape) < 0.5, -1, 1) * c.uniform(p.shape, 0.5, 2)
+                _fd_loss(c, ops.regression_loss, p, np.asarray(tf, np.float32), {"kind": kind},
+                         h=1e-2)
+    p, t = c.normal(6), c.normal(6)
+    c.what = "mse of a vector (one column per row)"
+    loss, grad = ops.mse(c.arg(p), c.arg(t), **c.kw)
+    want_loss, want_grad = ref.mse(p.reshape(6, 1), t.reshape(6, 1))
+    c.check("loss", loss, want_loss.reshape(6))
+    c.check("grad", grad, want_grad.reshape(6))
+
+
+def _dropout_cases(c):
+    r = c.rng
+    return [(0.0, 0, (3, 5)), (0.5, (1 << 64) - 1, (17,)), (float(r.uniform(0.05, 0.9)),
+            int(r.integers(0, 1 << 63)) * 2 + 1, (4, 3, 7)),
+            (float(r.uniform(0.05, 0.9)), int(r.integers(0, 1 << 32)), (2, 999))]
+
+
+def _check_dropout(c, fn, ref_fn, name):
+    for rate, seed, shape in _dropout_cases(c):
+        x = c.normal(shape)
+        x[x == 0] = 1.0
+        c.what = f"rate={rate} seed={seed} shape={shape}"
+        out = fn(c.arg(x), rate, seed, **c.kw)
+        want = ref_fn(x, rate, seed)
+        keep = ref.dropout_mask(shape, rate, seed)
+        got = np.asarray(out).astype(np.float64)
+        dropped_wrong = np.flatnonzero(((got == 0) != ~keep).reshape(-1))
+        assert dropped_wrong.size == 0, c.msg(
+            f"{name}: the mask differs from gc_uniform01 at {dropped_wrong.size} elements, first "
+            f"flat index {dropped_wrong[:5].tolist()}")
+        c.check(name, out, want)
+    return x
+
+
+def case_dropout_fwd(c):
+    _check_dropout(c, ops.dropout, ref.dropout, "y")
+
+
+def case_dropout_bwd(c):
+    _check_dropout(c, ops.dropout_backward, ref.dropout_backward, "dx")
+    if c.dtype == "float32":
+        x, dy = c.normal((5, 11)), c.normal((5, 11))
+        seed, rate = int(c.rng.integers(0, 1 << 63)), 0.3
+        c.what = f"finite differences rate={rate} seed={seed}"
+        dx = np.asarray(ops.dropout_backward(dy, rate, seed, backend=c.backend), np.float64)
+        fd_check(c, "dx", lambda t: np.sum(dy * np.asarray(ops.dropout(
+            np.asarray(t, np.float32), rate, seed, backend=c.backend), np.float64)), x, dx, h=0.1)
+
+
+def _state(c, a):
+    """A typed array to be updated in place (bf16: ml_dtypes or uint16 bits)."""
+    if c.dtype == "bfloat16" and ml_dtypes is None:
+        return ops.float32_to_bfloat16_bits(np.asarray(a, np.float32))
+    return c.arg(a).copy()
+
+
+def _read_state(c, a):
+    if a.dtype == np.uint16:
+        return ops.bfloat16_bits_to_float32(a).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def _opt_shapes(c):
+    return [(1,), (7, 3), (int(c.rng.integers(100, 2000)),), (3, 3, 2, 5)]
+
+
+def f32r(v):
+    """A hyper-parameter as the core sees it (the C param structs hold float32)."""
+    return float(np.float32(v))
+
+
+def _check_state(c, name, arr, want, before, cond=0.0):
+    """`cond`: condition number of the step's own computation (Adam's 1 - beta^t)."""
+    assert arr.dtype == (np.dtype(np.uint16) if ml_dtypes is None and c.dtype == "bfloat16"
+                         else c.out_dtype()), c.msg(f"{name}: dtype changed to {arr.dtype}")
+    got = _read_state(c, arr)
+    step = want - before
+    # the new value is old + step: they may cancel; the step carries its own rounding
+    terms = np.abs(before) + np.abs(step) * (1.0 + cond)
+    c.check_values(name, got, want, terms=terms)
+    if c.dtype == "float32" and np.linalg.norm(step) > 0:
+        # the step itself, so a wrong update cannot hide behind |w|; the allowance is
+        # what storing the new value in float32 alone costs
+        storage = np.linalg.norm(ref.round_to(want, "float32") - want) / np.linalg.norm(step)
+        c.check_values(name + " step", got - before, step, tol=1e-4 + 4 * storage, terms=terms)
+
+
+def case_adam(c):
+    for shape in _opt_shapes(c):
+        w, g, m = c.normal(shape), c.normal(shape), c.normal(shape, 0.1)
+        v = c.round(np.abs(c.normal(shape, 0.1)))
+        lr = float(c.rng.choice([0.001, 0.05, 0.3]))
+        b1, b2 = (0.9, 0.999) if c.rng.random() < 0.5 else (0.8, 0.95)
+        eps, t = float(c.rng.choice([1e-7, 1e-3])), int(c.rng.integers(1, 30))
+        c.what = f"shape={shape} lr={lr} beta_1={b1} beta_2={b2} epsilon={eps} t={t}"
+        W, M, V = _state(c, w), _state(c, m), _state(c, v)
+        res = ops.adam_update(W, c.arg(g), M, V, t=t, lr=lr, beta_1=b1, beta_2=b2, epsilon=eps,
+                              backend=c.backend, dtype=c.dtype)
+        assert res[0] is W and res[1] is M and res[2] is V, c.msg("not updated in place")
+        rw, rm, rv = ref.adam_update(w, g, m, v, f32r(lr), f32r(b1), f32r(b2), f32r(eps), t)
+        # alpha = lr*sqrt(1-b2^t)/(1-b1^t): float32 rounding of b^t is amplified by 1/(1-b^t)
+        b1t, b2t = f32r(b1) ** t, f32r(b2) ** t
+        cond = b1t / (1 - b1t) + 0.5 * b2t / (1 - b2t)
+        _check_state(c, "w", W, rw, w, cond)
+        _check_state(c, "m", M, rm, m)
+        _check_state(c, "v", V, rv, v)
+
+
+def case_sgd(c):
+    for shape in _opt_shapes(c):
+        for momentum, nesterov in ((0.0, False), (0.9, False), (0.5, True)):
+            w, g, m = c.normal(shape), c.normal(shape), c.normal(shape, 0.1)
+            lr = float(c.rng.choice([0.01, 0.1]))
+            use_m = momentum != 0.0 or c.rng.random() < 0.5
+            c.what = f"shape={shape} lr={lr} momentum={momentum} nesterov={nesterov} m={use_m}"
+            W, M = _state(c, w), (_state(c, m) if use_m else None)
+            ops.sgd_update(W, c.arg(g), M, lr=lr, momentum=momentum, nesterov=nesterov,
+                           backend=c.backend, dtype=c.dtype)
+            rw, rm = ref.sgd_update(w, g, m if use_m else None, f32r(lr), f32r(momentum),
+                                    nesterov)
+            _check_state(c, "w", W, rw, w)
+            if momentum != 0.0:
+                _check_state(c, "m", M, rm, m)
+            elif use_m:  # momentum 0: the buffer is not used, so not changed
+                c.check_values("m (unused)", _read_state(c, M), m, tol=0.0)
+
+
+def case_rmsprop(c):
+    for shape in _opt_shapes(c):
+        w, g = c.normal(shape), c.normal(shape)
+        v = c.round(np.abs(c.normal(shape, 0.1)))
+        lr, rho = float(c.rng.choice([0.001, 0.05])), float(c.rng.choice([0.9, 0.7]))
+        eps = float(c.rng.choice([1e-7, 1e-3]))
+        c.what = f"shape={shape} lr={lr} rho={rho} epsilon={eps}"
+        W, V = _state(c, w), _state(c, v)
+        ops.rmsprop_update(W, c.arg(g), V, lr=lr, rho=rho, epsilon=eps, backend=c.backend,
+                           dtype=c.dtype)
+        rw, rv = ref.rmsprop_update(w, g, v, f32r(lr), f32r(rho), f32r(eps))
+        _check_state(c, "w", W, rw, w)
+        _check_state(c, "v", V, rv, v)
+
+
+def case_accuracy(c):
+    for rows, cols in [(1, 3), (9, 4), (int(c.rng.integers(20, 300)), int(c.rng.integers(2, 12)))]:
+        p = c.uniform((rows, cols), 0.0, 1.0)
+        p[0, :] = p[0, 0]  # a fully tied row: argmax takes the first index
+        idx = c.rng.integers(0, cols, rows)
+        idx[rows // 2:] = p[rows // 2:].argmax(axis=1)  # make about half correct
+        y = np.eye(cols)[idx]
+        c.what = f"categorical pred ({rows}, {cols})"
+        got = ops.accuracy(c.arg(p), c.arg(y), "categorical", **c.kw)
+        c.check_values("count", got, ref.accuracy(p, y, "categorical"), tol=0.0)
+        c.what = f"sparse pred ({rows}, {cols})"
+        got = ops.accuracy(c.arg(p), idx.astype(np.int32), **c.kw)  # kind resolved: sparse
+        c.check_values("count", got, ref.accuracy(p, idx, "sparse"), tol=0.0)
+        for thr in (0.5, float(c.rng.uniform(0.2, 0.8))):
+            yb = (c.rng.random((rows, cols)) < 0.5).astype(float)
+            c.what = f"binary pred ({rows}, {cols}) threshold={thr}"
+            got = ops.accuracy(c.arg(p), c.arg(yb), "binary", threshold=thr, **c.kw)
+            c.check_values("count", got, ref.accuracy(p, yb, "binary", thr), tol=1e-6)
+    pb = c.uniform((50, 1), 0.0, 1.0)
+    yb = (c.rng.random(50) < 0.5).astype(float)
+    c.what = "binary pred (50, 1), labels (50,) (kind resolved)"
+    c.check_values("count", ops.accuracy(c.arg(pb), c.arg(yb), **c.kw),
+                   ref.accuracy(pb, yb, "binary"), tol=0.0)
+
+
+def case_cast(c):
+    x = c.rng.standard_normal(300) * 10.0 ** c.rng.integers(-8, 8, 300)
+    x = np.concatenate([x, [0.0, -0.0, 1.0, 65504.0, 65520.0, 1e5, -3e38, 1e-8, 1e-42,
+                            np.inf, -np.inf, np.nan]])
+    x = c.round(x)
+    for target in DTYPES:
+        c.what = f"{c.dtype} -> {target}"
+        y = ops.cast(c.arg(x), target, backend=c.backend)
+        want = ref.cast(x, target)
+        got = np.asarray(y).astype(np.float64)
+        exp_dtype = {"float32": np.float32, "float16": np.float16}.get(
+            target, ml_dtypes.bfloat16 if ml_dtypes is not None else np.float32)
+        assert np.asarray(y).dtype == np.dtype(exp_dtype), c.msg(f"dtype {np.asarray(y).dtype}")
+        nan = np.isnan(got) & np.isnan(want)
+        same = ((got == want) & (np.signbit(got) == np.signbit(want))) | nan
+        assert same.all(), c.msg(
+            f"cast differs at {np.flatnonzero(~same)[:5].tolist()}: got "
+            f"{got[~same][:5].tolist()}, expected {want[~same][:5].tolist()}")
+
+
+# The registry: op name -> case. test_every_op_has_a_case fails when an op of
+# GC_OP_LIST has none, so a new op cannot skip its tests.
+OP_CASES = {
+    "gemm": case_gemm,
+    "conv2d_fwd": case_conv2d_fwd,
+    "conv2d_bwd_data": case_conv2d_bwd_data,
+    "conv2d_bwd_filter": case_conv2d_bwd_filter,
+    "maxpool2d_fwd": case_maxpool2d_fwd,
+    "maxpool2d_bwd": case_maxpool2d_bwd,
+    "avgpool2d_fwd": case_avgpool2d_fwd,
+    "avgpool2d_bwd": case_avgpool2d_bwd,
+    "act_fwd": case_act_fwd,
+    "act_bwd": case_act_bwd,
+    "bias_grad": case_bias_grad,
+    "softmax_xent": case_softmax_xent,
+    "sigmoid_bce": case_sigmoid_bce,
+    "xent_probs": case_xent_probs,
+    "regression_loss": case_regression_loss,
+    "dropout_fwd": case_dropout_fwd,
+    "dropout_bwd": case_dropout_bwd,
+    "adam": case_adam,
+    "sgd": case_sgd,
+    "rmsprop": case_rmsprop,
+    "accuracy": case_accuracy,
+    "cast": case_cast,
+}
+
+
+def _matrix():
+    params = []
+    for op in _core.op_names():
+        for backend in BACKENDS:
+            marks = [pytest.mark.cuda] if backend.startswith("cuda") else []
+            for dtype in DTYPES:
+                simds = SIMD_VARIANTS if backend == "cpu" and op in SIMD_OPS else (None,)
+                for simd in simds:
+                    pid = f"{op}-{backend}-{dtype}" + (f"-{simd}" if simd else "")
+                    params.append(pytest.param(op, backend, dtype, simd, marks=marks, id=pid))
+    return params
+
+
+@pytest.mark.parametrize("op,backend,dtype,simd", _matrix())
+def test_op(op, backend, dtype, simd):
+    assert op in OP_CASES, f"op {op!r} of GC_OP_LIST has no case in tests/test_ops.py"
+    c = Case(op, backend, dtype, simd)
+    if simd is None:
+        OP_CASES[op](c)
+        return
+    _core.cpu_force_simd(simd)
+    try:
+        assert _core.cpu_simd_variant() == simd, c.msg(f"cpu_force_simd({simd!r}) did not stick")
+        OP_CASES[op](c)
+    finally:
+        _core.cpu_force_simd("auto")
+
+
+def test_every_op_has_a_case():
+    missing = [op for op in _core.op_names() if op not in OP_CASES]
+    assert not missing, f"ops of GC_OP_LIST without a case in tests/test_ops.py: {missing}"
+    stale = [op for op in OP_CASES if op not in _core.op_names()]
+    assert not stale, f"cases for ops the core does not have: {stale}"
+
+
+def test_arity_matches_the_header():
+    # gpucmp.h's GC_OP_LIST (inputs, outputs) as the cases use them
+    want = {"gemm": (3, 1), "conv2d_fwd": (3, 1), "conv2d_bwd_data": (2, 1),
+            "conv2d_bwd_filter": (2, 2), "maxpool2d_fwd": (1, 1), "maxpool2d_bwd": (2, 1),
+            "avgpool2d_fwd": (1, 1), "avgpool2d_bwd": (1, 1), "act_fwd": (1, 1),
+            "act_bwd": (2, 1), "bias_grad": (1, 1), "softmax_xent": (2, 2),
+            "sigmoid_bce": (2, 2), "xent_probs": (2, 2), "regression_loss": (2, 2),
+            "dropout_fwd": (1, 1), "dropout_bwd": (1, 1), "adam": (1, 3), "sgd": (1, 2),
+            "rmsprop": (1, 2), "accuracy": (2, 1), "cast": (1, 1)}
+    for op, arity in want.items():
+        if op in _core.op_names():
+            assert tuple(_core.op_arity(op)) == arity, op
+
+
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.cuda] if
+                                                  b.startswith("cuda") else []) for b in BACKENDS])
+def test_dtype_is_inferred_and_bf16_bits_round_trip(backend):
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((3, 4))
+    y16 = ops.activation(x.astype(np.float16), "relu", backend=backend)
+    assert y16.dtype == np.float16, seed
+    y32 = ops.activation(x, "relu", backend=backend)  # float64 -> float32
+    assert y32.dtype == np.float32, seed
+    yb = ops.activation(x, "tanh", backend=backend, dtype="bfloat16")
+    want = ref.round_bf16(np.tanh(ref.round_bf16(x)))
+    got = np.asarray(yb).astype(np.float64)
+    assert np.abs(got - want).max() <= 2 ** -7 * np.abs(want).max(), seed
+    if ml_dtypes is not None:
+        assert yb.dtype == ml_dtypes.bfloat16
+        xb = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+        assert ops.activation(xb, "linear", backend=backend).dtype == ml_dtypes.bfloat16
+        # the NumPy conversion of gpucmp.ops agrees with ml_dtypes bit for bit
+        f = (rng.standard_normal(4000) * 10.0 ** rng.integers(-40, 38, 4000)).astype(np.float32)
+        f = np.concatenate([f, np.float32([np.inf, -np.inf, 3.3961e38, 1.00390625, -0.0])])
+        assert np.array_equal(ops.float32_to_bfloat16_bits(f),
+                              f.astype(ml_dtypes.bfloat16).view(np.uint16)), seed
+    bits = ops.float32_to_bfloat16_bits(np.float32([np.nan, 1.0, -2.5]))
+    assert np.isnan(ops.bfloat16_bits_to_float32(bits)[0])
+    assert ops.bfloat16_bits_to_float32(bits)[1:].tolist() == [1.0, -2.5]
+
+
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.cuda] if
+                                                  b.startswith("cuda") else []) for b in BACKENDS])
+def test_nan_inputs_propagate(backend):
+    x = np.ones((2, 4), np.float32)
+    x[1, 2] = np.nan
+    y = ops.activation(x, "relu", backend=backend)
+    assert np.isnan(y[1, 2]) and np.isfinite(y[0]).all()
+    w = np.ones((4, 3), np.float32)
+    out = ops.gemm(x, w, backend=backend)
+    assert np.isnan(out[1]).all() and np.isfinite(out[0]).all()
+    loss, grad = ops.softmax_cross_entropy(x, np.array([0, 1]), backend=backend)
+    assert np.isfinite(loss[0]) and np.isnan(loss[1])

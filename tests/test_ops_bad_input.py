@@ -1,0 +1,270 @@
+"""Bad inputs to gpucmp.ops raise a clear exception, never crash.
+
+What it checks: each wrong call (wrong rank, mismatched channels, a kernel larger
+than the input under 'valid', zero / negative / non-integer strides, unknown padding,
+activation, kind, dtype or backend, complex / string / object arrays, empty batches,
+sparse labels out of range or not integers, mismatched label shapes, bad optimizer
+state) raises ValueError or TypeError whose message names the argument and, where
+shapes are involved, prints them. A few malformed calls straight into
+gpucmp._core.run_op check that the C boundary answers with exceptions too.
+"""
+import re
+
+import numpy as np
+import pytest
+
+from gpucmp import _core, ops
+
+rng = np.random.default_rng()
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+X = f32(2, 5, 5, 3)
+K = f32(3, 3, 3, 4)
+Z = f32(3, 4)
+
+# (id, call, exception, substrings the message must contain)
+CASES = [
+    # ---- ranks
+    ("conv2d x rank 3", lambda: ops.conv2d(f32(5, 5, 3), K), ValueError, ["x", "(5, 5, 3)"]),
+    ("conv2d kernel rank 2", lambda: ops.conv2d(X, f32(3, 3)), ValueError, ["kernel", "(3, 3)"]),
+    ("max_pool2d x rank 2", lambda: ops.max_pool2d(f32(4, 4)), ValueError, ["x", "(4, 4)"]),
+    ("avg_pool2d x rank 5", lambda: ops.avg_pool2d(f32(1, 2, 4, 4, 1)), ValueError,
+     ["x", "(1, 2, 4, 4, 1)"]),
+    ("gemm a rank 1", lambda: ops.gemm(f32(3), f32(3, 2)), ValueError, ["a", "(3,)"]),
+    ("gemm b rank 3", lambda: ops.gemm(f32(2, 3), f32(3, 2, 1)), ValueError, ["b", "(3, 2, 1)"]),
+    ("softmax_xent logits rank 1", lambda: ops.softmax_cross_entropy(f32(4), np.array([1])),
+     ValueError, ["logits", "(4,)"]),
+    ("activation of a scalar", lambda: ops.activation(np.float32(1.0), "relu"), ValueError,
+     ["x", "()"]),
+    # ---- shapes that do not fit together
+    ("conv2d channels", lambda: ops.conv2d(X, f32(3, 3, 2, 4)), ValueError,
+     ["kernel", "(3, 3, 2, 4)", "(2, 5, 5, 3)"]),
+    ("conv2d kernel larger than input (valid)", lambda: ops.conv2d(f32(1, 2, 2, 3), K),
+     ValueError, ["kernel", "(2, 2)", "valid"]),
+    ("conv2d dilated kernel larger than input", lambda: ops.conv2d(
+        f32(1, 4, 4, 3), K, dilation_rate=2), ValueError, ["dilation", "(4, 4)", "valid"]),
+    ("conv2d bias length", lambda: ops.conv2d(X, K, f32(5)), ValueError, ["bias", "(5,)"]),
+    ("max_pool larger than input", lambda: ops.max_pool2d(f32(1, 2, 2, 1), 3), ValueError,
+     ["pool_size", "(2, 2)"]),
+    ("gemm inner dimensions", lambda: ops.gemm(f32(2, 3), f32(4, 5)), ValueError,
+     ["a (2, 3)", "b (4, 5)"]),
+    ("gemm inner dimensions transposed", lambda: ops.gemm(f32(2, 3), f32(4, 3), trans_a=True,
+                                                          trans_b=True),
+     ValueError, ["transposed", "(2, 3)", "(4, 3)"]),
+    ("gemm bias length", lambda: ops.gemm(f32(2, 3), f32(3, 4), f32(3)), ValueError,
+     ["bias", "(3,)"]),
+    ("gemm c shape", lambda: ops.gemm(f32(2, 3), f32(3, 4), c=f32(4, 2), beta=1.0), ValueError,
+     ["c", "(4, 2)", "(2, 4)"]),
+    ("gemm beta without c", lambda: ops.gemm(f32(2, 3), f32(3, 4), beta=0.5), ValueError, ["c"]),
+    ("conv2d_backward_data dy shape", lambda: ops.conv2d_backward_data(
+        f32(2, 4, 4, 4), K, (2, 5, 5, 3)), ValueError, ["dy", "(2, 4, 4, 4)", "(2, 3, 3, 4)"]),
+    ("conv2d_backward_data input_shape", lambda: ops.conv2d_backward_data(
+        f32(2, 3, 3, 4), K, (5, 5, 3)), ValueError, ["input_shape"]),
+    ("conv2d_backward_data channels", lambda: ops.conv2d_backward_data(
+        f32(2, 3, 3, 4), K, (2, 5, 5, 2)), ValueError, ["kernel", "(3, 3, 3, 4)"]),
+    ("conv2d_backward_filter dy shape", lambda: ops.conv2d_backward_filter(
+        X, f32(2, 3, 3, 4), (2, 2)), ValueError, ["dy", "(2, 3, 3, 4)", "(2, 4, 4, 4)"]),
+    ("max_pool2d_backward dy shape", lambda: ops.max_pool2d_backward(
+        f32(1, 4, 4, 2), f32(1, 3, 3, 2)), ValueError, ["dy", "(1, 3, 3, 2)", "(1, 2, 2, 2)"]),
+    ("avg_pool2d_backward dy shape", lambda: ops.avg_pool2d_backward(
+        f32(1, 3, 3, 2), (1, 4, 4, 2)), ValueError, ["dy", "(1, 3, 3, 2)", "(1, 2, 2, 2)"]),
+    ("activation_backward dy shape", lambda: ops.activation_backward(
+        f32(3, 4), f32(4, 3), "tanh"), ValueError, ["dy", "(4, 3)", "(3, 4)"]),
+    ("bias_grad of a scalar", lambda: ops.bias_grad(np.float32(2.0)), ValueError, ["dy"]),
+    # ---- window parameters
+    ("conv2d zero stride", lambda: ops.conv2d(X, K, strides=0), ValueError, ["strides", "0"]),
+    ("conv2d negative stride", lambda: ops.conv2d(X, K, strides=(1, -2)), ValueError,
+     ["strides", "-2"]),
+    ("conv2d float stride", lambda: ops.conv2d(X, K, strides=1.5), TypeError, ["strides"]),
+    ("conv2d three strides", lambda: ops.conv2d(X, K, strides=(1, 1, 1)), TypeError,
+     ["strides"]),
+    ("conv2d zero dilation", lambda: ops.conv2d(X, K, dilation_rate=0), ValueError,
+     ["dilation_rate"]),
+    ("max_pool zero pool_size", lambda: ops.max_pool2d(X, 0), ValueError, ["pool_size"]),
+    ("avg_pool negative stride", lambda: ops.avg_pool2d(X, 2, -1), ValueError, ["strides"]),
+    ("conv2d padding 'full'", lambda: ops.conv2d(X, K, padding="full"), ValueError,
+     ["padding", "full"]),
+    ("max_pool padding None", lambda: ops.max_pool2d(X, 2, padding=None), ValueError,
+     ["padding"]),
+    # ---- names
+    ("unknown activation", lambda: ops.activation(Z, "gelu"), ValueError, ["activation", "gelu"]),
+    ("unknown activation in conv2d", lambda: ops.conv2d(X, K, activation="swish"), ValueError,
+     ["activation", "swish"]),
+    ("softmax epilogue in gemm", lambda: ops.gemm(Z, f32(4, 2), activation="softmax"),
+     ValueError, ["softmax"]),
+    ("unknown regression kind", lambda: ops.regression_loss(Z, Z, "huber"), ValueError,
+     ["kind", "huber"]),
+    ("unknown accuracy kind", lambda: ops.accuracy(Z, Z, "top5"), ValueError, ["kind", "top5"]),
+    ("unknown backend", lambda: ops.activation(Z, "relu", backend="tpu"), ValueError,
+     ["backend", "tpu"]),
+    ("backend of the wrong type", lambda: ops.activation(Z, "relu", backend=3), TypeError,
+     ["backend"]),
+    ("unknown dtype", lambda: ops.activation(Z, "relu", dtype="float64"), ValueError,
+     ["dtype", "float64"]),
+    ("cast to int", lambda: ops.cast(Z, "int32"), ValueError, ["dtype", "int32"]),
+    # ---- array dtypes
+    ("complex input", lambda: ops.conv2d(X.astype(np.complex64), K), TypeError,
+     ["x", "complex64"]),
+    ("complex kernel", lambda: ops.conv2d(X, K.astype(complex)), TypeError,
+     ["kernel", "complex128"]),
+    ("string input", lambda: ops.activation(np.array([["a", "b"]]), "relu"), TypeError, ["x"]),
+    ("object input", lambda: ops.gemm(np.array([[object()]]), f32(1, 1)), TypeError, ["a"]),
+    ("ragged list", lambda: ops.activation([[1.0, 2.0], [3.0]], "relu"), TypeError, ["x"]),
+    ("None input", lambda: ops.activation(None, "relu"), TypeError, ["x"]),
+    ("string labels", lambda: ops.softmax_cross_entropy(Z, np.array(["a", "b", "c"])),
+     TypeError, ["labels"]),
+    # ---- empty arrays
+    ("empty batch conv2d", lambda: ops.conv2d(f32(0, 5, 5, 3), K), ValueError,
+     ["x", "empty", "(0, 5, 5, 3)"]),
+    ("empty batch loss", lambda: ops.softmax_cross_entropy(f32(0, 4), np.zeros(0, np.int32)),
+     ValueError, ["logits", "empty", "(0, 4)"]),
+    ("no classes", lambda: ops.sigmoid_binary_cross_entropy(f32(3, 0), f32(3, 0)), ValueError,
+     ["logits", "(3, 0)"]),
+    ("empty gemm result", lambda: ops.gemm(f32(0, 3), f32(3, 2)), ValueError, ["(0, 3)"]),
+    ("empty dropout", lambda: ops.dropout(f32(0), 0.5, 1), ValueError, ["x", "empty"]),
+    # ---- labels
+    ("sparse label out of range", lambda: ops.softmax_cross_entropy(Z, np.array([0, 4, 1])),
+     ValueError, ["label 4", "row 1", "(3, 4)"]),
+    ("negative sparse label", lambda: ops.cross_entropy_from_probs(
+        np.abs(Z), np.array([0, 1, -1])), ValueError, ["label -1", "row 2"]),
+    ("sparse labels not integers", lambda: ops.softmax_cross_entropy(
+        Z, np.array([0.0, 1.5, 2.0])), ValueError, ["labels", "row 1", "1.5"]),
+    ("sparse accuracy label out of range", lambda: ops.accuracy(Z, np.array([9, 0, 0])),
+     ValueError, ["label 9", "row 0"]),
+    ("dense label shape", lambda: ops.softmax_cross_entropy(Z, f32(3, 5)), ValueError,
+     ["labels", "(3, 5)", "(3, 4)"]),
+    ("sparse label count", lambda: ops.softmax_cross_entropy(Z, np.array([0, 1])), ValueError,
+     ["labels", "(2,)", "(3, 4)"]),
+    ("sparse labels for a binary loss", lambda: ops.sigmoid_binary_cross_entropy(
+        Z, np.array([0, 1, 1])), ValueError, ["labels", "(3,)", "(3, 4)"]),
+    ("regression target shape", lambda: ops.mse(Z, f32(4, 3)), ValueError,
+     ["target", "(4, 3)", "(3, 4)"]),
+    # ---- scalars
+    ("dropout rate 1", lambda: ops.dropout(Z, 1.0, 0), ValueError, ["rate"]),
+    ("dropout negative rate", lambda: ops.dropout(Z, -0.1, 0), ValueError, ["rate"]),
+    ("dropout NaN rate", lambda: ops.dropout(Z, float("nan"), 0), ValueError, ["rate"]),
+    ("dropout negative seed", lambda: ops.dropout(Z, 0.5, -1), ValueError, ["seed"]),
+    ("dropout seed too large", lambda: ops.dropout(Z, 0.5, 1 << 64), ValueError, ["seed"]),
+    ("dropout float seed", lambda: ops.dropout(Z, 0.5, 1.5), TypeError, ["seed"]),
+    ("gemm infinite alpha", lambda: ops.gemm(Z, f32(4, 2), alpha=float("inf")), ValueError,
+     ["alpha"]),
+    ("loss grad_scale string", lambda: ops.mse(Z, Z, grad_scale="1"), TypeError, ["grad_scale"]),
+    # ---- optimizer state (updated in place)
+    ("adam float64 weights", lambda: ops.adam_update(
+        np.zeros(4), f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32), t=1),
+     TypeError, ["w", "float64"]),
+    ("adam list weights", lambda: ops.adam_update(
+        [0.0] * 4, f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32), t=1),
+     TypeError, ["w"]),
+    ("adam mixed state dtypes", lambda: ops.adam_update(
+        f32(4), f32(4), np.zeros(4, np.float16), np.zeros(4, np.float32), t=1),
+     TypeError, ["m", "float16"]),
+    ("adam m shape", lambda: ops.adam_update(
+        f32(4), f32(4), np.zeros(5, np.float32), np.zeros(4, np.float32), t=1),
+     ValueError, ["m", "(5,)", "(4,)"]),
+    ("adam g shape", lambda: ops.adam_update(
+        f32(4), f32(2, 2), np.zeros(4, np.float32), np.zeros(4, np.float32), t=1),
+     ValueError, ["g", "(2, 2)", "(4,)"]),
+    ("adam t = 0", lambda: ops.adam_update(
+        f32(4), f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32), t=0),
+     ValueError, ["t"]),
+    ("adam beta_1 = 1", lambda: ops.adam_update(
+        f32(4), f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32), t=1, beta_1=1.0),
+     ValueError, ["beta_1"]),
+    ("adam non-contiguous w", lambda: ops.adam_update(
+        f32(8)[::2], f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32), t=1),
+     ValueError, ["w", "contiguous"]),
+    ("adam read-only w", lambda: ops.adam_update(
+        np.frombuffer(np.zeros(4, np.float32).tobytes(), np.float32), f32(4),
+        np.zeros(4, np.float32), np.zeros(4, np.float32), t=1), ValueError, ["w", "writable"]),
+    ("adam dtype argument disagrees", lambda: ops.adam_update(
+        f32(4), f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32), t=1,
+        dtype="float16"), TypeError, ["w", "float16"]),
+    ("sgd momentum without m", lambda: ops.sgd_update(f32(4), f32(4), momentum=0.9),
+     ValueError, ["m", "momentum"]),
+    ("sgd momentum > 1", lambda: ops.sgd_update(f32(4), f32(4), f32(4), momentum=1.5),
+     ValueError, ["momentum"]),
+    ("rmsprop rho = 1", lambda: ops.rmsprop_update(f32(4), f32(4), np.zeros(4, np.float32),
+                                                   rho=1.0), ValueError, ["rho"]),
+]
+
+
+@pytest.mark.parametrize("call,exc,needles", [pytest.param(c, e, n, id=i) for i, c, e, n in CASES])
+def test_bad_input_raises_a_clear_error(call, exc, needles):
+    with pytest.raises((ValueError, TypeError)) as info:
+        call()
+    assert info.type is exc or issubclass(info.type, exc), \
+        f"raised {info.type.__name__}, expected {exc.__name__}: {info.value}"
+    text = str(info.value)
+    for needle in needles:
+        assert needle in text, f"message {text!r} does not mention {needle!r}"
+
+
+def test_state_is_untouched_when_the_call_is_rejected():
+    w, m, v = f32(4), np.zeros(4, np.float32), np.zeros(4, np.float32)
+    before = w.copy()
+    with pytest.raises(ValueError):
+        ops.adam_update(w, f32(4), m, v, t=0)
+    assert np.array_equal(w, before)
+
+
+def test_valid_edge_cases_are_accepted():
+    # what the checks above must NOT reject
+    assert ops.conv2d(f32(1, 2, 2, 3), K, padding="same").shape == (1, 2, 2, 4)  # k > in, same
+    assert ops.conv2d(X, K, strides=(3, 2), padding="SAME").shape == (2, 2, 3, 4)
+    assert ops.max_pool2d(f32(1, 2, 2, 1), 3, padding="same").shape == (1, 1, 1, 1)
+    loss, _ = ops.softmax_cross_entropy(Z, np.array([[0], [3], [1]]))  # (rows, 1) labels
+    assert loss.shape == (3,)
+    loss, _ = ops.softmax_cross_entropy(Z, np.array([0.0, 3.0, 1.0]))  # integral floats
+    assert loss.shape == (3,)
+    loss, grad = ops.sigmoid_binary_cross_entropy(f32(2, 3, 4), f32(2, 3, 4))  # rank 3
+    assert loss.shape == (2, 3) and grad.shape == (2, 3, 4)
+    assert ops.gemm(f32(2, 0), f32(0, 3), f32(3)).shape == (2, 3)  # K = 0
+    assert ops.dropout(np.float32(2.0), 0.0, (1 << 64) - 1).shape == ()
+    assert ops.activation(np.arange(6).reshape(2, 3), "relu").dtype == np.float32  # ints ok
+    assert ops.conv2d(X.astype(np.float64), K.T.T).dtype == np.float32
+    assert ops.conv2d(np.asfortranarray(X), K).shape == (2, 3, 3, 4)  # non-contiguous ok
+
+
+# ---- malformed calls straight into the C boundary: exceptions, never a crash
+
+CORE_CASES = [
+    ("unknown op", lambda: _core.run_op("conv3d", "cpu", (), (), {})),
+    ("unknown backend", lambda: _core.run_op("act_fwd", "nope", (Z,), (Z.copy(),), {})),
+    ("wrong number of inputs", lambda: _core.run_op("act_fwd", "cpu", (Z, Z), (Z.copy(),), {})),
+    ("wrong number of outputs", lambda: _core.run_op("act_fwd", "cpu", (Z,), (), {})),
+    ("inputs not a tuple", lambda: _core.run_op("act_fwd", "cpu", Z, (Z.copy(),), {})),
+    ("missing required input", lambda: _core.run_op("act_fwd", "cpu", (None,), (Z.copy(),), {})),
+    ("float64 array", lambda: _core.run_op("act_fwd", "cpu", (Z.astype(np.float64),),
+                                           (Z.copy(),), {})),
+    ("mixed float dtypes", lambda: _core.run_op("act_fwd", "cpu", (Z,),
+                                                (Z.astype(np.float16),), {})),
+    ("non-contiguous input", lambda: _core.run_op("act_fwd", "cpu", (f32(4, 6)[:, ::2],),
+                                                  (Z.copy(),), {})),
+    ("read-only output", lambda: _core.run_op(
+        "act_fwd", "cpu", (Z,), (np.frombuffer(Z.tobytes(), np.float32).reshape(3, 4),), {})),
+    ("output shape", lambda: _core.run_op("act_fwd", "cpu", (Z,), (f32(4, 3),), {})),
+    ("unknown activation", lambda: _core.run_op("act_fwd", "cpu", (Z,), (Z.copy(),),
+                                                {"act": "gelu"})),
+    ("params not a dict", lambda: _core.run_op("act_fwd", "cpu", (Z,), (Z.copy(),), [1])),
+    ("conv channels", lambda: _core.run_op("conv2d_fwd", "cpu", (X, f32(3, 3, 2, 4), None),
+                                           (f32(2, 3, 3, 4),), {})),
+    ("conv zero stride", lambda: _core.run_op("conv2d_fwd", "cpu", (X, K, None),
+                                              (f32(2, 3, 3, 4),), {"strides": (0, 1)})),
+    ("sparse label out of range", lambda: _core.run_op(
+        "softmax_xent", "cpu", (Z, np.array([0, 7, 1], np.int32)), (f32(3), None), {})),
+    ("adam t = 0", lambda: _core.run_op("adam", "cpu", (f32(4),), (f32(4), f32(4), f32(4)),
+                                        {"t": 0})),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, id=i) for i, c in CORE_CASES])
+def test_core_rejects_malformed_calls(call):
+    with pytest.raises((ValueError, TypeError, NotImplementedError, KeyError)) as info:
+        call()
+    assert str(info.value), "the exception has no message"
+    assert not re.search(r"error return without exception|NULL result", str(info.value))
