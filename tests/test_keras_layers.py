@@ -61,6 +61,8 @@ def test_tensorflow_style_import_surface():
         assert hasattr(tf.keras, name), name
     from gpucmp.keras.models import Model, Sequential as S  # noqa: F401  (the GAN seed's import)
     from gpucmp.keras.optimizers import Adam  # noqa: F401
+    with pytest.raises(NotImplementedError, match="load_digits_mnist"):
+        tf.keras.datasets.mnist.load_data()       # no download: a pointer to the real digits
 
 
 # ------------------------------------------------------------------ weights and shapes

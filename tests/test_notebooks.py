@@ -17,9 +17,12 @@ def execute(path, monkeypatch, timeout=600):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    # the kernel is a subprocess: make the checkout importable there even when not installed
+    # the kernel is a subprocess: let it import the very gpucmp these tests imported (the
+    # installed package, or an in-place build), never a source folder without its core
+    import gpucmp
+    home = str(Path(gpucmp.__file__).resolve().parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        [home] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})

@@ -21,14 +21,15 @@ import pytest
 
 SEED_FILE = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "002_b1e68fde8bb7e405.txt"
 
-# The seed CNN trained for CNN_EPOCHS epochs (batch 32, Adam, the article's compile call)
-# on the 4,000 training digits reaches 96.3-97.4% on the 1,000 test digits over five
-# seeds on gpucmp (Keras 3 / JAX on the same split and recipe: see the note in
-# test_seed_cnn_trains_on_real_digits). The issue asks for >= 97% on full MNIST (60,000
-# images) "or the best honest figure for the data set you chose": with 15x fewer training
-# images the honest floor, with margin for the seed-to-seed spread, is 95.5%.
+# Measured (8 epochs, batch 32, Adam, the article's compile call; 4,000 training digits,
+# 1,000 test digits): gpucmp 97.3 / 97.5 / 97.4 / 97.6 / 97.0 % test accuracy for seeds
+# 0-4 (mean 97.4); Keras 3.15 (JAX, CPU), same recipe and split: 97.2 / 96.6 / 97.1 /
+# 96.9 / 97.0 % (mean 97.0).
+# The issue asks for >= 97% on full MNIST (60,000 images) "or the best honest figure for
+# the data set you chose": on 15x fewer training images the spread over seeds reaches
+# down to 96.6% for Keras itself, so the floor asserted here is 96.5%.
 CNN_EPOCHS = 8
-CNN_TEST_ACCURACY = 0.955
+CNN_TEST_ACCURACY = 0.965
 
 
 def seed_text():

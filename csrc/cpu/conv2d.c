@@ -22,8 +22,9 @@
  *
  * im2col copies runs of KW*C contiguous floats (dilation 1) or C floats; the copies of
  * a few floats (C = 1, the first layer of most CNNs) are done inline rather than through
- * memcpy calls. col2im is a gather (each dX pixel sums the dcol entries that read it),
- * so it needs no atomics and any split over dX rows is race-free.
+ * memcpy calls. col2im works per dX image row (each row sums the dcol entries of the
+ * taps that read it, as strided runs), so it needs no atomics and any split of the dX
+ * rows across threads is race-free.
  */
 #include "cpu_kernels.h"
 

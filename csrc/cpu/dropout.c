@@ -31,8 +31,8 @@ static gc_status dropout_apply(const char *what, int64_t n, const float *x, floa
     for (int64_t b = 0; b < nblk; b++) {
         int64_t i1 = (b + 1) * DROPOUT_BLOCK < n ? (b + 1) * DROPOUT_BLOCK : n;
         for (int64_t i = b * DROPOUT_BLOCK; i < i1; i++) {
-            float keep = gc_uniform01(seed, (uint64_t)i) >= rate ? scale : 0.0f;
-            y[i] = x[i] * keep;
+            float v = x[i] * scale; /* a dropped element is 0, whatever x holds */
+            y[i] = gc_uniform01(seed, (uint64_t)i) >= rate ? v : 0.0f;
         }
     }
     return GC_OK;

@@ -2,18 +2,26 @@
  *
  * What it provides: gc_cpu_sgemm (the kernel other CPU ops call, conv2d included), the
  * run-time choice of micro-kernel (gc_cpu_sgemm_variant / _force_variant) and the op
- * table adapter gc_cpu_op_gemm.
+ * table adapter gc_cpu_op_gemm. The micro-kernels are in gemm_microkernels.c.
  *
- * Design (BLIS / GotoBLAS blocking, row-major): C is cut into a grid of per-thread
- * rectangles (no two threads write the same element, no barriers). Each thread walks
- * its rectangle by N blocks (nc) and K blocks (kc); it packs the kc x nc block of op(B)
- * into nr-wide panels (kept in L2), then for each mr-row slice of op(A) packs a kc x mr
- * micro-panel (kept in L1) and sweeps the B panels with the micro-kernel, streaming
- * them from L2. Packing is where transposes are absorbed, so all four trans cases run
- * the same kernel, and where edges are zero-padded, so tails of any size are exact.
- * alpha/beta are applied by the micro-kernel at the store of each K block (beta only on
- * the first one); bias and the activation once, on the last K block, while the tile is
- * still in L1, so the epilogue costs no extra pass over C. Accumulation is float32.
+ * Design (BLIS / GotoBLAS blocking, row-major C, so tiles are vectorised along N):
+ * - Threads: C is cut into a grid of per-thread rectangles, each thread packing its own
+ *   operands: no two threads write one element, no barriers, and each packed B block
+ *   sits in its own core's L2. One thread below ~2^18 multiply-adds per thread, and
+ *   inside an enclosing OpenMP region.
+ * - Blocking: per K block (kc = 256) and N block (nc from the L2 size), the kc x nc block
+ *   of op(B) is packed into nr-wide panels that stay in L2; each mr x kc micro-panel of
+ *   op(A) stays in L1 while the micro-kernel sweeps the B panels, streaming them from
+ *   L2. A is packed right before each sweep when a thread's columns are one N block
+ *   (few outputs: conv layers, dense layers), else once per K block for a block of rows
+ *   (up to ~4 MiB) that all N blocks reuse.
+ * - Packing absorbs the transposes, so the four trans cases run one kernel, and zero-
+ *   pads the edges, so tails of any size are exact (partial tiles go through a small
+ *   buffer). It prefetches the rows it will pack two panels later, since a large A
+ *   comes from DRAM in runs too short for the hardware prefetchers.
+ * - Epilogue: alpha and beta at the store of each K block (beta on the first only, and
+ *   beta == 0 never reads C); bias and the activation once, after the last K block,
+ *   while the tile is in L1, so it costs no extra pass over C. Accumulation is float32.
  */
 #define _GNU_SOURCE /* sysconf(_SC_LEVEL2_CACHE_SIZE) in glibc */
 #include "cpu_kernels.h"
@@ -321,6 +329,7 @@ typedef struct {
     const gc_sgemm_kernel *kr;
     int64_t kc_blk; /* K block, balanced so the last one is not a sliver */
     int64_t nc_max; /* N block, a multiple of nr */
+    int64_t mc_max; /* rows of A packed at once when a thread spans several N blocks */
 } plan_t;
 
 /* Partial tiles (h < mr or w < nr): the micro-kernel writes a full tile to tmp with
@@ -342,37 +351,77 @@ static void merge_tile(float *restrict c, int64_t ldc, const float *restrict t, 
     }
 }
 
-/* C[m0:m1, n0:n1] on the calling thread, with its own packing buffers. */
+/* One tile of C from a packed A micro-panel and a packed B micro-panel, with the
+ * epilogue: beta (first K block) or accumulation into C, bias and activation (last). */
+static inline void do_tile(const plan_t *p, const float *ap, const float *bp, float *c,
+                           int h, int w, int64_t kc, float beta, int last,
+                           const float *bias, float *tmp)
+{
+    const gc_sgemm_args *g = p->g;
+    const gc_sgemm_kernel *kr = p->kr;
+    if (h == kr->mr && w == kr->nr) {
+        kr->ukr(kc, ap, bp, c, g->ldc, g->alpha, beta, bias);
+    } else {
+        kr->ukr(kc, ap, bp, tmp, kr->nr, g->alpha, 0.0f, NULL);
+        merge_tile(c, g->ldc, tmp, kr->nr, h, w, beta, bias);
+    }
+    if (last && g->act != GC_ACT_LINEAR)
+        for (int i = 0; i < h; i++)
+            kr->act(g->act, c + i * g->ldc, w);
+}
+
+/* C[m0:m1, n0:n1] on the calling thread, with its own packing buffers: bbuf holds a
+ * kc x nc block of B, abuf one A micro-panel or, when the columns span several N
+ * blocks, a block of p->mc_max rows of A.
+ *
+ * One N block (the common case of a layer with few outputs): each A micro-panel is
+ * packed just before the sweep that uses it, so it is hot in L1, and the packing
+ * streams A once. Several N blocks: A would be packed again for each of them, so a
+ * block of A rows is packed once per K block into a buffer (L3) and each N block's
+ * sweep reads its micro-panels from there. */
 static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                       float *restrict bbuf, float *restrict abuf, float *restrict tmp)
 {
     const gc_sgemm_args *g = p->g;
-    const gc_sgemm_kernel *kr = p->kr;
-    const int mr = kr->mr, nr = kr->nr;
+    const int mr = p->kr->mr, nr = p->kr->nr;
     const int64_t K = g->K;
-    for (int64_t jc = n0; jc < n1; jc += p->nc_max) {
-        const int64_t nc = min64(p->nc_max, n1 - jc);
+    if (n1 - n0 <= p->nc_max) {
+        const int64_t nc = n1 - n0;
         for (int64_t pc = 0; pc < K; pc += p->kc_blk) {
             const int64_t kc = min64(p->kc_blk, K - pc);
             const int last = pc + kc == K;
             const float beta = pc == 0 ? g->beta : 1.0f;
-            pack_b(g, pc, kc, jc, nc, nr, bbuf);
+            pack_b(g, pc, kc, n0, nc, nr, bbuf);
             for (int64_t ic = m0; ic < m1; ic += mr) {
                 const int h = (int)min64(mr, m1 - ic);
                 pack_a(g, ic, h, pc, kc, mr, m1, abuf);
-                for (int64_t jr = 0; jr < nc; jr += nr) {
-                    const int w = (int)min64(nr, nc - jr);
-                    float *c = g->C + ic * g->ldc + jc + jr;
-                    const float *bias = last && g->bias ? g->bias + jc + jr : NULL;
-                    if (h == mr && w == nr) {
-                        kr->ukr(kc, abuf, bbuf + jr * kc, c, g->ldc, g->alpha, beta, bias);
-                    } else {
-                        kr->ukr(kc, abuf, bbuf + jr * kc, tmp, nr, g->alpha, 0.0f, NULL);
-                        merge_tile(c, g->ldc, tmp, nr, h, w, beta, bias);
-                    }
-                    if (last && g->act != GC_ACT_LINEAR)
-                        for (int i = 0; i < h; i++)
-                            kr->act(g->act, c + i * g->ldc, w);
+                for (int64_t jr = 0; jr < nc; jr += nr)
+                    do_tile(p, abuf, bbuf + jr * kc, g->C + ic * g->ldc + n0 + jr, h,
+                            (int)min64(nr, nc - jr), kc, beta, last,
+                            last && g->bias ? g->bias + n0 + jr : NULL, tmp);
+            }
+        }
+        return;
+    }
+    for (int64_t ib = m0; ib < m1; ib += p->mc_max) {
+        const int64_t mc = min64(p->mc_max, m1 - ib);
+        for (int64_t pc = 0; pc < K; pc += p->kc_blk) {
+            const int64_t kc = min64(p->kc_blk, K - pc);
+            const int last = pc + kc == K;
+            const float beta = pc == 0 ? g->beta : 1.0f;
+            for (int64_t i0 = 0; i0 < mc; i0 += mr)
+                pack_a(g, ib + i0, (int)min64(mr, mc - i0), pc, kc, mr, ib + mc,
+                       abuf + i0 * kc);
+            for (int64_t jc = n0; jc < n1; jc += p->nc_max) {
+                const int64_t nc = min64(p->nc_max, n1 - jc);
+                pack_b(g, pc, kc, jc, nc, nr, bbuf);
+                for (int64_t i0 = 0; i0 < mc; i0 += mr) {
+                    const int h = (int)min64(mr, mc - i0);
+                    for (int64_t jr = 0; jr < nc; jr += nr)
+                        do_tile(p, abuf + i0 * kc, bbuf + jr * kc,
+                                g->C + (ib + i0) * g->ldc + jc + jr, h,
+                                (int)min64(nr, nc - jr), kc, beta, last,
+                                last && g->bias ? g->bias + jc + jr : NULL, tmp);
                 }
             }
         }
@@ -381,7 +430,8 @@ static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64
 
 /* ------------------------------------------------------------------ threading */
 
-/* Below this many multiply-adds per thread, forking costs more than it saves. */
+/* Below this many multiply-adds per thread, forking costs more than it saves (on two
+ * Zen 5 cores, 80^3 gains from a second thread, 64^3 loses). */
 #define MIN_FMAS_PER_THREAD (1 << 18)
 
 static int threads_for(int64_t M, int64_t N, int64_t K, int64_t tiles)
@@ -404,9 +454,8 @@ static int threads_for(int64_t M, int64_t N, int64_t K, int64_t tiles)
 }
 
 /* Splits nt threads into a pm x pn grid over C. Cost of a split: the largest
- * rectangle's multiply-adds plus its packing (A is packed once per N block, B once),
- * so square-ish rectangles in tile units win, and no thread is left idle when
- * another factorisation keeps all busy. */
+ * rectangle's multiply-adds plus the packing of its rows of A and columns of B, so
+ * rectangles with whole tiles and little padding win, and square-ish ones on a tie. */
 static void pick_grid(int nt, int64_t M, int64_t N, int64_t K, const plan_t *p, int *pm,
                       int *pn)
 {
@@ -420,8 +469,7 @@ static void pick_grid(int nt, int64_t M, int64_t N, int64_t K, const plan_t *p, 
         const int b = nt / a;
         const double rows = (double)ceil_div(mt, a) * p->kr->mr;
         const double cols = (double)ceil_div(ntl, b) * p->kr->nr;
-        const double nblocks = (double)ceil_div((int64_t)cols, p->nc_max);
-        const double cost = rows * cols * (double)K + 4.0 * (double)K * (cols + rows * nblocks);
+        const double cost = rows * cols * (double)K + 4.0 * (double)K * (cols + rows);
         if (best < 0.0 || cost < best) {
             best = cost;
             *pm = a;
@@ -435,9 +483,8 @@ static void pick_grid(int nt, int64_t M, int64_t N, int64_t K, const plan_t *p, 
 static void scale_only(const gc_sgemm_args *g, const gc_sgemm_kernel *kr)
 {
     const int64_t M = g->M, N = g->N;
-    int par = 0;
 #ifdef _OPENMP
-    par = !omp_in_parallel() && (double)M * (double)N >= (double)(1 << 18);
+    const int par = !omp_in_parallel() && (double)M * (double)N >= (double)(1 << 18);
 #endif
 #pragma omp parallel for if (par) schedule(static)
     for (int64_t i = 0; i < M; i++) {
@@ -514,29 +561,41 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
         p.nc_max = ceil_div(ceil_div(n_thr, nb), nr) * nr;
     }
     const int64_t mtiles = ceil_div(M, mr), ntiles = ceil_div(N, nr);
-    const int64_t bsize = p.kc_blk * p.nc_max, asize = p.kc_blk * mr, tsize = (int64_t)mr * nr;
+    /* A block (used when a thread spans several N blocks): the thread's rows, in equal
+     * blocks of at most about 4 MiB of packed A (a share of L3) */
+    const int64_t m_thr = ceil_div(mtiles, pm) * mr, n_thr = ceil_div(ntiles, pn) * nr;
+    {
+        const int64_t cap = ((int64_t)4 << 20) / ((int64_t)sizeof(float) * p.kc_blk);
+        const int64_t nb = ceil_div(m_thr, cap < mr ? mr : cap);
+        p.mc_max = ceil_div(ceil_div(m_thr, nb), mr) * mr;
+    }
+    const int64_t bsize = p.kc_blk * p.nc_max, tsize = (int64_t)mr * nr;
+    const int64_t asize = p.kc_blk * (n_thr > p.nc_max ? p.mc_max : mr);
     int nomem = 0;
 
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : nomem)
     {
-        int tid = 0;
+        int tid = 0, team = 1;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
+        team = omp_get_num_threads(); /* may be fewer than nt (OMP_DYNAMIC, limits) */
 #endif
-        const int ti = tid / pn, tj = tid % pn;
-        const int64_t m0 = min64(M, (mtiles * ti / pm) * mr);
-        const int64_t m1 = min64(M, (mtiles * (ti + 1) / pm) * mr);
-        const int64_t n0 = min64(N, (ntiles * tj / pn) * nr);
-        const int64_t n1 = min64(N, (ntiles * (tj + 1) / pn) * nr);
-        if (m0 < m1 && n0 < n1) {
-            float *buf = alloc_floats(bsize + asize + tsize);
-            if (!buf) {
+        float *buf = NULL;
+        for (int r = tid; r < pm * pn && !nomem; r += team) {
+            const int ti = r / pn, tj = r % pn;
+            const int64_t m0 = min64(M, (mtiles * ti / pm) * mr);
+            const int64_t m1 = min64(M, (mtiles * (ti + 1) / pm) * mr);
+            const int64_t n0 = min64(N, (ntiles * tj / pn) * nr);
+            const int64_t n1 = min64(N, (ntiles * (tj + 1) / pn) * nr);
+            if (m0 >= m1 || n0 >= n1)
+                continue;
+            if (!buf && !(buf = alloc_floats(bsize + asize + tsize))) {
                 nomem = 1;
-            } else {
-                run_block(&p, m0, m1, n0, n1, buf, buf + bsize, buf + bsize + asize);
-                free_floats(buf);
+                break;
             }
+            run_block(&p, m0, m1, n0, n1, buf, buf + bsize, buf + bsize + asize);
         }
+        free_floats(buf);
     }
     if (nomem)
         return gc_fail(GC_ERR_NOMEM, "sgemm: cannot allocate %lld bytes of packing buffers",

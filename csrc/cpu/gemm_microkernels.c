@@ -2,15 +2,18 @@
  *
  * What it provides: three gc_sgemm_kernel tables ("avx512", "fma", "generic"), each a
  * micro-kernel that computes one mr x nr tile of C from a packed A micro-panel
- * (kc columns of mr values) and a packed B micro-panel (kc rows of nr values), plus a
- * vectorised elementwise activation used by gemm.c's epilogue.
+ * (kc groups of mr values) and a packed B micro-panel (kc groups of nr values), plus a
+ * vectorised elementwise activation for gemm.c's epilogue.
  *
- * Design: C is row-major, so the tile is vectorised along N: per k the kernel loads
- * nr/width vectors of B and broadcasts each of the mr values of A, all accumulators
- * staying in registers (24 zmm for 12x32, 12 ymm for 6x16), float32 accumulation.
- * The ISA variants use GCC target attributes, so the library is built without -march
- * and gemm.c picks a variant at run time; on non-x86 only the portable one exists.
+ * Design: C is row-major, so a tile is vectorised along N: per k the kernel loads
+ * nr/width vectors of B and broadcasts each of the mr values of A, all accumulators in
+ * registers (avx512 12x32: 24 zmm; fma 6x16: 12 ymm; generic 6x8: 12 of 4 floats),
+ * float32 accumulation. The ISA variants use GCC target attributes, so the library is
+ * built without -march and gemm.c picks one at run time; "fma" uses only AVX and FMA
+ * instructions (CPUs with FMA but no AVX2 exist); on non-x86 only "generic" is built.
  * alpha, beta and the bias are applied as the tile is stored (beta == 0 never reads C).
+ * The vector exp (Cephes' polynomial) keeps sigmoid and tanh within ~2e-7 relative, and
+ * NaN passes through every activation.
  */
 #include "cpu_kernels.h"
 

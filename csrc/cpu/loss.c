@@ -6,10 +6,12 @@
  * accumulators / double exp and log, which keeps them exact to float rounding whatever
  * the row length; rows are split across OpenMP threads only when the work is large.
  * The formulas follow Keras (KERAS_SEMANTICS.md): softmax_xent is the fused
- * log-softmax path with TensorFlow's gradient softmax * sum(y) - y (= softmax - y for
- * labels that sum to 1); xent_probs is Keras' clipped path on probabilities (eps 1e-7)
- * and its gradient is the exact derivative of that expression, row normalisation
- * included, with zero where the clip is active (as tf.clip_by_value's gradient).
+ * log-softmax path, with the exact gradient sum(y) * softmax - y (TensorFlow's
+ * softmax - y whenever a row's labels sum to 1, as one-hot and probability labels do,
+ * and still the derivative of the reported loss when they do not); xent_probs is
+ * Keras' clipped path on probabilities (eps 1e-7, clip bounds in float32 as Keras has
+ * them) and its gradient is the exact derivative of that expression, row
+ * normalisation included, with zero where the clip is active (as tf.clip_by_value).
  * bias_grad sums columns with one partial row per thread.
  */
 #include "cpu_kernels.h"
@@ -83,7 +85,7 @@ gc_status gc_cpu_softmax_xent(int64_t rows, int64_t cols, const float *logits,
             for (int64_t c = 0; c < cols; c++) {
                 double p = exp((double)z[c] - mx) * inv;
                 double y = labels_i32 ? (c == labels_i32[r] ? 1.0 : 0.0) : labels[r * cols + c];
-                d[c] = (float)(grad_scale * (p - y));
+                d[c] = (float)(grad_scale * (p * ysum - y));
             }
         }
     }

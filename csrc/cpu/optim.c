@@ -77,6 +77,7 @@ gc_status gc_cpu_sgd(int64_t n, float *w, const float *g, float *m, const gc_sgd
         return gc_fail(GC_ERR_INVALID_ARG, "sgd: momentum %g needs a momentum buffer",
                        (double)p->momentum);
     if (n == 0) return GC_OK;
+    /* momentum 0 is Keras' plain step; a buffer, if given, is left untouched */
     const float lr = p->lr, mu = p->momentum;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= OPT_PAR_MIN)

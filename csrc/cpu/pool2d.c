@@ -9,9 +9,9 @@
  * in row-major (kh, kw) order, as TensorFlow's CPU kernel) and adds dy there, so
  * overlapping windows accumulate; dX is zeroed first so every element is written. When
  * windows cannot overlap (stride >= pool, the usual 2x2 / 2), backward writes each dX
- * cell exactly once instead (max: the first cell equal to the window max takes dy).
- * Work is split over samples (or over output rows when windows cannot overlap)
- * across OpenMP threads.
+ * cell exactly once instead (the window's first maximal cell takes dy, the others 0).
+ * OpenMP splits forward over output rows and backward over samples (one thread writes
+ * all of a sample's dX, so accumulation needs no atomics).
  */
 #include "cpu_kernels.h"
 
@@ -144,12 +144,12 @@ static void zero_uncovered(const gc_pool2d_geom *g, const unsigned char *rowm,
     }
 }
 
-/* Max backward of one sample, non-overlapping windows: per window the max per channel,
- * then the cells in scan order, the first equal to the max taking dy (done masks the
- * later ties). best / done are scratch arrays of C elements. */
+/* Max backward of one sample, non-overlapping windows: per window and channel the first
+ * cell holding the max (strict > in scan order), then every cell written once: dy at
+ * that cell, 0 elsewhere. best / idx are scratch arrays of C elements. */
 static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *restrict xn,
                                         const float *restrict dyn, float *restrict dxn,
-                                        float *restrict best, int32_t *restrict done)
+                                        float *restrict best, int32_t *restrict idx)
 {
     const int64_t W = g->W, C = g->C;
     for (int64_t oh = 0; oh < g->OH; oh++)
@@ -160,22 +160,26 @@ static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *re
             const float *x0 = xn + (h0 * W + w0) * C;
             for (int64_t c = 0; c < C; c++) {
                 best[c] = x0[c];
-                done[c] = 0;
+                idx[c] = 0;
             }
+            int32_t k = 0;
             for (int64_t h = h0; h < h1; h++)
-                for (int64_t w = w0; w < w1; w++) {
+                for (int64_t w = w0; w < w1; w++, k++) {
                     const float *xp = xn + (h * W + w) * C;
-                    for (int64_t c = 0; c < C; c++) best[c] = xp[c] > best[c] ? xp[c] : best[c];
+                    for (int64_t c = 0; c < C; c++) {
+                        float v = xp[c], b = best[c];
+                        int32_t gt = -(int32_t)(v > b), i = idx[c];
+                        best[c] = v > b ? v : b;
+                        idx[c] = i + ((k - i) & gt);
+                    }
                 }
+            k = 0;
             for (int64_t h = h0; h < h1; h++)
-                for (int64_t w = w0; w < w1; w++) {
-                    const float *xp = xn + (h * W + w) * C;
+                for (int64_t w = w0; w < w1; w++, k++) {
                     float *dp = dxn + (h * W + w) * C;
                     for (int64_t c = 0; c < C; c++) {
                         float dv = d[c];
-                        int32_t hit = -(int32_t)(xp[c] == best[c]) & ~done[c];
-                        done[c] |= hit;
-                        dp[c] = hit ? dv : 0.0f;
+                        dp[c] = idx[c] == k ? dv : 0.0f;
                     }
                 }
         }

@@ -13,7 +13,7 @@
 
 /* The fused epilogue activation (the formulas of csrc/cpu/act.c: relu keeps NaN,
  * sigmoid from e = exp(-|x|)). Softmax is rejected by core for conv2d. */
-__device__ __forceinline__ float conv_act(float v, int act)
+static __device__ __forceinline__ float conv_act(float v, int act)
 {
     switch (act) {
     case GC_ACT_RELU: return v < 0.0f ? 0.0f : v;

@@ -20,7 +20,7 @@
 #include "conv2d_internal.cuh"
 
 template <typename T>
-__global__ void __launch_bounds__(256) simt_fwd_kernel(const gc_conv2d_geom g, const T *x,
+static __global__ void __launch_bounds__(256) conv_simt_fwd_kernel(const gc_conv2d_geom g, const T *x,
                                                        const T *w, const T *bias, int act, T *y)
 {
     const int64_t total = g.N * g.OH * g.OW * g.F;
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(256) simt_fwd_kernel(const gc_conv2d_geom g, c
 
 /* sum_f a[f] * b[f] in order, 16 bytes at a time when `vec` (both rows 16-byte aligned) */
 template <typename T>
-__device__ __forceinline__ float simt_dot(const T *a, const T *b, int64_t n, bool vec, float acc)
+static __device__ __forceinline__ float simt_dot(const T *a, const T *b, int64_t n, bool vec, float acc)
 {
     constexpr int V = 16 / (int)sizeof(T);
     int64_t f = 0;
@@ -65,7 +65,7 @@ __device__ __forceinline__ float simt_dot(const T *a, const T *b, int64_t n, boo
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256) simt_bwd_data_kernel(const gc_conv2d_geom g, const T *dy,
+static __global__ void __launch_bounds__(256) conv_simt_bwd_data_kernel(const gc_conv2d_geom g, const T *dy,
                                                             const T *w, T *dx, int vec)
 {
     const int64_t total = g.N * g.H * g.W * g.C;
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(256) simt_bwd_data_kernel(const gc_conv2d_geom
 
 /* part[z][r][f] for r < KC (+1 with db): the sum over pixels [z*chunk, (z+1)*chunk). */
 template <typename T>
-__global__ void __launch_bounds__(256) simt_bwd_filter_kernel(const gc_conv2d_geom g, const T *x,
+static __global__ void __launch_bounds__(256) conv_simt_bwd_filter_kernel(const gc_conv2d_geom g, const T *x,
                                                               const T *dy, int64_t rows,
                                                               int64_t chunk, float *part)
 {
@@ -144,7 +144,7 @@ extern "C" gc_status gc_conv2d_simt_fwd(const gc_backend *be, const gc_conv2d_ge
     const int64_t total = g->N * g->OH * g->OW * g->F;
     if (total == 0) return GC_OK;
     GC_CUDA_DISPATCH_FLOAT(dt, T,
-        simt_fwd_kernel<T><<<simt_grid(be, total), 256, 0, gc_cuda_stream(be)>>>(
+        conv_simt_fwd_kernel<T><<<simt_grid(be, total), 256, 0, gc_cuda_stream(be)>>>(
             *g, (const T *)x, (const T *)w, (const T *)bias, (int)act, (T *)y));
     return gc_cuda_launch_check("conv2d_fwd (simt)");
 }
@@ -157,7 +157,7 @@ extern "C" gc_status gc_conv2d_simt_bwd_data(const gc_backend *be, const gc_conv
     const int vec = (g->F * (int64_t)gc_dtype_size(dt)) % 16 == 0 && ((uintptr_t)dy & 15) == 0 &&
                     ((uintptr_t)w & 15) == 0;
     GC_CUDA_DISPATCH_FLOAT(dt, T,
-        simt_bwd_data_kernel<T><<<simt_grid(be, total), 256, 0, gc_cuda_stream(be)>>>(
+        conv_simt_bwd_data_kernel<T><<<simt_grid(be, total), 256, 0, gc_cuda_stream(be)>>>(
             *g, (const T *)dy, (const T *)w, (T *)dx, vec));
     return gc_cuda_launch_check("conv2d_bwd_data (simt)");
 }
@@ -193,7 +193,7 @@ extern "C" gc_status gc_conv2d_simt_bwd_filter(const gc_backend *be, const gc_co
     float *part = (float *)ws;
     dim3 grid((unsigned)xblocks, (unsigned)S);
     GC_CUDA_DISPATCH_FLOAT(dt, T,
-        simt_bwd_filter_kernel<T><<<grid, 256, 0, s>>>(*g, (const T *)x, (const T *)dy, rows, chunk,
+        conv_simt_bwd_filter_kernel<T><<<grid, 256, 0, s>>>(*g, (const T *)x, (const T *)dy, rows, chunk,
                                                         part));
     if ((st = gc_cuda_launch_check("conv2d_bwd_filter (simt)"))) return st;
     if ((st = gc_conv2d_reduce_splits(be, dt, part, (int)S, rows * F, KC * F, dw))) return st;

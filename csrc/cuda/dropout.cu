@@ -2,6 +2,7 @@
  *
  * Element i is kept iff gc_uniform01(seed, i) >= rate (gc_uniform01_dev in common.cuh
  * is the same hash, bit for bit), kept elements scaled by 1/(1-rate) computed in float,
+ * dropped ones +0 even where x is -0, Inf or NaN (as csrc/cpu/dropout.c),
  * so the mask is a pure function of (seed, i): backward regenerates it, no mask is
  * stored, and the CPU and GPU draw identical masks (the standalone test checks this).
  * Rate 0 is a copy. Vectorised through gc_map_launch; in place is allowed.
@@ -13,8 +14,8 @@ struct dropout_f {
     uint64_t seed;
     __device__ __forceinline__ void operator()(int64_t i, const float *x, float *y) const
     {
-        float keep = gc_uniform01_dev(seed, (uint64_t)i) >= rate ? scale : 0.0f;
-        y[0] = x[0] * keep;
+        float v = __fmul_rn(x[0], scale); /* a dropped element is +0, whatever x holds */
+        y[0] = gc_uniform01_dev(seed, (uint64_t)i) >= rate ? v : 0.0f;
     }
 };
 

@@ -128,6 +128,46 @@ extern "C" gc_status gc_cuda_gemm_round_tf32(const gc_backend *be, int64_t rows,
     return gc_cuda_launch_check("gemm (tf32 rounding)");
 }
 
+/* sum over the splits in order, then the epilogue */
+template <typename T>
+__global__ void gc_gemm_splitk_kernel(int64_t M, int64_t N, int splits, const float *P,
+                                      gc_gemm_epi_args e)
+{
+    const int64_t total = M * N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++) v += P[s * total + i];
+        gc_gemm_epi1<T>(e, (int)(i / N), (int)(i % N), v);
+    }
+}
+
+extern "C" int gc_cuda_gemm_splits(const gc_backend *be, const gc_gemm_desc *d, int tile_m,
+                                   int tile_n, int ctas_per_sm, int min_len, int *kps)
+{
+    *kps = (int)d->K;
+    const int64_t tiles = ((d->M + tile_m - 1) / tile_m) * ((d->N + tile_n - 1) / tile_n);
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;
+    const int64_t target = (int64_t)sms * ctas_per_sm;
+    if (d->K < 2 * min_len || tiles * 2 > target) return 1;
+    int64_t s = target / tiles;
+    if (s > d->K / min_len) s = d->K / min_len;
+    if (s > 64) s = 64;
+    if (s < 2) return 1;
+    const int64_t len = ((d->K + s - 1) / s + 63) / 64 * 64;
+    *kps = (int)len;
+    return (int)((d->K + len - 1) / len);
+}
+
+extern "C" gc_status gc_cuda_gemm_splitk_reduce(const gc_backend *be, const gc_gemm_desc *d,
+                                                const float *partial, int splits)
+{
+    const int64_t n = d->M * d->N;
+    GC_CUDA_DISPATCH_FLOAT(d->dtype, T,
+        gc_gemm_splitk_kernel<T><<<grid_for(be, n), 256, 0, gc_cuda_stream(be)>>>(
+            d->M, d->N, splits, partial, gc_gemm_epi_of(d)));
+    return gc_cuda_launch_check("gemm (split-K reduction)");
+}
+
 /* ------------------------------------------------------------------ path choice */
 
 enum { PATH_AUTO = 0, PATH_SIMT, PATH_MMA, PATH_WGMMA, PATH_BAD };
@@ -146,10 +186,15 @@ extern "C" gc_status gc_cuda_gemm_force_path(const char *name)
 
 extern "C" const char *gc_cuda_gemm_last_path(void) { return g_last; }
 
-static int wgmma_worth_it(const gc_gemm_desc *d)
+static int wgmma_worth_it(const gc_backend *be, const gc_gemm_desc *d)
 {
-    return d->M >= 64 && d->N >= 64 && d->K >= 32 &&
-           (double)d->M * (double)d->N * (double)d->K >= (double)(1 << 27);
+    if (d->M < 128 || d->N < 128 || d->K < 256) return 0;
+    if ((double)d->M * (double)d->N * (double)d->K < (double)(1 << 27)) return 0;
+    /* 128 x 256 tiles: at least half of the computed tile area must be real output, and
+     * at least a quarter of the SMs busy (else mma.sync's 128 x 128 tiles, split K) */
+    const int64_t tm = (d->M + 127) / 128, tn = (d->N + 255) / 256;
+    if ((double)d->M * (double)d->N < 0.5 * (double)(tm * 128) * (double)(tn * 256)) return 0;
+    return tm * tn * 4 >= gc_cuda_sm_count(be);
 }
 
 extern "C" gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d)
@@ -200,7 +245,7 @@ extern "C" gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d)
         g_last = "simt";
         return gc_cuda_gemm_simt(be, d);
     }
-    if (wgmma_worth_it(d) && gc_cuda_gemm_wgmma_compiled(be)) {
+    if (wgmma_worth_it(be, d) && gc_cuda_gemm_wgmma_compiled(be)) {
         gc_clear_error();
         gc_status st = gc_cuda_gemm_wgmma(be, d);
         if (st != GC_ERR_UNSUPPORTED) {

@@ -72,6 +72,9 @@ int gc_cuda_gemm_wgmma_compiled(const gc_backend *be);
 /* Runs when the layout / alignment is one it takes directly (see gemm_wgmma.cu);
  * GC_ERR_UNSUPPORTED (no message) when not, and the caller takes another path. */
 gc_status gc_cuda_gemm_wgmma(const gc_backend *be, const gc_gemm_desc *d);
+/* Clusters of 2 blocks the wgmma kernel runs at once on this device (its persistent
+ * grid); 0 before the first wgmma launch. For benchmarks and bug reports. */
+int gc_cuda_gemm_wgmma_clusters(const gc_backend *be);
 gc_status gc_cuda_gemm_vendor(const gc_backend *be, const gc_gemm_desc *d);
 
 /* Helpers in gemm.cu shared by the paths. */
@@ -85,6 +88,16 @@ gc_status gc_cuda_gemm_epilogue_only(const gc_backend *be, const gc_gemm_desc *d
 gc_status gc_cuda_gemm_transpose(const gc_backend *be, int dtype, int64_t rows, int64_t cols,
                                  const void *src, int64_t ld_src, void *dst, int64_t ld_dst,
                                  int round_tf32);
+/* Split K for problems with few output tiles and a long K (weight gradients: M x N the
+ * size of a layer's kernel, K = batch x pixels) and for small latency-bound ones: how
+ * many K ranges (1 = none) so that about ctas_per_sm blocks of tile_m x tile_n run per
+ * SM, each range a multiple of 64 and at least min_len long; *kps receives the length. The partial sums (fp32,
+ * splits x M x N in the workspace) are added in a fixed order by
+ * gc_cuda_gemm_splitk_reduce, which then runs the epilogue: deterministic. */
+int gc_cuda_gemm_splits(const gc_backend *be, const gc_gemm_desc *d, int tile_m, int tile_n,
+                        int ctas_per_sm, int min_len, int *kps);
+gc_status gc_cuda_gemm_splitk_reduce(const gc_backend *be, const gc_gemm_desc *d,
+                                     const float *partial, int splits);
 /* dst = src (rows x cols, f32) rounded to nearest TF32, any leading dims. */
 gc_status gc_cuda_gemm_round_tf32(const gc_backend *be, int64_t rows, int64_t cols,
                                   const float *src, int64_t ld_src, float *dst, int64_t ld_dst);
@@ -168,6 +181,30 @@ __device__ __forceinline__ void gc_gemm_epi2(const gc_gemm_epi_args &e, int r, i
         if (bias) v1 += gc_to_f(bias[c + 1]);
         row[c + 1] = gc_from_f<T>(gc_gemm_act(e.act, v1));
     }
+}
+
+/* Two adjacent values stored as they are (2-element aligned p): the epilogue's fast
+ * path for alpha = 1, beta = 0, no bias, linear. */
+template <typename T> __device__ __forceinline__ void gc_gemm_store2(T *p, float v0, float v1)
+{
+    if (sizeof(T) == 4) {
+        *(float2 *)p = make_float2(v0, v1);
+    } else {
+        struct alignas(2 * sizeof(T)) P2 { T x, y; };
+        P2 o;
+        o.x = gc_from_f<T>(v0);
+        o.y = gc_from_f<T>(v1);
+        *(P2 *)p = o;
+    }
+}
+
+/* Two raw sums into a dense fp32 partial-sum matrix (row pitch N). */
+__device__ __forceinline__ void gc_gemm_part2(float *P, int N, int r, int c, float v0, float v1)
+{
+    if (c >= N) return;
+    float *p = P + (int64_t)r * N + c;
+    p[0] = v0;
+    if (c + 1 < N) p[1] = v1;
 }
 
 /* One result through the epilogue. */

@@ -159,8 +159,16 @@ template <typename T, bool TA, bool TB>
 __global__ void __launch_bounds__(MMA_THREADS, 2)
 gc_gemm_mma_kernel(int M, int N, int K, const T *__restrict__ A, int64_t lda,
                    const T *__restrict__ B, int64_t ldb, gc_gemm_epi_args e, int tiles_m,
-                   int tiles_n, int vec)
+                   int tiles_n, int vec, int kps, float *__restrict__ partial)
 {
+    /* split K: block row y takes K range [y*kps, y*kps + kps) and writes raw fp32 sums to
+     * partial[y] (gc_cuda_gemm_splitk_reduce adds them up and runs the epilogue) */
+    if (partial) {
+        const int kb = blockIdx.y * kps;
+        A += TA ? (int64_t)kb * lda : (int64_t)kb;
+        B += TB ? (int64_t)kb : (int64_t)kb * ldb;
+        K = min(K - kb, kps);
+    }
     typedef tile_geo<T, !TA> GA;
     typedef tile_geo<T, TB> GB;
     constexpr int BK = GA::BK;
@@ -295,6 +303,20 @@ gc_gemm_mma_kernel(int M, int N, int K, const T *__restrict__ A, int64_t lda,
     cp_async_wait<0>(); /* nothing may be in flight when the block exits */
 
     const int g = lane >> 2, t = lane & 3;
+    if (partial) {
+        float *P = partial + (int64_t)blockIdx.y * M * N;
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++) {
+            const int r = m0 + wm * 64 + mi * 16 + g;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int c = n0 + wn * 32 + ni * 8 + 2 * t;
+                if (r < M) gc_gemm_part2(P, N, r, c, acc[mi][ni][0], acc[mi][ni][1]);
+                if (r + 8 < M) gc_gemm_part2(P, N, r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int mi = 0; mi < 4; mi++) {
         const int r = m0 + wm * 64 + mi * 16 + g;
@@ -325,9 +347,21 @@ gc_status launch_mma(const gc_backend *be, const gc_gemm_desc *d)
     auto kern = gc_gemm_mma_kernel<T, TA, TB>;
     if (smem > 48 * 1024)
         GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kern<<<(unsigned)(tiles_m * tiles_n), MMA_THREADS, smem, gc_cuda_stream(be)>>>(
+    int kps = 0;
+    const int splits = gc_cuda_gemm_splits(be, d, MMA_BM, MMA_BN, 2, 128, &kps);
+    float *partial = NULL;
+    if (splits > 1) {
+        gc_status st = gc_cuda_workspace(be, (size_t)splits * d->M * d->N * sizeof(float), (void **)&partial);
+        if (st) return st;
+    }
+    kern<<<dim3((unsigned)(tiles_m * tiles_n), (unsigned)splits), MMA_THREADS, smem, gc_cuda_stream(be)>>>(
         (int)d->M, (int)d->N, (int)d->K, (const T *)d->A, d->lda, (const T *)d->B, d->ldb,
-        gc_gemm_epi_of(d), (int)tiles_m, (int)tiles_n, vec);
+        gc_gemm_epi_of(d), (int)tiles_m, (int)tiles_n, vec, kps, partial);
+    if (splits > 1) {
+        gc_status st = gc_cuda_launch_check("gemm (mma.sync, split K)");
+        if (st) return st;
+        return gc_cuda_gemm_splitk_reduce(be, d, partial, splits);
+    }
     return gc_cuda_launch_check("gemm (mma.sync)");
 }
 

@@ -24,8 +24,15 @@
 
 __global__ void __launch_bounds__(SIMT_THREADS)
 gc_gemm_simt_kernel(int M, int N, int K, const float *__restrict__ A, int64_t lda, int ta,
-                    const float *__restrict__ B, int64_t ldb, int tb, gc_gemm_epi_args e)
+                    const float *__restrict__ B, int64_t ldb, int tb, gc_gemm_epi_args e, int kps,
+                    float *__restrict__ partial)
 {
+    if (partial) { /* split K (see gemm_mma.cu): this block's K range, raw sums out */
+        const int kb = blockIdx.z * kps;
+        A += ta ? (int64_t)kb * lda : (int64_t)kb;
+        B += tb ? (int64_t)kb : (int64_t)kb * ldb;
+        K = min(K - kb, kps);
+    }
     __shared__ __align__(16) float As[2][SIMT_BK][SIMT_BM + SIMT_PAD];
     __shared__ __align__(16) float Bs[2][SIMT_BK][SIMT_BN + SIMT_PAD];
 
@@ -99,6 +106,21 @@ gc_gemm_simt_kernel(int M, int N, int K, const float *__restrict__ A, int64_t ld
 #undef SIMT_LOAD
 #undef SIMT_STORE
 
+    if (partial) {
+        float *P = partial + (int64_t)blockIdx.z * M * N;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int r = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
+            if (r >= M) continue;
+#pragma unroll
+            for (int jh = 0; jh < 2; jh++) {
+                const int c = n0 + jh * 64 + tx * 4;
+                gc_gemm_part2(P, N, r, c, acc[i][jh * 4 + 0], acc[i][jh * 4 + 1]);
+                gc_gemm_part2(P, N, r, c + 2, acc[i][jh * 4 + 2], acc[i][jh * 4 + 3]);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const int r = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
@@ -120,9 +142,21 @@ extern "C" gc_status gc_cuda_gemm_simt(const gc_backend *be, const gc_gemm_desc 
     if (gn > 65535)
         return gc_fail(GC_ERR_UNSUPPORTED, "gemm: N=%lld is too large for the SIMT kernel",
                        (long long)d->N);
-    dim3 grid((unsigned)gm, (unsigned)gn);
+    int kps = 0;
+    const int splits = gc_cuda_gemm_splits(be, d, SIMT_BM, SIMT_BN, 2, 64, &kps);
+    float *partial = NULL;
+    if (splits > 1) {
+        gc_status st = gc_cuda_workspace(be, (size_t)splits * d->M * d->N * sizeof(float), (void **)&partial);
+        if (st) return st;
+    }
+    dim3 grid((unsigned)gm, (unsigned)gn, (unsigned)splits);
     gc_gemm_simt_kernel<<<grid, SIMT_THREADS, 0, gc_cuda_stream(be)>>>(
         (int)d->M, (int)d->N, (int)d->K, (const float *)d->A, d->lda, d->trans_a,
-        (const float *)d->B, d->ldb, d->trans_b, gc_gemm_epi_of(d));
+        (const float *)d->B, d->ldb, d->trans_b, gc_gemm_epi_of(d), kps, partial);
+    if (splits > 1) {
+        gc_status st = gc_cuda_launch_check("gemm (simt, split K)");
+        if (st) return st;
+        return gc_cuda_gemm_splitk_reduce(be, d, partial, splits);
+    }
     return gc_cuda_launch_check("gemm (simt)");
 }

@@ -35,6 +35,8 @@
  */
 #include "gemm.cuh"
 
+#include <string.h>
+
 #include <cuda.h> /* CUtensorMap and its enums only: the encoder is fetched from the driver at run time */
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -95,10 +97,6 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 /* GC_GEMM_WATCHDOG (cycles; the standalone test sets it): trap instead of hanging when a
  * barrier never completes (a bad tensor map, say). 0 in the library: a preempted
  * context may legitimately wait long. */
@@ -132,6 +130,34 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
                  " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
+}
+/* The same tile into the same offset of every block in cta_mask (cluster multicast);
+ * each destination's mbarrier at offset `bar` counts the bytes. */
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                               int c0, int c1, uint16_t cta_mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+                 : "memory");
+}
+/* arrive on the mbarrier at the same offset in block `cta` of the cluster. Default
+ * semantics (release at CTA scope), as CUTLASS's ClusterBarrier: what is released is
+ * "the wgmma reads of this stage are done", which wgmma.wait_group has established;
+ * .release.cluster would make ptxas put two MEMBAR.ALL.GPU before every arrival, which
+ * stalls the consumer warp a few hundred ns per K step. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta)
+{
+    asm volatile("{\n.reg .b32 ra;\n"
+                 "mapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(cta)
+                 : "memory");
+}
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -183,7 +209,7 @@ template <> struct wg_mma<float, true> {
 };
 #undef GC_WG_ASM
 
-constexpr int WG_GROUP_M = 16; /* tile-rows per group of the grouped tile order */
+constexpr int WG_GROUP_M = 8; /* cluster tile-rows (pairs of 128-row tiles) per group of the tile order */
 
 __device__ __forceinline__ void wg_tile_coords(int t, int tiles_m, int tiles_n, int &tm, int &tn)
 {
@@ -194,7 +220,16 @@ __device__ __forceinline__ void wg_tile_coords(int t, int tiles_m, int tiles_n, 
 }
 #endif /* GC_WG_DEVICE */
 
-/* ------------------------------------------------------------------ the kernel */
+/* ------------------------------------------------------------------ the kernel
+ * Launched in clusters of 2 blocks along M: the pair computes two vertically adjacent
+ * 128 x 256 tiles (rank r takes tile-row 2*ctm + r) that share the B slice, so each
+ * block's producer loads its own A slice and one half of B, the latter multicast into
+ * both blocks' shared memory (same offset, completion counted on the same-offset
+ * mbarrier of each block). That cuts the L2 -> SM traffic per block from 48 KB to 32 KB
+ * a K step, which is what bounds this kernel on an H200 without it. A stage may be
+ * refilled only when the consumers of both blocks are done with it (the peer's
+ * producer writes into it), so each consumer warpgroup arrives on the "empty" barrier
+ * of both blocks (4 arrivals per phase). */
 template <typename T, bool KMAJ_B>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -208,40 +243,53 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
     const uint32_t full0 = base + WG_STAGES * WG_STAGE_BYTES, empty0 = full0 + 8 * WG_STAGES;
 
     const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-    const int ntiles = tiles_m * tiles_n, nk = (K + BKE - 1) / BKE;
+    const int ctiles_m = (tiles_m + 1) / 2; /* tile-row pairs */
+    const int nct = ctiles_m * tiles_n, nk = (K + BKE - 1) / BKE;
+    const int cluster = blockIdx.x >> 1, nclusters = gridDim.x >> 1;
     const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
-            mbar_init(full0 + 8 * s, 1);  /* the producer's expect_tx arrival */
-            mbar_init(empty0 + 8 * s, 2); /* one arrival per consumer warpgroup */
+            mbar_init(full0 + 8 * s, 1);  /* this block's producer: expect_tx arrival */
+            mbar_init(empty0 + 8 * s, 4); /* 2 consumer warpgroups x 2 blocks */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmA) : "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmB) : "memory");
     }
-    __syncthreads();
+    cluster_sync(); /* both blocks' barriers exist before any multicast or remote arrive */
 
     if (wg == 0) { /* ---------------- producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
             int s = 0;
             uint32_t phase = 0;
-            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-                int tm, tn;
-                wg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+            for (int t = cluster; t < nct; t += nclusters) {
+                int ctm, tn;
+                wg_tile_coords(t, ctiles_m, tiles_n, ctm, tn);
+                const int tm = 2 * ctm + (int)rank;
                 for (int kb = 0; kb < nk; kb++) {
                     mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
                     const uint32_t full = full0 + 8 * s;
                     const uint32_t sa = base + s * WG_STAGE_BYTES, sb = sa + WG_A_BYTES;
-                    mbar_expect_tx(full, WG_STAGE_BYTES);
-                    tma_load_2d(sa, &tmA, full, kb * BKE, tm * WG_BM);
+                    mbar_expect_tx(full, WG_STAGE_BYTES); /* A + both halves of B */
+                    /* Boxes that would start past M or N (the spare block of an odd
+                     * tile-row count, the far half of B at the N edge) are moved back
+                     * inside: what they load only feeds results that are not stored, and
+                     * no box is then wholly out of bounds. */
+                    tma_load_2d(sa, &tmA, full, kb * BKE, min(tm, tiles_m - 1) * WG_BM);
                     if (KMAJ_B) {
-                        tma_load_2d(sb, &tmB, full, kb * BKE, tn * WG_BN);
+                        tma_load_2d_mc(sb + rank * (WG_B_BYTES / 2), &tmB, full, kb * BKE,
+                                       min(tn * WG_BN + (int)rank * (WG_BN / 2), N - 1), 0x3);
                     } else {
 #pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            tma_load_2d(sb + j * 8192, &tmB, full, tn * WG_BN + j * 64, kb * BKE);
+                        for (int j = 0; j < 2; j++) {
+                            const int jj = 2 * (int)rank + j;
+                            tma_load_2d_mc(sb + jj * 8192, &tmB, full, min(tn * WG_BN + jj * 64, (N - 1) / 64 * 64),
+                                           kb * BKE, 0x3);
+                        }
                     }
                     if (++s == WG_STAGES) { s = 0; phase ^= 1; }
                 }
@@ -251,12 +299,14 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         const int cw = wg - 1; /* rows cw*64 .. cw*64+63 of the tile */
         const int warp = tid >> 5, lane = tid & 31;
+        const bool plain = e.alpha == 1.0f && e.beta == 0.0f && !e.bias && e.act == GC_ACT_LINEAR && e.vec2;
         float d[128];
         int s = 0;
         uint32_t phase = 0;
-        for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-            int tm, tn;
-            wg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+        for (int t = cluster; t < nct; t += nclusters) {
+            int ctm, tn;
+            wg_tile_coords(t, ctiles_m, tiles_n, ctm, tn);
+            const int tm = 2 * ctm + (int)rank;
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
             wg_fence_regs(d);
@@ -275,25 +325,42 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 }
                 wg_commit();
                 wg_wait<1>(); /* the group before this one has retired: its stage is free */
-                if (prev >= 0 && tid == 0) mbar_arrive(empty0 + 8 * prev);
+                if (prev >= 0 && tid == 0) {
+                    mbar_arrive_cluster(empty0 + 8 * prev, 0);
+                    mbar_arrive_cluster(empty0 + 8 * prev, 1);
+                }
                 prev = s;
                 if (++s == WG_STAGES) { s = 0; phase ^= 1; }
             }
             wg_wait<0>();
             wg_fence_regs(d);
-            if (prev >= 0 && tid == 0) mbar_arrive(empty0 + 8 * prev);
+            if (prev >= 0 && tid == 0) {
+                mbar_arrive_cluster(empty0 + 8 * prev, 0);
+                mbar_arrive_cluster(empty0 + 8 * prev, 1);
+            }
 
             /* epilogue from registers: d[4j + {0,1}] at (row, 8j + 2q + {0,1}),
              * d[4j + {2,3}] at row + 8 */
             const int r = tm * WG_BM + cw * 64 + warp * 16 + (lane >> 2);
             const int c0 = tn * WG_BN + 2 * (lane & 3);
+            if (plain && r + 8 < M && tn * WG_BN + WG_BN <= N) {
+                /* the common case (C = A @ B, whole tile inside): convert and store */
+                T *row0 = (T *)e.C + (int64_t)r * e.ldc + c0, *row1 = row0 + 8 * e.ldc;
 #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                if (r < M) gc_gemm_epi2<T>(e, r, c0 + 8 * j, d[4 * j], d[4 * j + 1]);
-                if (r + 8 < M) gc_gemm_epi2<T>(e, r + 8, c0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+                for (int j = 0; j < 32; j++) {
+                    gc_gemm_store2<T>(row0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                    gc_gemm_store2<T>(row1 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    if (r < M) gc_gemm_epi2<T>(e, r, c0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                    if (r + 8 < M) gc_gemm_epi2<T>(e, r + 8, c0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+                }
             }
         }
     }
+    cluster_sync(); /* the peer may still multicast into / arrive on this block */
 #endif
 }
 
@@ -370,6 +437,24 @@ int aligned16(const void *p, int64_t ld, int es)
     return ((uintptr_t)p % 16 == 0) && ((ld * es) % 16 == 0);
 }
 
+/* Clusters of 2 that can be resident at once (cached per device: the same for every
+ * instantiation, which all take the same resources). */
+int g_fit[64];
+int resident_clusters(const gc_backend *be, const void *kern, cudaLaunchConfig_t *cfg)
+{
+    const int dev = be->device_index;
+    if (dev >= 0 && dev < 64 && g_fit[dev] > 0) return g_fit[dev];
+    int n = 0;
+    cfg->gridDim = dim3(2, 1, 1);
+    if (cudaOccupancyMaxActiveClusters(&n, kern, cfg) != cudaSuccess || n < 1) {
+        (void)cudaGetLastError();
+        n = gc_cuda_sm_count(be) / 2;
+        if (n < 1) n = 1;
+    }
+    if (dev >= 0 && dev < 64) g_fit[dev] = n;
+    return n;
+}
+
 template <typename T, bool KMAJ_B>
 gc_status launch_wgmma(const gc_backend *be, const void *A, int64_t lda, const void *B,
                        int64_t ldb, const gc_gemm_desc *d)
@@ -378,17 +463,30 @@ gc_status launch_wgmma(const gc_backend *be, const void *A, int64_t lda, const v
     CUtensorMap ta, tb;
     gc_status st = make_map(&ta, d->dtype, A, d->K, d->M, lda * es, bke, WG_BM);
     if (st) return st;
-    if (KMAJ_B) st = make_map(&tb, d->dtype, B, d->K, d->N, ldb * es, bke, WG_BN);
+    if (KMAJ_B) st = make_map(&tb, d->dtype, B, d->K, d->N, ldb * es, bke, WG_BN / 2);
     else st = make_map(&tb, d->dtype, B, d->N, d->K, ldb * es, 64, bke);
     if (st) return st;
-    const int64_t tiles = ((d->M + WG_BM - 1) / WG_BM) * ((d->N + WG_BN - 1) / WG_BN);
-    int sms = gc_cuda_sm_count(be);
-    if (sms < 1) sms = 1;
-    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+    const int64_t ctiles = ((d->M + 2 * WG_BM - 1) / (2 * WG_BM)) * ((d->N + WG_BN - 1) / WG_BN);
     auto kern = gc_gemm_wgmma_kernel<T, KMAJ_B>;
     GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
-    kern<<<grid, WG_THREADS, WG_SMEM, gc_cuda_stream(be)>>>(ta, tb, (int)d->M, (int)d->N, (int)d->K,
-                                                            gc_gemm_epi_of(d));
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(WG_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = WG_SMEM;
+    cfg.stream = gc_cuda_stream(be);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    /* persistent: as many clusters as fit at once (an SM left over in a GPC of odd size
+     * stays idle), never more than there are tile pairs */
+    int fit = resident_clusters(be, (const void *)kern, &cfg);
+    const unsigned nclusters = (unsigned)(ctiles < fit ? ctiles : fit);
+    cfg.gridDim = dim3(2 * nclusters, 1, 1);
+    GC_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, ta, tb, (int)d->M, (int)d->N, (int)d->K, gc_gemm_epi_of(d)));
     return gc_cuda_launch_check("gemm (wgmma)");
 }
 
@@ -398,6 +496,12 @@ int g_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 } // namespace
 
 extern "C" void gc_cuda_gemm_set_tf32_round(int on) { g_tf32_round = on != 0; }
+
+extern "C" int gc_cuda_gemm_wgmma_clusters(const gc_backend *be)
+{
+    const int dev = be->device_index;
+    return dev >= 0 && dev < 64 ? g_fit[dev] : 0;
+}
 
 extern "C" int gc_cuda_gemm_wgmma_compiled(const gc_backend *be)
 {

@@ -2,7 +2,7 @@
  * per-row loss plus the optional gradient of grad_scale * sum(loss)) and bias_grad.
  *
  * Formulas are those of csrc/cpu/loss.c (Keras'): the fused log-softmax path with the
- * gradient softmax * sum(y) - y ... written as p - y; Keras' clipped path on
+ * exact gradient sum(y) * softmax - y (softmax - y for labels summing to 1); Keras' clipped path on
  * probabilities (eps 1e-7, zero gradient where the clip is active, row normalisation
  * included); mean over columns for the binary and regression losses. Each row gets a
  * warp (up to 1024 columns) or a 256-thread block; per-element exp/log run in float,
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(256) softmax_xent_kernel(loss_args a)
         float mx = -INFINITY;
         for (int64_t c = lane; c < a.cols; c += TPR) mx = gc_op_max()(mx, gc_ld(a.x, a.xdt, base + c));
         mx = gc_row_reduce<TPR>(mx, gc_op_max(), smf);
-        double sum = 0.0, yz = 0.0, ysum = 0.0;
+        double sum = 0.0, yz = 0.0, ysum = a.ydt == GC_I32 ? 1.0 : 0.0;
         for (int64_t c = lane; c < a.cols; c += TPR) {
             float z = gc_ld(a.x, a.xdt, base + c);
             sum += (double)expf(z - mx);
@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(256) softmax_xent_kernel(loss_args a)
             float inv = (float)(1.0 / sum);
             for (int64_t c = lane; c < a.cols; c += TPR) {
                 float p = expf(gc_ld(a.x, a.xdt, base + c) - mx) * inv;
-                gc_st(a.grad, a.xdt, base + c, a.gs * (p - lab(a, r, c, li)));
+                /* the exact gradient sum(y) * softmax - y (softmax - y when labels sum to 1) */
+                gc_st(a.grad, a.xdt, base + c, (float)(a.gsd * ((double)p * ysum - (double)lab(a, r, c, li))));
             }
         }
     }

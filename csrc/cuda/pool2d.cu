@@ -9,7 +9,8 @@
  * gather: each input element visits the windows that contain it (in (oh, ow) order,
  * the CPU's accumulation order) and, for max, recomputes each window's arg-max, so no
  * atomics are needed, every element of dx is written, and results are deterministic
- * (bit-identical to the CPU for f32).
+ * (bit-identical to the CPU for f32; with disjoint windows the one contribution is
+ * stored as is, as the CPU's single-write path does, so even -0 matches).
  */
 #include "common.cuh"
 
@@ -18,6 +19,7 @@
 typedef struct {
     int64_t N, H, W, C, OH, OW;
     int PH, PW, sh, sw, pt, pl;
+    int disjoint; /* stride >= pool on both axes: each cell lies in at most one window */
 } pool_dims;
 
 static pool_dims dims_of(const gc_pool2d_geom *g)
@@ -26,6 +28,7 @@ static pool_dims dims_of(const gc_pool2d_geom *g)
     d.N = g->N; d.H = g->H; d.W = g->W; d.C = g->C; d.OH = g->OH; d.OW = g->OW;
     d.PH = (int)g->PH; d.PW = (int)g->PW; d.sh = g->sh; d.sw = g->sw;
     d.pt = g->pad_top; d.pl = g->pad_left;
+    d.disjoint = g->sh >= g->PH && g->sw >= g->PW;
     return d;
 }
 
@@ -114,7 +117,10 @@ __global__ void __launch_bounds__(256) maxpool_bwd_kernel(pool_dims d, const T *
                             bw = ww;
                         }
                     }
-                if (bh == h && bw == w) acc += gc_to_f(dyn[(oh * d.OW + ow) * d.C]);
+                if (bh == h && bw == w) {
+                    float v = gc_to_f(dyn[(oh * d.OW + ow) * d.C]);
+                    acc = d.disjoint ? v : acc + v; /* the CPU writes, or adds to a zeroed dx */
+                }
             }
         dx[i] = gc_from_f<T>(acc);
     }
@@ -140,7 +146,8 @@ __global__ void __launch_bounds__(256) avgpool_bwd_kernel(pool_dims d, const T *
                 int64_t h0, h1, w0, w1;
                 window(d, oh, ow, h0, h1, w0, w1);
                 float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
-                acc = __fadd_rn(acc, __fmul_rn(gc_to_f(dyn[(oh * d.OW + ow) * d.C]), inv));
+                float v = __fmul_rn(gc_to_f(dyn[(oh * d.OW + ow) * d.C]), inv);
+                acc = d.disjoint ? v : __fadd_rn(acc, v); /* the CPU writes, or adds to a zeroed dx */
             }
         dx[i] = gc_from_f<T>(acc);
     }

@@ -29,6 +29,7 @@ def _non_negative(value, arg, cls_name, upper=None):
 
 class Optimizer:
     kind = None            # the plan's optimizer name
+    default_name = "optimizer"
     _defaults = {}
 
     def __init__(self, learning_rate=0.001, name=None, weight_decay=None, clipnorm=None,
@@ -48,7 +49,7 @@ class Optimizer:
                 raise NotImplementedError(f"{cls_name}: `{arg}` is not supported yet")
         if use_ema:
             raise NotImplementedError(f"{cls_name}: use_ema is not supported yet")
-        self.name = name or backend.to_snake_case(cls_name)
+        self.name = name or self.default_name
         self.learning_rate = learning_rate
         self.decay = _non_negative(decay, "decay", cls_name)
         self.iterations = 0
@@ -129,6 +130,7 @@ class Optimizer:
 
 class Adam(Optimizer):
     kind = "adam"
+    default_name = "adam"
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  amsgrad=False, name=None, **kwargs):
@@ -154,6 +156,7 @@ class Adam(Optimizer):
 
 class SGD(Optimizer):
     kind = "sgd"
+    default_name = "SGD"
 
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name=None, **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
@@ -174,6 +177,7 @@ class SGD(Optimizer):
 
 class RMSprop(Optimizer):
     kind = "rmsprop"
+    default_name = "rmsprop"
 
     def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7, centered=False,
                  name=None, **kwargs):

@@ -42,14 +42,7 @@ class Variable:
 
     def assign(self, value):
         """Writes ``value`` (same shape; ValueError naming both shapes otherwise)."""
-        value = np.asarray(value, dtype=np.float32)
-        if tuple(value.shape) != self.shape:
-            raise ValueError(
-                f"Variable {self.path!r}: cannot assign a value of shape {tuple(value.shape)} "
-                f"to a variable of shape {self.shape}")
-        if not np.all(np.isfinite(value)):
-            raise ValueError(f"Variable {self.path!r}: the value contains NaN or Inf")
-        self.buffer.write(np.ascontiguousarray(value).reshape(-1))
+        assign_all([self], [value], f"Variable '{self.path}'")
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -58,3 +51,27 @@ class Variable:
     def __repr__(self):
         return (f"<Variable path={self.path}, shape={self.shape}, dtype=float32, "
                 f"trainable={self.trainable}>")
+
+
+def assign_all(variables, values, owner):
+    """Writes ``values`` into ``variables`` only if every one fits: the count, each shape
+    (ValueError naming the layer, the weight, the expected and the received shapes) and
+    finiteness are checked before the first write, so a bad list changes nothing."""
+    values = list(values)
+    if len(values) != len(variables):
+        raise ValueError(f"{owner} expects {len(variables)} weight arrays "
+                         f"({', '.join(str(v.shape) for v in variables) or 'none'}), but the "
+                         f"provided list has {len(values)}")
+    arrays = []
+    for var, value in zip(variables, values):
+        value = np.asarray(value, dtype=np.float32)
+        layer = var._layer.name if var._layer is not None else "?"
+        if tuple(value.shape) != var.shape:
+            raise ValueError(f"Layer '{layer}' weight '{var.name}' has shape {var.shape}, which is "
+                             f"not compatible with the provided weight shape {tuple(value.shape)}")
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"Layer '{layer}' weight '{var.name}': the provided value contains "
+                             "NaN or Inf")
+        arrays.append(value)
+    for var, value in zip(variables, arrays):
+        var.buffer.write(np.ascontiguousarray(value).reshape(-1))

@@ -621,6 +621,11 @@ static void test_losses_size(int64_t rows, int64_t cols)
     CHECK(gc_cpu_softmax_xent(rows, cols, z, NULL, yi, loss, grad, gs) == GC_OK, "%s i32", name);
     check_loss(name, dl_softmax_xent, rows, cols, z, NULL, yi, loss, grad, gs, 1e-6, 1e-5, 1e-6);
     CHECK(gc_cpu_softmax_xent(rows, cols, z, NULL, yi, loss, NULL, gs) == GC_OK, "%s no grad", name);
+    /* labels that do not sum to one: the gradient is still the loss's derivative */
+    float *yu = frand_buf(n, 0, 2);
+    CHECK(gc_cpu_softmax_xent(rows, cols, z, yu, NULL, loss, grad, gs) == GC_OK, "%s unnormalised", name);
+    check_loss(name, dl_softmax_xent, rows, cols, z, yu, NULL, loss, grad, gs, 1e-6, 1e-5, 1e-6);
+    free(yu);
 
     /* sigmoid bce: logits up to +-40, labels in [0, 1] */
     float *zb = frand_buf(n, -40, 40), *yb = frand_buf(n, 0, 1);
@@ -879,6 +884,14 @@ static void test_optim_size(int64_t n)
             cs.out[1] = NULL;
             memcpy(w, w0, bytes);
             CHECK(gc_cpu_op_sgd(NULL, &cs) == GC_OK, "op sgd without momentum tensor");
+            /* momentum 0 with a buffer: the same plain step, the buffer left as it was */
+            float *wp = fbuf(n);
+            memcpy(wp, w, bytes);
+            memcpy(w, w0, bytes); memcpy(m, m0, bytes);
+            CHECK(gc_cpu_sgd(n, w, g, m, &sp) == GC_OK && memcmp(w, wp, bytes) == 0 &&
+                      memcmp(m, m0, bytes) == 0,
+                  "sgd momentum 0 with a buffer");
+            free(wp);
         } else {
             CHECK(gc_cpu_sgd(n, w, g, NULL, &sp) == GC_ERR_INVALID_ARG, "sgd momentum without buffer");
         }

@@ -345,6 +345,44 @@ static void test_nested(void)
     }
 }
 
+/* The activations over their whole range, through the epilogue: C = act(x 1^T) with K
+ * = 1, x from -100 to 100 plus specials. Each element within 1e-6 relative (2e-7 is
+ * the design) or 1e-30 absolute of the double reference; NaN in, NaN out. */
+static void test_activation_range(void)
+{
+    enum { M = 2011, N = 37 }; /* a full 32-wide vector and a tail per row */
+    static float x[M], ones[N], c[M * N];
+    const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-30f,
+                              0.625f, -0.625f, 0.62499f, 88.0f, -87.0f, 44.0f, -44.0f};
+    const int ns = (int)(sizeof specials / sizeof specials[0]);
+    for (int i = 0; i < M; i++)
+        x[i] = i < ns ? specials[i] : (float)(-100.0 + 200.0 * (i - ns) / (M - ns - 1));
+    for (int j = 0; j < N; j++)
+        ones[j] = 1.0f;
+    for (int act = GC_ACT_LINEAR; act <= GC_ACT_SIGMOID; act++) {
+        gc_sgemm_args g = {0, 0, M, N, 1, 1.0f, 0.0f, x, 1, ones, N, c, N, NULL, (gc_act)act};
+        checks++;
+        if (gc_cpu_sgemm(&g) != GC_OK) {
+            failures++;
+            fprintf(stderr, "FAIL [%s] activation range %s: %s\n", variant_now,
+                    act_name((gc_act)act), gc_last_error());
+            continue;
+        }
+        for (int64_t e = 0; e < (int64_t)M * N; e++) {
+            const double in = x[e / N], ref = act_ref((gc_act)act, in), out = c[e];
+            const int ok = in != in ? out != out
+                                    : fabs(out - ref) <= 1e-6 * fabs(ref) + 1e-30 ||
+                                          out == ref; /* inf == inf */
+            if (!ok) {
+                failures++;
+                fprintf(stderr, "FAIL [%s] %s(%.9g) = %.9g, expected %.9g\n", variant_now,
+                        act_name((gc_act)act), in, out, ref);
+                break;
+            }
+        }
+    }
+}
+
 static void run_variant(int quick)
 {
     /* M, N, K: degenerate, tiny, primes, K = 0, tall/skinny, several K blocks
@@ -392,7 +430,19 @@ static void run_variant(int quick)
         run_case(&t);
         case_t u = {1024, 1024, 1024, 1, 1, 0.5f, 1.0f, 0, GC_ACT_TANH, 0};
         run_case(&u);
+        /* one thread owning 2800 rows that span several N blocks: A is packed in more
+         * than one block of rows (at most ~4 MiB of packed A each) */
+#ifdef _OPENMP
+        const int nt = omp_get_max_threads();
+        omp_set_num_threads(1);
+#endif
+        case_t v = {2800, 800, 384, 0, 1, 1.0f, 0.5f, 1, GC_ACT_SIGMOID, 1};
+        run_case(&v);
+#ifdef _OPENMP
+        omp_set_num_threads(nt);
+#endif
     }
+    test_activation_range();
     test_nested();
 }
 
@@ -415,22 +465,38 @@ int main(int argc, char **argv)
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
+    const char *initial = gc_cpu_sgemm_variant();
     printf("test_sgemm: seed %llu, %d thread(s), default variant %s%s\n",
-           (unsigned long long)seed, threads, gc_cpu_sgemm_variant(), quick ? ", quick" : "");
+           (unsigned long long)seed, threads, initial, quick ? ", quick" : "");
     test_errors();
     test_variant_api();
-    static const char *names[] = {"avx512", "fma", "generic"};
+    static const char *names[] = {"avx512", "fma", "generic"}; /* best first */
+    const char *env = getenv("GPUCMP_CPU_SIMD"), *best = NULL;
+    int env_ok = 0;
     for (int v = 0; v < 3; v++) {
         if (gc_cpu_sgemm_force_variant(names[v]) != GC_OK) {
             printf("  variant %-8s not available on this CPU, skipped\n", names[v]);
             continue;
         }
+        if (!best)
+            best = names[v];
+        if (env && strcmp(env, names[v]) == 0)
+            env_ok = 1;
         variant_now = names[v];
         const int before = failures, nb = checks;
         run_variant(quick);
         printf("  variant %-8s %d checks, %d failed\n", names[v], checks - nb, failures - before);
     }
+    /* the automatic choice: GPUCMP_CPU_SIMD when it names a variant this CPU runs (an
+     * unknown or unsupported value is ignored), else the best one; "auto" returns to it */
+    const char *expect = env_ok ? env : best;
     gc_cpu_sgemm_force_variant("auto");
+    checks += 2;
+    if (!expect || strcmp(initial, expect) != 0 || strcmp(gc_cpu_sgemm_variant(), expect) != 0) {
+        failures++;
+        fprintf(stderr, "FAIL automatic variant: got %s (then %s after auto), expected %s\n",
+                initial, gc_cpu_sgemm_variant(), expect ? expect : "?");
+    }
     printf("test_sgemm: %d checks, %d failed -> %s\n", checks, failures,
            failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;

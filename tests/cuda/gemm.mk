@@ -1,8 +1,8 @@
 # gemm.mk -- builds the standalone CUDA GEMM test + benchmark (tests/cuda/test_gemm.cu).
 #
 #   make -f tests/cuda/gemm.mk -j8                 # sm_80 + sm_90a  -> build/gemm_test/all/test_gemm
-#   make -f tests/cuda/gemm.mk -j8 TAG=sm80 ARCHS="-gencode=arch=compute_80,code=sm_80"
-#                                                   # mma.sync only (runs as sm_80 code on any sm_80+)
+#   make -f tests/cuda/gemm.mk -j8 TAG=sm80 ARCHS="-gencode=arch=compute_80,code=compute_80"
+#                                                   # PTX only: JIT-compiled for the device, no wgmma
 #   build/gemm_test/all/test_gemm [--bench] [--quick] [--seed N]
 #
 # Run from the repository root. Links only the GEMM sources with core/status.c and

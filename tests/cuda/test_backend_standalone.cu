@@ -335,7 +335,9 @@ static void test_pool()
             for (auto &v : xv) v = (float)(int)(urand() * 5) - 2.0f;
             HT x = make(dt, {c.N, c.H, c.W, c.C}, xv);
             HT y = poison_like(dt, {g.N, g.OH, g.OW, g.C});
-            HT dy = make(dt, {g.N, g.OH, g.OW, g.C}, randn(ny));
+            std::vector<float> dyv = randn(ny);
+            for (int64_t i = 0; i < ny; i += 7) dyv[(size_t)i] = -0.0f; /* signed zeros must survive too */
+            HT dy = make(dt, {g.N, g.OH, g.OW, g.C}, dyv);
             HT dx = poison_like(dt, {c.N, c.H, c.W, c.C});
             char nm[160];
             snprintf(nm, sizeof nm, "%dx%d/%dx%d %s (%d,%d,%d,%d) %s", c.ph, c.pw, c.sh, c.sw,
@@ -405,6 +407,11 @@ static void test_losses()
                   {{&loss, false}, {&grad, false}}, 1e-5, false);
             check(std::string("softmax_xent soft") + sfx, GC_OP_SOFTMAX_XENT, &p, {&logits, &lab_soft},
                   {{&loss, false}, {&grad, false}}, 1e-5, false);
+            std::vector<float> un((size_t)(R * C));
+            for (auto &u : un) u = (float)urand(); /* rows do not sum to 1: grad sum(y)*p - y */
+            HT lab_un = make(dt, {R, C}, un);
+            check(std::string("softmax_xent unnormalised labels") + sfx, GC_OP_SOFTMAX_XENT, &p, {&logits, &lab_un},
+                  {{&loss, false}, {&grad, false}}, 1e-5, false);
             check(std::string("softmax_xent f32-labels no-grad") + sfx, GC_OP_SOFTMAX_XENT, &p,
                   {&logits, &lab_f32}, {{&loss, false}, {NULL, false}}, 1e-5, false);
             check(std::string("sigmoid_bce") + sfx, GC_OP_SIGMOID_BCE, &p, {&logits, &lab_bin},
@@ -457,7 +464,10 @@ static void test_dropout()
     for (gc_dtype dt : DTS)
         for (float rate : {0.0f, 0.3f, 0.9f}) {
             int64_t n = 100003;
-            HT x = make(dt, {n}, randn(n)), y = poison_like(dt, {n});
+            std::vector<float> xv = randn(n);
+            for (int64_t i = 0; i < n; i += 101) xv[(size_t)i] = -0.0f;
+            for (int64_t i = 3; i < n; i += 997) xv[(size_t)i] = i % 2 ? INFINITY : NAN; /* dropped: +0 */
+            HT x = make(dt, {n}, xv), y = poison_like(dt, {n});
             gc_dropout_params p = {rate, 0xDEADBEEF12345ull};
             char nm[96];
             snprintf(nm, sizeof nm, "dropout_fwd rate=%.1f %s", rate, dn(dt));

@@ -4,8 +4,7 @@ Keras defaults: strides (1, 1), padding 'valid', dilation (1, 1), no activation,
 use_bias True, glorot_uniform kernel (fans kh*kw*in and kh*kw*filters), zero bias.
 Output extent: valid ``floor((in - d*(k-1) - 1)/s) + 1``; same ``ceil(in/s)``.
 """
-
-from .. import activations
+from .. import activations, initializers
 from . import argument_checks as check
 from .layer import Layer, format_shape
 
@@ -43,7 +42,6 @@ class Conv2D(Layer):
                           kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
-        from .. import initializers
         self.kernel_initializer = initializers.get(kernel_initializer, "kernel_initializer")
         self.bias_initializer = initializers.get(bias_initializer, "bias_initializer")
         super().__init__(**kwargs)
@@ -94,7 +92,6 @@ class Conv2D(Layer):
         }]
 
     def get_config(self):
-        from .. import initializers
         config = super().get_config()
         config.update({
             "filters": self.filters, "kernel_size": list(self.kernel_size),

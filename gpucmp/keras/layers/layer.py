@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import backend, initializers, mixed_precision
 from ..keras_tensor import KerasTensor
-from ..variables import Variable
+from ..variables import Variable, assign_all
 
 
 def format_shape(shape):
@@ -150,26 +150,7 @@ class Layer:
 
     def set_weights(self, weights):
         """Writes all weights at once; nothing is written unless every shape matches."""
-        weights = list(weights)
-        if len(weights) != len(self._weights):
-            raise ValueError(
-                f"Layer '{self.name}' expects {len(self._weights)} weight arrays "
-                f"({', '.join(format_shape(w.shape) for w in self._weights) or 'none'}), "
-                f"but the provided list has {len(weights)}")
-        arrays = []
-        for var, value in zip(self._weights, weights):
-            value = np.asarray(value, dtype=np.float32)
-            if tuple(value.shape) != var.shape:
-                raise ValueError(
-                    f"Layer '{self.name}' weight '{var.name}' has shape {format_shape(var.shape)}, "
-                    f"which is not compatible with the provided weight shape "
-                    f"{format_shape(value.shape)}")
-            if not np.all(np.isfinite(value)):
-                raise ValueError(f"Layer '{self.name}' weight '{var.name}': the provided value "
-                                 "contains NaN or Inf")
-            arrays.append(value)
-        for var, value in zip(self._weights, arrays):
-            var.assign(value)
+        assign_all(self._weights, weights, f"Layer '{self.name}'")
 
     def count_params(self):
         if not self.built:

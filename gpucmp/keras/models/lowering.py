@@ -50,16 +50,10 @@ def describe(leaves, input_shape, trainable_of):
 
 
 def trainable_variables_in_plan_order(leaves, trainable_of):
-    """The Variables the plan updates, in its order (per layer: kernel, then bias)."""
-    out = []
-    for layer in leaves:
-        if not trainable_of(layer):
-            continue
-        for name in ("kernel", "bias"):
-            var = getattr(layer, name, None)
-            if var is not None and getattr(var, "buffer", None) is not None:
-                out.append(var)
-    return out
+    """The Variables the plan updates, in its order: layer by layer, each layer's weights
+    in Keras order (Dense/Conv2D: kernel, bias; later layers such as LSTM: kernel,
+    recurrent_kernel, bias)."""
+    return [w for layer in leaves if trainable_of(layer) for w in layer.weights]
 
 
 class PlanCache:

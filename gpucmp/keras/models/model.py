@@ -12,12 +12,11 @@ layers -- hence the weight buffers -- are shared.
 """
 import math
 
-import numpy as np
-
 from .. import backend
 from ..keras_tensor import KerasTensor
 from ..layers.input_layer import InputLayer
 from ..layers.layer import Layer, format_shape
+from ..variables import assign_all
 from . import lowering
 from .trainer import Trainer
 
@@ -211,23 +210,7 @@ class Model(Trainer, Layer):
     def set_weights(self, weights):
         """All weights at once, in get_weights() order; nothing is written unless every
         array matches (count and shapes), with the layer and shapes named otherwise."""
-        weights = list(weights)
-        own = self.weights
-        if len(weights) != len(own):
-            raise ValueError(f"Model '{self.name}' has {len(own)} weight arrays, but the provided "
-                             f"list has {len(weights)}")
-        arrays = []
-        for var, value in zip(own, weights):
-            value = np.asarray(value, dtype=np.float32)
-            if tuple(value.shape) != var.shape:
-                raise ValueError(f"Layer '{var._layer.name if var._layer else '?'}' weight "
-                                 f"'{var.name}' has shape {format_shape(var.shape)}, which is not "
-                                 f"compatible with the provided weight shape {format_shape(value.shape)}")
-            if not np.all(np.isfinite(value)):
-                raise ValueError(f"The value for weight '{var.path}' contains NaN or Inf")
-            arrays.append(value)
-        for var, value in zip(own, arrays):
-            var.assign(value)
+        assign_all(self.weights, weights, f"Model '{self.name}'")
 
     def count_params(self):
         self._require_built()

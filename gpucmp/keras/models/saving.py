@@ -194,17 +194,10 @@ class _Archive:
 
 
 def _assign_all(model, arrays, source):
-    own = model.weights
-    if len(arrays) != len(own):
-        raise ValueError(f"{source} holds {len(arrays)} weight arrays but model '{model.name}' "
-                         f"has {len(own)}")
-    for i, (var, arr) in enumerate(zip(own, arrays)):
-        if tuple(arr.shape) != var.shape:
-            raise ValueError(f"{source}: weight {i} has shape {tuple(arr.shape)} but "
-                             f"'{var.path}' of model '{model.name}' has shape {var.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{source}: weight {i} ('{var.path}') contains NaN or Inf")
-    model.set_weights(arrays)
+    try:
+        model.set_weights(arrays)
+    except ValueError as exc:
+        raise ValueError(f"{source} does not fit model '{model.name}': {exc}") from None
 
 
 def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):

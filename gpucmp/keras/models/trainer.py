@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import backend, losses as losses_mod, metrics as metrics_mod, optimizers
 from .. import callbacks as callbacks_mod
+from ..layers import argument_checks as check
 from ..layers.dropout import Dropout
 from . import data_adapter as data
 from . import lowering
@@ -42,9 +43,7 @@ def _verbose(verbose):
 
 
 def _unsupported(**kwargs):
-    for arg, value in kwargs.items():
-        if value is not None:
-            raise NotImplementedError(f"`{arg}` is not supported by gpucmp yet (received {arg}={value!r})")
+    check.unsupported("Model", **kwargs)
 
 
 class Trainer:

@@ -10,6 +10,8 @@ Column widths follow Keras: line_length = min(88, terminal columns - 4), positio
 import math
 import shutil
 
+from ..layers.layer import format_shape
+
 
 def readable_memory_size(nbytes):
     units = ["B", "KB", "MB", "GB", "TB", "PB"]
@@ -98,10 +100,6 @@ def _row(cells, widths, aligns, bar, bottom=False):
 
 def _rule(widths, left, fill, mid, right):
     return left + mid.join(fill * (w + 2) for w in widths) + right
-
-
-def format_shape(shape):
-    return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
 def layer_rows(model, expand_nested=False, show_trainable=False, prefix=""):
