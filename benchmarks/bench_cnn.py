@@ -9,10 +9,16 @@ time and samples/s, median over repeats, and the ratio to each peer.
 CPU: gpucmp vs PyTorch eager (same threads). GPU (when gpucmp has a CUDA device): gpucmp
 vs PyTorch eager and PyTorch with the whole step captured in a CUDA graph.
 
+Each measurement runs in its own Python process: PyTorch ships its own OpenMP runtime,
+and two OpenMP runtimes spin-waiting in one process on 2 cores slow both down by an
+order of magnitude, which would measure the collision rather than the frameworks.
+
     python benchmarks/bench_cnn.py [--batch-sizes 32 128] [--samples 60000] [--repeats 3]
 """
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -115,19 +121,46 @@ def torch_epoch(torch, device, x, y, batch_size, repeats, graph=False):
     return float(np.median(times))
 
 
+def worker(args):
+    """One measurement in this process; prints one JSON line."""
+    rng = np.random.default_rng()
+    x, y = mnist_shaped(args.samples, rng)
+    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
+    if args.framework == "gpucmp":
+        t = gpucmp_epoch(args.device, x, y, args.batch, args.repeats)
+    else:
+        torch = try_import_torch()
+        torch.set_num_threads(threads)
+        t = torch_epoch(torch, "cpu" if args.device == "cpu" else "cuda", x, y, args.batch, args.repeats,
+                        graph=args.framework == "torch-graph")
+    print("RESULT " + json.dumps({"seconds": t}), flush=True)
+
+
+def measure(framework, device, batch, args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--device", device,
+           "--batch", str(batch), "--samples", str(args.samples), "--repeats", str(args.repeats)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])["seconds"]
+    print(f"{framework} on {device} (batch {batch}) failed:\n{out.stdout[-2000:]}{out.stderr[-4000:]}")
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
     ap.add_argument("--samples", type=int, default=60000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--devices", nargs="+", default=None, help="default: cpu and the first GPU")
+    ap.add_argument("--worker", choices=["gpucmp", "torch", "torch-graph"], help=argparse.SUPPRESS)
+    ap.add_argument("--device", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rng = np.random.default_rng()
-    x, y = mnist_shaped(args.samples, rng)
+    if args.worker:
+        args.framework = args.worker
+        return worker(args)
     torch = try_import_torch()
-    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
-    if torch is not None:
-        torch.set_num_threads(threads)
     devices = args.devices or (["cpu"] + [d for d in gpucmp.available_devices() if d.startswith("cuda")][:1])
     print(header(f"Seeds' CNN training, one epoch of {args.samples:,} samples"))
     if torch is not None:
@@ -136,19 +169,23 @@ def main():
     for device in devices:
         for bs in args.batch_sizes:
             row = {"device": device, "batch": bs}
-            t = gpucmp_epoch(device, x, y, bs, args.repeats)
-            row["gpucmp s/epoch"] = t
-            row["gpucmp samples/s"] = args.samples / t
+            t = measure("gpucmp", device, bs, args)
+            if t:
+                row["gpucmp s/epoch"] = t
+                row["gpucmp samples/s"] = args.samples / t
             if torch is not None and (device == "cpu" or torch.cuda.is_available()):
-                tdev = "cpu" if device == "cpu" else "cuda"
-                te = torch_epoch(torch, tdev, x, y, bs, args.repeats)
-                row["torch eager s/epoch"] = te
-                row["torch eager samples/s"] = args.samples / te
-                row["gpucmp / torch eager (speed)"] = te / t
-                if tdev == "cuda":
-                    tg = torch_epoch(torch, tdev, x, y, bs, args.repeats, graph=True)
-                    row["torch graph s/epoch"] = tg
-                    row["gpucmp / torch graph (speed)"] = tg / t
+                te = measure("torch", device, bs, args)
+                if te:
+                    row["torch eager s/epoch"] = te
+                    row["torch eager samples/s"] = args.samples / te
+                    if t:
+                        row["gpucmp / torch eager (speed)"] = te / t
+                if device != "cpu":
+                    tg = measure("torch-graph", device, bs, args)
+                    if tg:
+                        row["torch graph s/epoch"] = tg
+                        if t:
+                            row["gpucmp / torch graph (speed)"] = tg / t
             rows.append(row)
             print(row, flush=True)
     cols = ["device", "batch", "gpucmp s/epoch", "gpucmp samples/s", "torch eager s/epoch",

@@ -43,7 +43,7 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *a);
 const char *gc_cpu_sgemm_variant(void);
 /* Forces a variant ("auto" goes back to the automatic choice), so tests and
  * benchmarks can run each one the machine has; an unknown name or one the CPU lacks
- * gives GC_ERR_INVALID_ARG. Process-wide: not to be called while a GEMM runs. */
+ * gives GC_ERR_INVALID_ARG. Process-wide; a GEMM already running keeps its variant. */
 gc_status gc_cpu_sgemm_force_variant(const char *name);
 
 /* Internal to gemm.c and gemm_microkernels.c: one micro-kernel variant.

@@ -24,8 +24,6 @@
 #include <stdint.h>
 
 /* ------------------------------------------------------------------ errors */
-#define GC_CUDA_STR2_(x) #x
-#define GC_CUDA_STR_(x) GC_CUDA_STR2_(x)
 
 /* Evaluates a cudaError_t expression; on failure returns from the enclosing function
  * (which returns gc_status) with GC_ERR_NOMEM for an allocation failure, else

@@ -3,7 +3,7 @@
  * What it provides: gc_cuda_op_gemm (the op-table slot), gc_cuda_gemm (the same GEMM on
  * raw pointers and leading dimensions, for other CUDA ops), the test knobs
  * (gc_cuda_gemm_force_path / _last_path) and the helper kernels the paths share: the
- * K == 0 epilogue, a tiled transpose and a TF32 rounding copy.
+ * K == 0 epilogue, the split-K reduction, a tiled transpose and a TF32 rounding copy.
  *
  * Path choice (first match):
  *   impl == vendor                     -> cuBLASLt (gemm_vendor.cu), loaded at run time
@@ -12,10 +12,13 @@
  *   sm_90a code for this device and a
  *   big enough problem                 -> wgmma + TMA (gemm_wgmma.cu)
  *   otherwise                          -> mma.sync Tensor Cores (gemm_mma.cu), f32 as TF32
- * "Big enough" is M*N*K >= 2^27 with M, N >= 64 and K >= 32: below that the 128 x 256
- * wgmma tile leaves most of the chip idle and a copy of a misaligned or transposed
- * operand (which the wgmma path may need) is not paid back; the mma.sync kernel's
- * 128 x 128 tiles and lack of set-up win there.
+ * "Big enough" (wgmma_worth_it): M*N*K >= 2^27, M, N >= 128, K >= 256, at least half of
+ * the 128 x 256 tiles' area real output and tiles for at least a quarter of the SMs:
+ * below that the big tile leaves most of the chip idle, its set-up (tensor maps, a copy
+ * of a misaligned or transposed operand) is not paid back, and the mma.sync kernel's
+ * 128 x 128 tiles with split K win. The SIMT and mma.sync paths split K themselves
+ * when there are few output tiles (gc_cuda_gemm_splits: weight gradients, small
+ * latency-bound products), adding the fp32 partial sums in a fixed order.
  */
 #include "gemm.cuh"
 

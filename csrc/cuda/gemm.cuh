@@ -75,6 +75,9 @@ gc_status gc_cuda_gemm_wgmma(const gc_backend *be, const gc_gemm_desc *d);
 /* Clusters of 2 blocks the wgmma kernel runs at once on this device (its persistent
  * grid); 0 before the first wgmma launch. For benchmarks and bug reports. */
 int gc_cuda_gemm_wgmma_clusters(const gc_backend *be);
+/* Diagnostic: 0 makes each block of a wgmma cluster load all of B itself instead of
+ * sharing it by multicast (default 1), to measure what the multicast buys. */
+void gc_cuda_gemm_set_wgmma_multicast(int on);
 gc_status gc_cuda_gemm_vendor(const gc_backend *be, const gc_gemm_desc *d);
 
 /* Helpers in gemm.cu shared by the paths. */

@@ -18,8 +18,10 @@
  * columns past K read as zeros, so the multiply needs no masks. When an operand is not
  * 16-byte aligned (pointer or leading dimension) the same kernel loads chunks with
  * scalar loads instead of cp.async (the `vec` argument); that path is synchronous and
- * slower but exact. Template parameters: storage type and the two transpose flags
- * (12 kernels; one tile shape).
+ * slower but exact. With few output tiles and a long K the grid's second dimension
+ * splits K (fp32 partial sums in the workspace, reduced in a fixed order by gemm.cu).
+ * Template parameters: storage type and the two transpose flags (12 kernels; one tile
+ * shape).
  */
 #include "gemm.cuh"
 

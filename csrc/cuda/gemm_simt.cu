@@ -12,7 +12,9 @@
  * current one is multiplied (one barrier per slice). Global loads are scalar and
  * predicated, each thread reading along the contiguous axis of its operand, so every
  * transpose case, any size and any alignment take the same code; the transpose is
- * absorbed by where a value lands in shared memory (As[k][m], Bs[k][n]).
+ * absorbed by where a value lands in shared memory (As[k][m], Bs[k][n]). At most 128
+ * registers (2 blocks per SM; at 141 registers and 1 block the kernel ran 15% slower).
+ * Few output tiles and a long K: the grid's z dimension splits K (see gemm_mma.cu).
  */
 #include "gemm.cuh"
 
@@ -22,7 +24,7 @@
 #define SIMT_PAD 4 /* keeps float4 alignment, spreads the transposing stores over banks */
 #define SIMT_THREADS 256
 
-__global__ void __launch_bounds__(SIMT_THREADS)
+__global__ void __launch_bounds__(SIMT_THREADS, 2) /* 2 blocks per SM: <= 128 registers */
 gc_gemm_simt_kernel(int M, int N, int K, const float *__restrict__ A, int64_t lda, int ta,
                     const float *__restrict__ B, int64_t ldb, int tb, gc_gemm_epi_args e, int kps,
                     float *__restrict__ partial)

@@ -5,9 +5,11 @@
  * tells whether this binary holds sm_90a code for the running device.
  *
  * Design (the warp-specialised persistent kernel of CUTLASS 3 / DeepGEMM, written
- * out): a block of 3 warpgroups owns one multiprocessor for the whole launch (grid =
- * number of SMs) and walks output tiles of 128 x 256 in a grouped order (16 tile-rows
- * at a time, so the blocks running together share A rows and B columns in L2).
+ * out): a block of 3 warpgroups owns one multiprocessor for the whole launch, blocks
+ * run in clusters of 2 (grid = 2 x the clusters that fit, 66 on an H200) and walk
+ * pairs of vertically adjacent 128 x 256 output tiles in a grouped order (8 pairs of
+ * tile-rows at a time, so the blocks running together share A rows and B columns in
+ * L2); the pair shares its B slice through TMA multicast (see the kernel).
  *   - Warpgroup 0 is the producer: it gives registers back (setmaxnreg 40) and one of
  *     its threads issues the bulk tensor copies (TMA, cp.async.bulk.tensor with a
  *     CUtensorMap) of the A slice (128 x 128 bytes) and B slice (256 x 128 bytes) of
@@ -32,6 +34,13 @@
  * the tensor cores would truncate). Template parameters: storage type and B's layout
  * (5 kernels); the device code exists only for sm_90a (elsewhere the kernels are empty
  * and gc_cuda_gemm_wgmma_compiled says 0).
+ *
+ * Measured (H200, 2026-11-29, tests/cuda/test_gemm.cu --bench, vs cuBLASLt on the same
+ * card): 8192^3 bf16 765 TFLOP/s (97%), f16 734 (97%), TF32 359 (91%, rounding copies
+ * included); 4096^3 bf16 688 (93%), TF32 304 (80%). What mattered: the consumers'
+ * remote arrivals must not carry .release.cluster (two MEMBAR.ALL.GPU per K step held
+ * the kernel near 440 TFLOP/s); the B multicast is worth ~5% at 8192 (729 without);
+ * the plain-store epilogue path matters at 4096 (short K, more epilogues per FLOP).
  */
 #include "gemm.cuh"
 
@@ -226,14 +235,14 @@ __device__ __forceinline__ void wg_tile_coords(int t, int tiles_m, int tiles_n, 
  * block's producer loads its own A slice and one half of B, the latter multicast into
  * both blocks' shared memory (same offset, completion counted on the same-offset
  * mbarrier of each block). That cuts the L2 -> SM traffic per block from 48 KB to 32 KB
- * a K step, which is what bounds this kernel on an H200 without it. A stage may be
+ * a K step (measured: +5% at 8192^3 bf16). A stage may be
  * refilled only when the consumers of both blocks are done with it (the peer's
  * producer writes into it), so each consumer warpgroup arrives on the "empty" barrier
  * of both blocks (4 arrivals per phase). */
 template <typename T, bool KMAJ_B>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                     int M, int N, int K, gc_gemm_epi_args e)
+                     int M, int N, int K, gc_gemm_epi_args e, int mc)
 {
 #if GC_WG_DEVICE
     constexpr int BKE = 128 / (int)sizeof(T);    /* K elements per stage: 64 or 32 */
@@ -253,7 +262,7 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
     if (threadIdx.x == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
             mbar_init(full0 + 8 * s, 1);  /* this block's producer: expect_tx arrival */
-            mbar_init(empty0 + 8 * s, 4); /* 2 consumer warpgroups x 2 blocks */
+            mbar_init(empty0 + 8 * s, mc ? 4 : 2); /* 2 consumer warpgroups x 2 blocks (1 without multicast) */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmA) : "memory");
@@ -280,7 +289,17 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                      * inside: what they load only feeds results that are not stored, and
                      * no box is then wholly out of bounds. */
                     tma_load_2d(sa, &tmA, full, kb * BKE, min(tm, tiles_m - 1) * WG_BM);
-                    if (KMAJ_B) {
+                    if (!mc) { /* (diagnostic) each block loads all of B itself */
+#pragma unroll
+                        for (int h = 0; h < (KMAJ_B ? 2 : 4); h++) {
+                            if (KMAJ_B)
+                                tma_load_2d(sb + h * (WG_B_BYTES / 2), &tmB, full, kb * BKE,
+                                            min(tn * WG_BN + h * (WG_BN / 2), N - 1));
+                            else
+                                tma_load_2d(sb + h * 8192, &tmB, full, min(tn * WG_BN + h * 64, (N - 1) / 64 * 64),
+                                            kb * BKE);
+                        }
+                    } else if (KMAJ_B) {
                         tma_load_2d_mc(sb + rank * (WG_B_BYTES / 2), &tmB, full, kb * BKE,
                                        min(tn * WG_BN + (int)rank * (WG_BN / 2), N - 1), 0x3);
                     } else {
@@ -326,8 +345,8 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 wg_commit();
                 wg_wait<1>(); /* the group before this one has retired: its stage is free */
                 if (prev >= 0 && tid == 0) {
-                    mbar_arrive_cluster(empty0 + 8 * prev, 0);
-                    mbar_arrive_cluster(empty0 + 8 * prev, 1);
+                    mbar_arrive_cluster(empty0 + 8 * prev, mc ? 0 : rank);
+                    if (mc) mbar_arrive_cluster(empty0 + 8 * prev, 1);
                 }
                 prev = s;
                 if (++s == WG_STAGES) { s = 0; phase ^= 1; }
@@ -335,8 +354,8 @@ gc_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
             wg_wait<0>();
             wg_fence_regs(d);
             if (prev >= 0 && tid == 0) {
-                mbar_arrive_cluster(empty0 + 8 * prev, 0);
-                mbar_arrive_cluster(empty0 + 8 * prev, 1);
+                mbar_arrive_cluster(empty0 + 8 * prev, mc ? 0 : rank);
+                if (mc) mbar_arrive_cluster(empty0 + 8 * prev, 1);
             }
 
             /* epilogue from registers: d[4j + {0,1}] at (row, 8j + 2q + {0,1}),
@@ -437,6 +456,8 @@ int aligned16(const void *p, int64_t ld, int es)
     return ((uintptr_t)p % 16 == 0) && ((ld * es) % 16 == 0);
 }
 
+int g_multicast = 1;
+
 /* Clusters of 2 that can be resident at once (cached per device: the same for every
  * instantiation, which all take the same resources). */
 int g_fit[64];
@@ -486,7 +507,8 @@ gc_status launch_wgmma(const gc_backend *be, const void *A, int64_t lda, const v
     int fit = resident_clusters(be, (const void *)kern, &cfg);
     const unsigned nclusters = (unsigned)(ctiles < fit ? ctiles : fit);
     cfg.gridDim = dim3(2 * nclusters, 1, 1);
-    GC_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, ta, tb, (int)d->M, (int)d->N, (int)d->K, gc_gemm_epi_of(d)));
+    GC_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, ta, tb, (int)d->M, (int)d->N, (int)d->K, gc_gemm_epi_of(d),
+                                   g_multicast));
     return gc_cuda_launch_check("gemm (wgmma)");
 }
 
@@ -496,6 +518,8 @@ int g_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 } // namespace
 
 extern "C" void gc_cuda_gemm_set_tf32_round(int on) { g_tf32_round = on != 0; }
+
+extern "C" void gc_cuda_gemm_set_wgmma_multicast(int on) { g_multicast = on != 0; }
 
 extern "C" int gc_cuda_gemm_wgmma_clusters(const gc_backend *be)
 {

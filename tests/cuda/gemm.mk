@@ -3,7 +3,10 @@
 #   make -f tests/cuda/gemm.mk -j8                 # sm_80 + sm_90a  -> build/gemm_test/all/test_gemm
 #   make -f tests/cuda/gemm.mk -j8 TAG=sm80 ARCHS="-gencode=arch=compute_80,code=compute_80"
 #                                                   # PTX only: JIT-compiled for the device, no wgmma
+#   make -f tests/cuda/gemm.mk -j8 TAG=bench WATCHDOG=0   # as the library builds it, for timing
 #   build/gemm_test/all/test_gemm [--bench] [--quick] [--seed N]
+# WATCHDOG (cycles, default ~4 s): the wgmma kernel traps instead of hanging on a barrier
+# that never completes; 0 = off, as in the library.
 #
 # Run from the repository root. Links only the GEMM sources with core/status.c and
 # core/dtype.c; the backend helpers are stubbed inside the test. cuBLASLt is opened at
@@ -13,7 +16,8 @@ CC    ?= cc
 TAG   ?= all
 ARCHS ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
 BUILD := build/gemm_test/$(TAG)
-NVFLAGS := -DGC_GEMM_WATCHDOG=8000000000LL -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC -Icsrc/include -Icsrc/cuda $(ARCHS)
+WATCHDOG ?= 8000000000LL
+NVFLAGS := -DGC_GEMM_WATCHDOG=$(WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC -Icsrc/include -Icsrc/cuda $(ARCHS)
 CU  := csrc/cuda/gemm.cu csrc/cuda/gemm_simt.cu csrc/cuda/gemm_mma.cu csrc/cuda/gemm_wgmma.cu \
        csrc/cuda/gemm_vendor.cu tests/cuda/test_gemm.cu
 C   := csrc/core/status.c csrc/core/dtype.c

@@ -15,7 +15,8 @@
  * and copy paths) and a sentinel in C's padding (never to be written). One case is
  * captured into a CUDA graph and replayed. Pass: relative Frobenius error
  * <= 1e-5 * max(1, sqrt(K)/8) for exact f32, 5e-4 for TF32 (operands rounded to
- * nearest), 1e-2 for f16 / bf16; no NaN.
+ * nearest), 1e-2 for f16 / bf16 (when C has >= 64 elements), every element within
+ * 1e-5*max(1,sqrt(K)/8) / 4e-3 / 2e-2 of the magnitude of the terms it sums, no NaN.
  *
  * Benchmark (--bench): TFLOP/s at 4096^3 and 8192^3 for f32 (SIMT), TF32, f16 and bf16,
  * ours and cuBLASLt side by side (CUDA events around each call, 3 warm-ups, median of
@@ -140,6 +141,7 @@ struct problem {
     int off_a, off_b, off_c; /* element offsets from the allocation (misalignment) */
     std::vector<float> A, B, C0, bias; /* A, B include padding (NaN) */
     std::vector<double> ref;           /* M x N */
+    std::vector<double> mag;           /* M x N: |alpha| sum|a b| + |beta C| + |bias| + |ref| */
     void *dA, *dB, *dC, *dbias;
     epi_combo ep;
 };
@@ -174,18 +176,27 @@ static void problem_make(problem &p, int dtype, int ta, int tb, int64_t M, int64
     round_trip(p.A); round_trip(p.B); round_trip(p.C0); round_trip(p.bias);
     /* reference */
     p.ref.assign((size_t)(M * N), 0.0);
+    p.mag.assign((size_t)(M * N), 0.0);
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
-            double s = 0;
+            double s = 0, sa = 0;
             for (int64_t k = 0; k < K; k++) {
                 const double a = ta ? p.A[k * p.lda + i] : p.A[i * p.lda + k];
                 const double b = tb ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j];
                 s += a * b;
+                sa += fabs(a * b);
             }
-            double v = ep.alpha * s;
-            if (ep.beta != 0) v += ep.beta * (double)p.C0[i * p.ldc + j];
-            if (ep.bias) v += p.bias[j];
+            double v = ep.alpha * s, m = fabs(ep.alpha) * sa;
+            if (ep.beta != 0) {
+                v += ep.beta * (double)p.C0[i * p.ldc + j];
+                m += fabs(ep.beta * (double)p.C0[i * p.ldc + j]);
+            }
+            if (ep.bias) {
+                v += p.bias[j];
+                m += fabs((double)p.bias[j]);
+            }
             p.ref[i * N + j] = act_d(ep.act, v);
+            p.mag[i * N + j] = m + fabs(p.ref[i * N + j]); /* the acts have |act'| <= 1 */
         }
     /* device */
     auto up = [&](const std::vector<float> &v, int off, void **d) {
@@ -234,9 +245,10 @@ static void problem_reset_c(problem &p)
     CK(cudaMemcpy((char *)p.dC + p.off_c * es, h.data(), h.size(), cudaMemcpyHostToDevice));
 }
 
-/* relative Frobenius error of C on the device against the reference; <0: NaN or
- * sentinel damage */
-static double problem_error(const problem &p, int *bad_padding)
+/* relative Frobenius error of C on the device against the reference (<0: NaN or an
+ * unwritten element); *elem gets the largest |out - ref| / mag over the elements, the
+ * error measured against the size of the terms summed (what rounding scales with). */
+static double problem_error(const problem &p, int *bad_padding, double *elem = NULL)
 {
     const size_t es = gc_dtype_size((gc_dtype)p.dtype);
     std::vector<unsigned char> h(p.C0.size() * es);
@@ -246,6 +258,7 @@ static double problem_error(const problem &p, int *bad_padding)
     double num = 0, den = 0;
     int nan = 0;
     *bad_padding = 0;
+    if (elem) *elem = 0;
     for (int64_t i = 0; i < p.M; i++)
         for (int64_t j = 0; j < p.ldc; j++) {
             const float v = c[i * p.ldc + j];
@@ -254,19 +267,30 @@ static double problem_error(const problem &p, int *bad_padding)
                 continue;
             }
             if (!(v == v) || isinf(v)) nan = 1;
-            const double r = p.ref[i * p.N + j];
+            const double r = p.ref[i * p.N + j], m = p.mag[i * p.N + j];
             num += (v - r) * (v - r);
             den += r * r;
+            if (elem && m > 0 && fabs(v - r) / m > *elem) *elem = fabs(v - r) / m;
         }
     if (nan) return -1;
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Frobenius tolerance (DESIGN.md), checked when C has >= 64 elements: with fewer, one
+ * cancellation (alpha*a*b close to -(beta*C + bias)) makes a relative error of the
+ * result meaningless (seen: 1x1x1 TF32 with tanh at 3.4e-3). Every element is also
+ * held to tol_elem times the size of the terms it sums (mag). */
 static double tol_for(int mode, int64_t K)
 {
     if (mode == MODE_F32) return 1e-5 * std::max(1.0, sqrt((double)K) / 8.0);
     if (mode == MODE_TF32) return 5e-4;
     return 1e-2;
+}
+static double tol_elem_for(int mode, int64_t K)
+{
+    if (mode == MODE_F32) return 1e-5 * std::max(1.0, sqrt((double)K) / 8.0);
+    if (mode == MODE_TF32) return 4e-3; /* two operand roundings of <= 2^-11 each */
+    return 2e-2;                        /* output rounding: 2^-9 (bf16) of |ref| <= mag */
 }
 
 /* Runs one path on one problem and checks it. */
@@ -314,12 +338,15 @@ static void run_case(problem &p, int mode, const char *path, int via_op)
         return;
     }
     int badpad = 0;
-    const double err = problem_error(p, &badpad);
-    const double tol = tol_for(mode, p.K);
-    const int ok = err >= 0 && err <= tol && !badpad;
-    if (!vendor && err > g_worst[mode]) g_worst[mode] = err;
+    double elem = 0;
+    const double err = problem_error(p, &badpad, &elem);
+    const double tol = tol_for(mode, p.K), tole = tol_elem_for(mode, p.K);
+    const int frob_checked = p.M * p.N >= 64;
+    const int ok = err >= 0 && (!frob_checked || err <= tol) && elem <= tole && !badpad;
+    if (!vendor && frob_checked && err > g_worst[mode]) g_worst[mode] = err;
     if (!ok || getenv("GEMM_VERBOSE"))
-        printf("%s %s: err %.3g (tol %.1g)%s%s\n", ok ? "ok  " : "FAIL", what, err, tol,
+        printf("%s %s: err %.3g (tol %.1g%s) elem %.3g (tol %.1g)%s%s\n", ok ? "ok  " : "FAIL", what,
+               err, tol, frob_checked ? "" : ", not checked: < 64 outputs", elem, tole,
                err < 0 ? " NaN/unwritten" : "", badpad ? " PADDING WRITTEN" : "");
     if (ok) g_pass++;
     else g_fail++;
@@ -506,19 +533,20 @@ static void bench_square(void)
     printf("%-22s %6s %10s %10s %8s %10s %10s\n", "dtype/layout", "size", "ours", "cuBLASLt",
            "ratio", "path", "spot-err");
     const int sizes[2] = {4096, 8192};
-    struct row { const char *name; int mode; const char *force; int ta, tb, round; };
+    struct row { const char *name; int mode; const char *force; int ta, tb, round, mc; };
     const row rows[] = {
-        {"f32 (exact, SIMT)", MODE_F32, "auto", 0, 0, 1},
-        {"tf32 NN", MODE_TF32, "auto", 0, 0, 1},
-        {"tf32 NN truncating", MODE_TF32, "auto", 0, 0, 0},
-        {"tf32 NT", MODE_TF32, "auto", 0, 1, 1},
-        {"tf32 NT truncating", MODE_TF32, "auto", 0, 1, 0},
-        {"f16 NN", MODE_F16, "auto", 0, 0, 1},
-        {"bf16 NN", MODE_BF16, "auto", 0, 0, 1},
-        {"bf16 NT", MODE_BF16, "auto", 0, 1, 1},
-        {"bf16 TN", MODE_BF16, "auto", 1, 0, 1},
-        {"bf16 NN mma.sync", MODE_BF16, "mma", 0, 0, 1},
-        {"tf32 NN mma.sync", MODE_TF32, "mma", 0, 0, 1},
+        {"f32 (exact, SIMT)", MODE_F32, "auto", 0, 0, 1, 1},
+        {"tf32 NN", MODE_TF32, "auto", 0, 0, 1, 1},
+        {"tf32 NN truncating", MODE_TF32, "auto", 0, 0, 0, 1},
+        {"tf32 NT", MODE_TF32, "auto", 0, 1, 1, 1},
+        {"tf32 NT truncating", MODE_TF32, "auto", 0, 1, 0, 1},
+        {"f16 NN", MODE_F16, "auto", 0, 0, 1, 1},
+        {"bf16 NN", MODE_BF16, "auto", 0, 0, 1, 1},
+        {"bf16 NT", MODE_BF16, "auto", 0, 1, 1, 1},
+        {"bf16 TN", MODE_BF16, "auto", 1, 0, 1, 1},
+        {"bf16 NN no multicast", MODE_BF16, "wgmma", 0, 0, 0, 0},
+        {"bf16 NN mma.sync", MODE_BF16, "mma", 0, 0, 1, 1},
+        {"tf32 NN mma.sync", MODE_TF32, "mma", 0, 0, 1, 1},
     };
     for (int si = 0; si < 2; si++) {
         const int64_t n = sizes[si];
@@ -539,6 +567,7 @@ static void bench_square(void)
             gc_set_allow_tf32(r.mode != MODE_F32);
             gc_cuda_gemm_set_tf32_round(r.round);
             gc_cuda_gemm_force_path(r.force);
+            gc_cuda_gemm_set_wgmma_multicast(r.mc);
             const int reps = (r.mode == MODE_F32 || !strcmp(r.force, "mma")) && n == 8192 ? 10 : 15;
             const float ms = time_gemm(d, 3, reps);
             const char *path = gc_cuda_gemm_last_path();
@@ -556,6 +585,8 @@ static void bench_square(void)
     }
     gc_cuda_gemm_force_path("auto");
     gc_cuda_gemm_set_tf32_round(1);
+    gc_cuda_gemm_set_wgmma_multicast(1);
+    printf("wgmma persistent grid: %d clusters of 2 blocks resident\n", gc_cuda_gemm_wgmma_clusters(&g_be));
 }
 
 static void bench_cnn(void)
