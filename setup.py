@@ -2,9 +2,10 @@
 
 The C core (csrc/core, csrc/cpu, csrc/python) is always compiled: -O3, OpenMP, C11,
 no -march flags (SIMD is chosen at run time inside the library, so one build runs on
-any x86-64). The CUDA backend (csrc/cuda/*.cu) is compiled with nvcc when asked:
-GPUCMP_CUDA=auto (default: when nvcc is found and csrc/cuda has sources), 1 (required;
-fail without nvcc) or 0 (never). GPUCMP_CUDA_ARCHS overrides the targets
+any x86-64). The CUDA backend (csrc/cuda/*.cu) is compiled with nvcc and linked with the
+static CUDA runtime (so importing never needs libcudart or a driver):
+GPUCMP_CUDA=auto (default: when nvcc is found), 1 (required; fail without nvcc) or 0
+(never). GPUCMP_CUDA_ARCHS overrides the targets
 (default "80;86;89;90a", plus PTX of the newest for forward compatibility).
 """
 import os
@@ -24,8 +25,8 @@ def rel(*parts):
     return os.path.join("csrc", *parts)
 
 
-# "0" while the CUDA backend is being brought up; becomes "auto" once it has run on a GPU.
-DEFAULT_CUDA_MODE = "0"
+# "auto": the CUDA backend is built wherever nvcc is found (it has run on an H200).
+DEFAULT_CUDA_MODE = "auto"
 
 C_SOURCES = sorted(glob(rel("core", "*.c")) + glob(rel("cpu", "*.c"))) + [rel("python", "module.c")]
 CU_SOURCES = sorted(glob(rel("cuda", "*.cu")))

@@ -10,9 +10,13 @@ same threads. GPU (when gpucmp has a CUDA device): TFLOP/s of gpucmp and cuBLAS 
 
 To compare against a current NumPy fairly, run with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
 unset (some machines set them for old OpenBLAS builds; they slow a current one down).
+PyTorch CPU is timed in a separate process: it carries its own OpenMP runtime, and two
+spin-waiting runtimes in one process on few cores would slow both.
 """
 import argparse
+import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -36,10 +40,22 @@ def blas_info():
     return "unknown BLAS"
 
 
+def torch_cpu_gflops(n, reps):
+    """GFLOP/s of torch.matmul on the CPU at n, measured in a child process."""
+    code = ("import json, os, sys, time, torch; n, r = int(sys.argv[1]), int(sys.argv[2]);"
+            "torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS', os.cpu_count())));"
+            "a = torch.randn(n, n); b = torch.randn(n, n); torch.matmul(a, b); ts = []\n"
+            "for _ in range(r):\n t0 = time.perf_counter(); torch.matmul(a, b); ts.append(time.perf_counter() - t0)\n"
+            "ts.sort(); print(json.dumps(2.0 * n ** 3 / ts[len(ts) // 2] / 1e9))")
+    out = subprocess.run([sys.executable, "-c", code, str(n), str(reps)], capture_output=True, text=True)
+    try:
+        return float(json.loads(out.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return None
+
+
 def cpu_rows(sizes, repeats):
-    torch = try_import_torch()
-    if torch is not None:
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    has_torch = try_import_torch() is not None
     rng = np.random.default_rng()
     rows = []
     variants = _core.cpu_simd_variants()
@@ -59,14 +75,14 @@ def cpu_rows(sizes, repeats):
         _core.cpu_force_simd("auto")
         best = max(row[f"gpucmp {v}"] for v in variants)
         row["gpucmp best / numpy"] = best / row["numpy GFLOP/s"]
-        if torch is not None:
-            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-            t_t, _, _ = timeit(lambda: torch.matmul(ta, tb), repeats=reps)
-            row["torch GFLOP/s"] = flops / t_t / 1e9
-            row["gpucmp best / torch"] = best / row["torch GFLOP/s"]
+        if has_torch:
+            g = torch_cpu_gflops(n, reps)
+            if g:
+                row["torch GFLOP/s"] = g
+                row["gpucmp best / torch"] = best / g
         rows.append(row)
     cols = ["n", "numpy GFLOP/s"] + [f"gpucmp {v}" for v in variants] + ["gpucmp best / numpy"]
-    if torch is not None:
+    if has_torch:
         cols += ["torch GFLOP/s", "gpucmp best / torch"]
     return rows, cols
 

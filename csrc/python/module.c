@@ -56,6 +56,13 @@ static const gc_backend *get_backend(PyObject *name)
     return be;
 }
 
+/* "cpu" or "cuda:N": the name users pass to set_device() */
+static PyObject *backend_label(const gc_backend *be)
+{
+    if (strcmp(be->name, "cpu") == 0) return PyUnicode_FromString("cpu");
+    return PyUnicode_FromFormat("%s:%d", be->name, be->device_index);
+}
+
 /* ------------------------------------------------------------------ enums from strings */
 
 static int parse_enum(PyObject *v, const char *what, const char *const *names, int n, int *out)
@@ -491,8 +498,7 @@ static PyObject *py_backends(PyObject *self, PyObject *noargs)
     PyObject *l = PyList_New(0);
     for (int i = 0; l && i < n; i++) {
         const gc_backend *be = gc_backend_at(i);
-        PyObject *s = strcmp(be->name, "cpu") == 0 ? PyUnicode_FromString("cpu")
-                                                   : PyUnicode_FromFormat("%s:%d", be->name, be->device_index);
+        PyObject *s = backend_label(be);
         if (!s || PyList_Append(l, s)) {
             Py_XDECREF(s);
             Py_DECREF(l);
@@ -659,8 +665,7 @@ static PyBufferProcs buffer_as_buffer = {(getbufferproc)buffer_getbuffer, (relea
 static PyObject *buffer_get_backend(BufferObject *b, void *c)
 {
     (void)c;
-    if (strcmp(b->be->name, "cpu") == 0) return PyUnicode_FromString("cpu");
-    return PyUnicode_FromFormat("%s:%d", b->be->name, b->be->device_index);
+    return backend_label(b->be);
 }
 
 static PyObject *buffer_get_size(BufferObject *b, void *c)
@@ -1107,8 +1112,7 @@ static PyObject *plan_predict(PlanObject *p, PyObject *x)
 static PyObject *plan_get_backend(PlanObject *p, void *c)
 {
     (void)c;
-    if (strcmp(p->be->name, "cpu") == 0) return PyUnicode_FromString("cpu");
-    return PyUnicode_FromFormat("%s:%d", p->be->name, p->be->device_index);
+    return backend_label(p->be);
 }
 
 static PyObject *plan_get_max_batch(PlanObject *p, void *c)
