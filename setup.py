@@ -76,6 +76,7 @@ class BuildExt(build_ext):
         if nvcc:
             objs = self.compile_cuda(nvcc)
             ext.extra_objects = list(ext.extra_objects or []) + objs
+            ext.depends = list(ext.depends or []) + objs  # relink when only .cu changed
             ext.define_macros = list(ext.define_macros or []) + [("GPUCMP_WITH_CUDA", "1")]
             cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
             libdirs = [os.path.join(cuda_home, d) for d in ("lib64", "lib", "targets/x86_64-linux/lib")]
@@ -124,6 +125,7 @@ core = Extension(
     "gpucmp._core",
     sources=C_SOURCES,
     include_dirs=[rel("include"), rel("cpu"), numpy.get_include()],
+    depends=sorted(glob(rel("include", "*.h")) + glob(rel("cpu", "*.h")) + glob(rel("python", "*.h"))),
     extra_compile_args=compile_args,
     extra_link_args=link_args,
 )

@@ -1,7 +1,7 @@
 """The test oracle: plain NumPy float64 implementations of every op of GC_OP_LIST.
 
 What it provides: for each op family of the C core (gemm, conv2d, pooling,
-activations, losses, bias_grad, dropout, optimizers, accuracy, cast) a forward
+activations, losses, bias_grad, dropout, optimizers, accuracy, cast, embedding) a forward
 and, where the core has one, a backward function, written to be obviously right
 rather than fast (loops over kernel taps / output cells, everything in float64).
 The argument conventions follow gpucmp.ops (same names, same order), except that
@@ -384,6 +384,12 @@ def avg_pool2d_backward(dy, input_shape, pool_size=(2, 2), strides=None, padding
 # bias gradient
 # =====================================================================================
 
+def reduce_sum(x, scale=1.0, start=None):
+    """reduce_sum op: scale * sum(x) (+ start when accumulating), in float64."""
+    total = float(scale) * _f64(x).sum()
+    return total if start is None else float(start) + total
+
+
 def bias_grad(dy):
     """db = sum of dy over every axis but the last."""
     dy = _f64(dy)
@@ -590,6 +596,39 @@ def accuracy(pred, labels, kind="categorical", threshold=0.5):
         # rows * mean over all elements = matching elements / cols
         return float(((p > thr) == (y > 0.5)).sum()) / p.shape[1]
     raise ValueError(f"accuracy: unknown kind {kind!r}")
+
+
+# =====================================================================================
+# embedding (gather of table rows) and its backward (scatter-add)
+# =====================================================================================
+
+def embedding(table, indices):
+    """out[..., :] = table[indices[...], :]: shape indices.shape + (D,). Integer tables
+    stay integer (a gather is exact); float tables come back as float64. An index
+    outside [0, V) is a ValueError (no negative wrap-around as in NumPy)."""
+    t = np.asarray(table)
+    idx = np.asarray(indices)
+    if t.ndim != 2:
+        raise ValueError(f"embedding: table must be (V, D), got shape {t.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= t.shape[0]):
+        raise ValueError(f"embedding: an index is outside [0, {t.shape[0]})")
+    out = np.empty(idx.shape + (t.shape[1],), dtype=t.dtype if t.dtype.kind in "iu" else np.float64)
+    for pos in np.ndindex(*idx.shape):
+        out[pos] = t[int(idx[pos])]
+    return out
+
+
+def embedding_backward(dy, indices, vocab_size):
+    """d/d table of sum(dy * embedding(table, indices)): zeros (vocab_size, D) plus, for
+    every position, the row dy[position] added at row indices[position]."""
+    dy = _f64(dy)
+    idx = np.asarray(indices)
+    if dy.shape[:-1] != idx.shape:
+        raise ValueError(f"embedding_backward: dy {dy.shape} does not match indices {idx.shape}")
+    dtable = np.zeros((vocab_size, dy.shape[-1]))
+    for pos in np.ndindex(*idx.shape):
+        dtable[int(idx[pos])] += dy[pos]
+    return dtable
 
 
 # =====================================================================================

@@ -819,6 +819,97 @@ def case_cast(c):
             f"{got[~same][:5].tolist()}, expected {want[~same][:5].tolist()}")
 
 
+def case_reduce_sum(c):
+    for n in (1, 7, 33, 1000, 4099):
+        x = c.normal((n,), scale=3.0)
+        scale = float(np.float32(c.rng.uniform(0.1, 2.0)))
+        c.what = f"n={n} scale={scale}"
+        y = ops.reduce_sum(c.arg(x), scale=scale, backend=c.backend)
+        assert y.dtype == np.float32 and y.shape == (1,), c.msg(f"got {y.dtype} {y.shape}")
+        # a float32 result of a double sum: one rounding of the total
+        c.check_values("y", y, np.array([ref.reduce_sum(x, scale)]), tol=1e-6,
+                       terms=np.array([ref.reduce_sum(np.abs(x), scale)]))
+        start = np.array([c.rng.standard_normal()], np.float32)
+        acc = start.copy()
+        out = ops.reduce_sum(c.arg(x), scale=scale, accumulate_into=acc, backend=c.backend)
+        assert out is acc, c.msg("accumulate_into was not updated in place")
+        c.check_values("y += sum", acc, np.array([ref.reduce_sum(x, scale, float(start[0]))]),
+                       tol=1e-6, terms=np.array([ref.reduce_sum(np.abs(x), scale, abs(float(start[0])))]))
+
+
+def _embedding_configs(c):
+    """((V, D), indices shape): row sizes that take every vector width of the GPU gather
+    (16, 8, 4, 2 bytes), rank 1-3 indices, heavy repeats."""
+    r = c.rng
+    rnd = ((int(r.integers(2, 60)), int(r.integers(1, 40))),
+           tuple(int(v) for v in r.integers(1, 6, int(r.integers(1, 4)))))
+    return [((1, 1), (1,)), ((7, 5), (3,)), ((9, 4), (11,)), ((13, 8), (4, 6)),
+            ((5, 3), (2, 3, 4)), ((50, 33), (17,)), ((3, 70), (400,)), rnd]
+
+
+def _embedding_indices(c, V, shape):
+    """Random indices in [0, V) that include the first and the last row, as int64 or
+    int32 (gpucmp.ops converts)."""
+    idx = c.rng.integers(0, V, shape)
+    flat = idx.reshape(-1)
+    flat[0] = V - 1
+    flat[-1] = 0 if flat.size > 1 else flat[-1]
+    return idx.astype(np.int32) if c.rng.random() < 0.5 else idx
+
+
+def case_embedding_fwd(c):
+    for (V, D), ishape in _embedding_configs(c):
+        table = c.normal((V, D))
+        idx = _embedding_indices(c, V, ishape)
+        c.what = f"table ({V}, {D}) indices {ishape} ({idx.dtype})"
+        out = ops.embedding(c.arg(table), idx, **c.kw)
+        c.check("out", out, ref.embedding(table, idx), tol=0.0)  # a copy: exact
+        # the bits as stored (NaN payloads, -0, infinities: a gather does no arithmetic)
+        if c.dtype != "bfloat16" or ml_dtypes is not None:
+            special = np.array(c.arg(table))
+            special.reshape(-1)[:3] = np.array([np.nan, -0.0, np.inf]).astype(special.dtype)[:special.size]
+            got = np.asarray(ops.embedding(special, idx, **c.kw))
+            want = special[idx]
+            assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8)), \
+                c.msg("the gathered rows differ from the table's bits")
+        # an integer table is gathered as int32, exactly
+        ti = c.rng.integers(-(1 << 31), (1 << 31) - 1, (V, D)).astype(np.int32)
+        c.what = f"int32 table ({V}, {D}) indices {ishape}"
+        got = ops.embedding(ti, idx, backend=c.backend)
+        assert got.dtype == np.int32 and got.shape == ishape + (D,), c.msg(f"{got.dtype} {got.shape}")
+        assert np.array_equal(got, ref.embedding(ti, idx)), c.msg("int32 gather differs")
+    # a scalar index gives one row
+    table = c.normal((6, 7))
+    c.what = "scalar index"
+    c.check("row", ops.embedding(c.arg(table), 4, **c.kw), table[4], tol=0.0)
+
+
+def case_embedding_bwd(c):
+    for (V, D), ishape in _embedding_configs(c):
+        dy = c.normal(ishape + (D,))
+        idx = _embedding_indices(c, V, ishape)
+        counts = np.bincount(idx.reshape(-1), minlength=V)
+        c.what = f"dtable ({V}, {D}) indices {ishape} (at most {counts.max()} repeats)"
+        dt = ops.embedding_backward(c.arg(dy), idx, V, **c.kw)
+        c.check("dtable", dt, ref.embedding_backward(dy, idx, V), k=int(counts.max()),
+                terms=ref.embedding_backward(np.abs(dy), idx, V))
+        got = np.asarray(dt).astype(np.float64)
+        assert np.all(got[counts == 0] == 0.0), c.msg("rows never indexed are not zero")
+        again = ops.embedding_backward(c.arg(dy), idx, V, **c.kw)
+        assert np.array_equal(np.asarray(again).view(np.uint8), np.asarray(dt).view(np.uint8)), \
+            c.msg("two runs differ (the scatter-add must be deterministic)")
+        if c.backend != "cpu":  # the same float32 sums in the same order: the CPU's bits
+            cpu = ops.embedding_backward(c.arg(dy), idx, V, backend="cpu",
+                                         **{k: v for k, v in c.kw.items() if k != "backend"})
+            assert np.array_equal(np.asarray(cpu).view(np.uint8), np.asarray(dt).view(np.uint8)), \
+                c.msg("differs from the CPU backend's sums")
+        if c.dtype == "float32":
+            t0 = c.normal((V, D))
+            fd_check(c, "dtable", lambda t: _dot64(dy, ops.embedding(
+                np.asarray(t, np.float32), idx, backend=c.backend)), t0, np.asarray(dt, np.float64),
+                h=0.1)
+
+
 # The registry: op name -> case. test_every_op_has_a_case fails when an op of
 # GC_OP_LIST has none, so a new op cannot skip its tests.
 OP_CASES = {
@@ -844,6 +935,9 @@ OP_CASES = {
     "rmsprop": case_rmsprop,
     "accuracy": case_accuracy,
     "cast": case_cast,
+    "reduce_sum": case_reduce_sum,
+    "embedding_fwd": case_embedding_fwd,
+    "embedding_bwd": case_embedding_bwd,
 }
 
 
@@ -898,7 +992,8 @@ def test_arity_matches_the_header():
             "act_bwd": (2, 1), "bias_grad": (1, 1), "softmax_xent": (2, 2),
             "sigmoid_bce": (2, 2), "xent_probs": (2, 2), "regression_loss": (2, 2),
             "dropout_fwd": (1, 1), "dropout_bwd": (1, 1), "adam": (1, 3), "sgd": (1, 2),
-            "rmsprop": (1, 2), "accuracy": (2, 1), "cast": (1, 1)}
+            "rmsprop": (1, 2), "accuracy": (2, 1), "cast": (1, 1), "embedding_fwd": (2, 1),
+            "embedding_bwd": (2, 1), "reduce_sum": (1, 1)}
     for op, arity in want.items():
         if op in _core.op_names():
             assert tuple(_core.op_arity(op)) == arity, op

@@ -190,6 +190,36 @@ CASES = [
      ValueError, ["momentum"]),
     ("rmsprop rho = 1", lambda: ops.rmsprop_update(f32(4), f32(4), np.zeros(4, np.float32),
                                                    rho=1.0), ValueError, ["rho"]),
+    # ---- embedding
+    ("embedding index out of range", lambda: ops.embedding(f32(5, 3), np.array([0, 5, 1])),
+     ValueError, ["indices", "value 5", "position 1", "[0, 5)", "(5, 3)"]),
+    ("embedding negative index", lambda: ops.embedding(f32(5, 3), np.array([[0, 1], [-1, 2]])),
+     ValueError, ["indices", "value -1", "position 2", "(1, 0)"]),
+    ("embedding float indices", lambda: ops.embedding(f32(5, 3), np.array([0.0, 1.0])),
+     TypeError, ["indices", "float64"]),
+    ("embedding bool indices", lambda: ops.embedding(f32(5, 3), np.array([True])),
+     TypeError, ["indices", "bool"]),
+    ("embedding table rank 1", lambda: ops.embedding(f32(5), np.array([0])), ValueError,
+     ["table", "(5,)"]),
+    ("embedding table rank 3", lambda: ops.embedding(f32(5, 3, 2), np.array([0])), ValueError,
+     ["table", "(5, 3, 2)"]),
+    ("embedding empty indices", lambda: ops.embedding(f32(5, 3), np.zeros(0, np.int32)),
+     ValueError, ["indices", "empty"]),
+    ("embedding indices rank 6", lambda: ops.embedding(f32(5, 3), np.zeros((1,) * 6, np.int32)),
+     ValueError, ["indices", "rank"]),
+    ("embedding float table as int32", lambda: ops.embedding(f32(5, 3), [0], dtype="int32"),
+     TypeError, ["table", "int32"]),
+    ("embedding_backward index out of range", lambda: ops.embedding_backward(
+        f32(3, 4), np.array([0, 1, 9]), 9), ValueError, ["indices", "value 9", "position 2",
+                                                         "[0, 9)"]),
+    ("embedding_backward dy shape", lambda: ops.embedding_backward(
+        f32(2, 4), np.array([0, 1, 2]), 5), ValueError, ["dy", "(2, 4)", "(3,)"]),
+    ("embedding_backward vocab_size 0", lambda: ops.embedding_backward(
+        f32(3, 4), np.array([0, 0, 0]), 0), ValueError, ["vocab_size"]),
+    ("embedding_backward float vocab_size", lambda: ops.embedding_backward(
+        f32(3, 4), np.array([0, 0, 0]), 5.0), TypeError, ["vocab_size"]),
+    ("embedding_backward float indices", lambda: ops.embedding_backward(
+        f32(3, 4), np.array([0.5, 0, 0]), 5), TypeError, ["indices", "float64"]),
 ]
 
 
@@ -259,6 +289,20 @@ CORE_CASES = [
         "softmax_xent", "cpu", (Z, np.array([0, 7, 1], np.int32)), (f32(3), None), {})),
     ("adam t = 0", lambda: _core.run_op("adam", "cpu", (f32(4),), (f32(4), f32(4), f32(4)),
                                         {"t": 0})),
+    ("embedding float32 indices", lambda: _core.run_op(
+        "embedding_fwd", "cpu", (Z, np.array([0.0, 1.0], np.float32)), (f32(2, 4),), {})),
+    ("embedding table rank 3", lambda: _core.run_op(
+        "embedding_fwd", "cpu", (f32(3, 4, 1), np.array([0, 1], np.int32)), (f32(2, 4),), {})),
+    ("embedding output shape", lambda: _core.run_op(
+        "embedding_fwd", "cpu", (Z, np.array([0, 1], np.int32)), (f32(2, 3),), {})),
+    ("embedding output dtype", lambda: _core.run_op(
+        "embedding_fwd", "cpu", (Z, np.array([0, 1], np.int32)), (np.zeros((2, 4), np.float16),),
+        {})),
+    ("embedding_bwd int32 dy", lambda: _core.run_op(
+        "embedding_bwd", "cpu", (np.zeros((2, 4), np.int32), np.array([0, 1], np.int32)),
+        (f32(3, 4),), {})),
+    ("embedding_bwd dy shape", lambda: _core.run_op(
+        "embedding_bwd", "cpu", (f32(2, 5), np.array([0, 1], np.int32)), (f32(3, 4),), {})),
 ]
 
 
@@ -268,3 +312,23 @@ def test_core_rejects_malformed_calls(call):
         call()
     assert str(info.value), "the exception has no message"
     assert not re.search(r"error return without exception|NULL result", str(info.value))
+
+
+# ---- an out-of-range index that only the backend can see (the core's own check)
+
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.cuda] if b.startswith("cuda")
+                                                  else []) for b in _core.backends()])
+def test_embedding_index_out_of_range_in_the_core(backend):
+    table = f32(5, 3)
+    for idx, value, pos in ((np.array([[0, 4], [5, 1]], np.int32), 5, 2),
+                            (np.array([1, -3, 7, -3], np.int32), -3, 1)):
+        with pytest.raises(ValueError) as info:
+            _core.run_op("embedding_fwd", backend, (table, idx), (f32(*idx.shape, 3),), {})
+        assert f"indices: value {value} at position {pos} is outside [0, 5)" in str(info.value)
+        with pytest.raises(ValueError) as info:
+            _core.run_op("embedding_bwd", backend, (f32(*idx.shape, 3), idx), (f32(5, 3),), {})
+        assert f"indices: value {value} at position {pos} is outside [0, 5)" in str(info.value)
+    # the next good call is not affected by the failed ones
+    out = f32(2, 3)
+    _core.run_op("embedding_fwd", backend, (table, np.array([4, 0], np.int32)), (out,), {})
+    assert np.array_equal(out, table[[4, 0]])

@@ -5,7 +5,9 @@
  * to float32 temporaries through the backend's own cast op, computed in f32 and
  * narrowed back, so that every backend gets the same "convert at the edges" rule and
  * works on its own memory (the cast op takes every float dtype on every backend).
- * One cleanup path frees the temporaries whatever happened. */
+ * int32 tensors (labels, indices, integer tables) are never converted; embedding_fwd is
+ * never converted either (a gather is exact in any dtype), while embedding_bwd is
+ * (it sums in float32). One cleanup path frees the temporaries whatever happened. */
 #include "gpucmp.h"
 
 #include <string.h>
@@ -54,7 +56,10 @@ gc_status gc_op_run(const gc_backend *be, const gc_op_call *call)
 
     int nin = gc_op_num_inputs(call->op), nout = gc_op_num_outputs(call->op);
     int needs = 0;
-    if (call->op != GC_OP_CAST) {
+    /* cast converts by definition; embedding_fwd is a gather that copies rows by
+     * element size, so it takes every dtype as stored (int32 tables included: only
+     * float dtypes are ever widened here) */
+    if (call->op != GC_OP_CAST && call->op != GC_OP_EMBEDDING_FWD) {
         for (int k = 0; k < nin + nout; k++) {
             const gc_tensor *t = k < nin ? call->in[k] : call->out[k - nin];
             if (t && t->data && is_float(t->dtype) && !(be->native_dtypes & (1u << t->dtype)))

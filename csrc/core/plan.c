@@ -16,6 +16,7 @@
  * slots directly. */
 #include "gpucmp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,19 @@ struct gc_plan {
     void *y, *loss_rows, *probs, *metric_rows, *count;
     float *host_rows;            /* download area for per-row values */
     int checking;                /* creation dry run: validate instead of execute */
+    /* device-resident training (gc_plan_train_steps) */
+    void *data_x, *data_y;       /* the data set: (data_n, in_numel) f32, labels */
+    int64_t data_n;
+    void *idx_all, *dyn_all, *seed_all; /* one call's indices, per-step {lr, t}, seeds */
+    int64_t idx_cap, steps_cap;
+    void *idx_step;              /* this step's rows (int32, max_batch) */
+    void *dyn;                   /* float {lr, t} the optimizer kernels read */
+    void *dyn_seed;              /* uint64 the dropout kernels read */
+    void *acc;                   /* float[6]: loss total, then one per metric bit */
+    int device_mode;             /* gather on device, dynamic params, totals on device */
+    int graphs_on;               /* capture the full-size step when the backend can */
+    void *graph;                 /* captured step, for graph_rows rows */
+    int64_t graph_rows, warm_rows, replays;
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -153,6 +167,16 @@ static gc_act layer_act(const gc_plan *p, int i, run_mode mode)
     return p->L[i].d.act;
 }
 
+/* Layer i's mask seed: the step's seed XOR a per-layer constant; in device mode the
+ * step's part is read by the kernel from backend memory (dyn_seed). */
+static gc_dropout_params dropout_params(const gc_plan *p, const gc_layer_desc *d, int i, uint64_t seed)
+{
+    gc_dropout_params dp = {d->dropout_rate, 0x9E37ull * (uint64_t)(i + 1), NULL};
+    if (p->device_mode) dp.dyn_seed = p->dyn_seed;
+    else dp.seed ^= seed;
+    return dp;
+}
+
 /* ------------------------------------------------------------------ forward */
 
 static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
@@ -201,7 +225,7 @@ static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
             break; /* l->out aliases in */
         case GC_LAYER_DROPOUT:
             if (mode == MODE_TRAIN && d->dropout_rate > 0.0f) {
-                gc_dropout_params dp = {d->dropout_rate, seed ^ (0x9E37ull * (uint64_t)(i + 1))};
+                gc_dropout_params dp = dropout_params(p, d, i, seed);
                 TRY(run(p, GC_OP_DROPOUT_FWD, &dp, &x, NULL, NULL, &y, NULL, NULL));
             } else if (!p->checking) {
                 TRY(p->be->copy(p->be, l->out, in, (size_t)(rows * l->out_numel) * sizeof(float)));
@@ -231,6 +255,17 @@ static gc_status download_sum(gc_plan *p, void *rows_buf, int64_t n, double *sum
     for (int64_t i = 0; i < n; i++) s += p->host_rows[i];
     *sum = s;
     return GC_OK;
+}
+
+/* The total of n per-row values: summed on the device into acc[slot] in device mode (no
+ * transfer), else downloaded and summed in double. */
+static gc_status total(gc_plan *p, void *rows_buf, int64_t n, int slot, double *sum)
+{
+    if (!p->device_mode) return download_sum(p, rows_buf, n, sum);
+    gc_reduce_params rp = {1, 1.0f};
+    gc_tensor x = t1(rows_buf, GC_F32, n), y = t1((float *)p->acc + slot, GC_F32, 1);
+    *sum = 0.0;
+    return run(p, GC_OP_REDUCE_SUM, &rp, &x, NULL, NULL, &y, NULL, NULL);
 }
 
 static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_step_stats *st)
@@ -267,7 +302,7 @@ static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_st
         return gc_fail(GC_ERR_INVALID_ARG, "plan: unknown loss %d", (int)p->train.loss);
     }
     double s;
-    TRY(download_sum(p, p->loss_rows, R, &s));
+    TRY(total(p, p->loss_rows, R, 0, &s));
     st->loss_sum = s / (double)p->rows_per_sample;
 
     if (!p->train.metrics) return GC_OK;
@@ -289,7 +324,7 @@ static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_st
             gc_tensor mr = t1(p->metric_rows, GC_F32, R);
             gc_tensor nog = none_tensor();
             TRY(run(p, GC_OP_REGRESSION_LOSS, &mp, &pred, &tgt, NULL, &mr, &nog, NULL));
-            TRY(download_sum(p, p->metric_rows, R, &s));
+            TRY(total(p, p->metric_rows, R, 1 + bit, &s));
             st->metric_sum[bit] = s / (double)p->rows_per_sample;
         } else {
             gc_accuracy_params ap = {m == GC_METRIC_ACC_CATEGORICAL ? GC_ACC_CATEGORICAL
@@ -303,7 +338,7 @@ static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_st
                                p->sparse ? "integer" : "float");
             gc_tensor cnt = t1(p->count, GC_F32, 1);
             TRY(run(p, GC_OP_ACCURACY, &ap, &pred, &lab, NULL, &cnt, NULL, NULL));
-            TRY(download_sum(p, p->count, 1, &s));
+            TRY(total(p, p->count, 1, 1 + bit, &s));
             st->metric_sum[bit] = s / (double)p->rows_per_sample;
         }
     }
@@ -380,7 +415,7 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
             break; /* gout of the layer below aliases ours */
         case GC_LAYER_DROPOUT:
             if (d->dropout_rate > 0.0f) {
-                gc_dropout_params dp = {d->dropout_rate, seed ^ (0x9E37ull * (uint64_t)(i + 1))};
+                gc_dropout_params dp = dropout_params(p, d, i, seed);
                 TRY(run(p, GC_OP_DROPOUT_BWD, &dp, &gy, NULL, NULL, &gx, NULL, NULL));
             } else if (!p->checking) {
                 TRY(p->be->copy(p->be, gin, l->gout, (size_t)(rows * l->in_numel) * sizeof(float)));
@@ -402,19 +437,20 @@ static gc_status update_one(gc_plan *p, const gc_opt_hparams *hp, void *w, void 
                             int64_t n)
 {
     gc_tensor tw = t1(w, GC_F32, n), tg = t1(g, GC_F32, n);
+    const float *dyn = p->device_mode ? (const float *)p->dyn : NULL;
     switch (p->train.opt) {
     case GC_OPT_ADAM: {
-        gc_adam_params ap = {hp->lr, hp->beta_1, hp->beta_2, hp->epsilon, hp->t};
+        gc_adam_params ap = {hp->lr, hp->beta_1, hp->beta_2, hp->epsilon, hp->t, dyn};
         gc_tensor m = t1(st[0], GC_F32, n), v = t1(st[1], GC_F32, n);
         return run(p, GC_OP_ADAM, &ap, &tg, NULL, NULL, &tw, &m, &v);
     }
     case GC_OPT_SGD: {
-        gc_sgd_params sp = {hp->lr, st ? hp->momentum : 0.0f, hp->nesterov};
+        gc_sgd_params sp = {hp->lr, st ? hp->momentum : 0.0f, hp->nesterov, dyn};
         gc_tensor m = st ? t1(st[0], GC_F32, n) : none_tensor();
         return run(p, GC_OP_SGD, &sp, &tg, NULL, NULL, &tw, &m, NULL);
     }
     case GC_OPT_RMSPROP: {
-        gc_rmsprop_params rp = {hp->lr, hp->rho, hp->epsilon};
+        gc_rmsprop_params rp = {hp->lr, hp->rho, hp->epsilon, dyn};
         gc_tensor v = t1(st[0], GC_F32, n);
         return run(p, GC_OP_RMSPROP, &rp, &tg, NULL, NULL, &tw, &v, NULL);
     }
@@ -501,6 +537,191 @@ gc_status gc_plan_predict(gc_plan *p, const float *x, int64_t rows, float *out)
                            (size_t)(rows * p->out_numel) * sizeof(float));
 }
 
+/* ------------------------------------------------------------------ device-resident training */
+
+static int64_t label_width(const gc_plan *p)
+{
+    return p->sparse ? p->rows_per_sample : p->out_numel;
+}
+
+gc_status gc_plan_set_data(gc_plan *p, const float *x, const void *y, int64_t n)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    gc_plan_use_graphs(p, p->graphs_on); /* a captured step reads the old data: drop it */
+    if (p->data_x) p->be->release(p->be, p->data_x);
+    if (p->data_y) p->be->release(p->be, p->data_y);
+    p->data_x = p->data_y = NULL;
+    p->data_n = 0;
+    if (!x) return GC_OK;
+    if (n < 1 || !y) return gc_fail(GC_ERR_INVALID_ARG, "plan: set_data needs x and y with n >= 1 rows");
+    size_t xb = (size_t)(n * p->in_numel) * sizeof(float);
+    size_t yb = (size_t)(n * label_width(p)) * 4u; /* float32 or int32 labels */
+    gc_status s = p->be->alloc(p->be, xb, &p->data_x);
+    if (s == GC_OK) s = p->be->alloc(p->be, yb, &p->data_y);
+    if (s == GC_OK) s = p->be->upload(p->be, p->data_x, x, xb);
+    if (s == GC_OK) s = p->be->upload(p->be, p->data_y, y, yb);
+    if (s != GC_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", gc_last_error());
+        gc_plan_set_data(p, NULL, NULL, 0);
+        return gc_fail(s, "plan: the data set (%lld rows, %zu bytes) does not fit on '%s': %s",
+                       (long long)n, xb + yb, p->be->name, why);
+    }
+    p->data_n = n;
+    return GC_OK;
+}
+
+/* One training step in device mode: gather the batch from the resident data set by
+ * idx_step, then forward, loss, metrics (totals into acc), backward, update -- only
+ * backend ops, no transfers, so it can be captured into a graph. */
+static gc_status device_step(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    gc_no_params none = {0};
+    int64_t w = label_width(p);
+    gc_tensor idx = t1(p->idx_step, GC_I32, rows);
+    gc_tensor tx = t2(p->data_x, GC_F32, p->data_n, p->in_numel);
+    gc_tensor bx = t2(p->x, GC_F32, rows, p->in_numel);
+    gc_tensor ty = t2(p->data_y, p->sparse ? GC_I32 : GC_F32, p->data_n, w);
+    gc_tensor by = t2(p->y, p->sparse ? GC_I32 : GC_F32, rows, w);
+    gc_step_stats ignored;
+    TRY(run(p, GC_OP_EMBEDDING_FWD, &none, &tx, &idx, NULL, &bx, NULL, NULL));
+    TRY(run(p, GC_OP_EMBEDDING_FWD, &none, &ty, &idx, NULL, &by, NULL, NULL));
+    TRY(forward(p, rows, MODE_TRAIN, 0));
+    TRY(loss_and_metrics(p, rows, 1, &ignored));
+    TRY(backward(p, rows, 0));
+    return update(p, hp);
+}
+
+static gc_status grow(gc_plan *p, void **buf, int64_t *cap, int64_t need, size_t elem)
+{
+    if (*buf && *cap >= need) return GC_OK;
+    if (*buf) p->be->release(p->be, *buf);
+    *buf = NULL;
+    *cap = 0;
+    TRY(p->be->alloc(p->be, (size_t)need * elem, buf));
+    *cap = need;
+    return GC_OK;
+}
+
+/* Runs one full-size step from the captured graph, capturing it first if needed: the
+ * first full-size step runs eagerly (so workspaces and library handles exist before
+ * capture), the second is captured and launched, later ones are replays. */
+static gc_status graph_step(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    const gc_backend *be = p->be;
+    if (p->graph && p->graph_rows == rows) {
+        p->replays++;
+        return be->graph_launch(be, p->graph);
+    }
+    if (p->warm_rows != rows) {
+        p->warm_rows = rows;
+        return device_step(p, rows, hp);
+    }
+    if (p->graph) {
+        be->graph_destroy(be, p->graph);
+        p->graph = NULL;
+    }
+    TRY(be->capture_begin(be));
+    gc_status s = device_step(p, rows, hp);
+    void *g = NULL;
+    gc_status e = be->capture_end(be, &g); /* always ends the capture */
+    if (s == GC_OK) s = e;
+    if (s != GC_OK) {
+        if (g) be->graph_destroy(be, g);
+        return s;
+    }
+    p->graph = g;
+    p->graph_rows = rows;
+    return be->graph_launch(be, g);
+}
+
+gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, int64_t batch,
+                              const gc_opt_hparams *hp, const float *lrs, const uint64_t *seeds,
+                              gc_step_stats *st)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    if (!p->data_x) return gc_fail(GC_ERR_INVALID_ARG, "plan: train_steps needs set_data first");
+    if (batch < 1 || batch > p->max_batch)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: batch %lld, expected 1..%lld", (long long)batch,
+                       (long long)p->max_batch);
+    if (n_rows < 1 || !idx) return gc_fail(GC_ERR_INVALID_ARG, "plan: train_steps needs >= 1 index");
+    for (int64_t i = 0; i < n_rows; i++)
+        if (idx[i] < 0 || idx[i] >= p->data_n)
+            return gc_fail(GC_ERR_INVALID_ARG, "indices: value %d at position %lld is outside [0, %lld)",
+                           idx[i], (long long)i, (long long)p->data_n);
+    memset(st, 0, sizeof *st);
+    const gc_backend *be = p->be;
+    int64_t steps = (n_rows + batch - 1) / batch;
+
+    /* every op call of a device step, validated once by core */
+    p->device_mode = p->checking = 1;
+    gc_status s = device_step(p, batch, hp);
+    p->checking = 0;
+    if (s) goto done;
+
+    /* per-step values, uploaded once for the whole call */
+    s = grow(p, &p->idx_all, &p->idx_cap, n_rows, sizeof(int32_t));
+    if (s == GC_OK) s = grow(p, &p->dyn_all, &p->steps_cap, steps, 2 * sizeof(float));
+    if (s == GC_OK && p->seed_all) {
+        be->release(be, p->seed_all);
+        p->seed_all = NULL;
+    }
+    if (s == GC_OK) s = be->alloc(be, (size_t)steps * sizeof(uint64_t), &p->seed_all);
+    if (s) goto done;
+    float *dyn_host = malloc((size_t)steps * 2 * sizeof(float));
+    uint64_t *seed_host = malloc((size_t)steps * sizeof(uint64_t));
+    if (!dyn_host || !seed_host) {
+        free(dyn_host);
+        free(seed_host);
+        s = gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+        goto done;
+    }
+    for (int64_t k = 0; k < steps; k++) {
+        dyn_host[2 * k] = lrs ? lrs[k] : hp->lr;
+        dyn_host[2 * k + 1] = (float)(hp->t + k);
+        seed_host[k] = seeds ? seeds[k] : 0;
+    }
+    s = be->upload(be, p->idx_all, idx, (size_t)n_rows * sizeof(int32_t));
+    if (s == GC_OK) s = be->upload(be, p->dyn_all, dyn_host, (size_t)steps * 2 * sizeof(float));
+    if (s == GC_OK) s = be->upload(be, p->seed_all, seed_host, (size_t)steps * sizeof(uint64_t));
+    free(dyn_host);
+    free(seed_host);
+    if (s == GC_OK) s = be->fill_zero(be, p->acc, 6 * sizeof(float));
+
+    int can_graph = p->graphs_on && be->capture_begin && be->capture_end && be->graph_launch &&
+                    be->graph_destroy;
+    for (int64_t k = 0; k < steps && s == GC_OK; k++) {
+        int64_t rows = n_rows - k * batch < batch ? n_rows - k * batch : batch;
+        /* this step's values into the fixed buffers the (captured) step reads */
+        s = be->copy(be, p->idx_step, (const int32_t *)p->idx_all + k * batch, (size_t)rows * sizeof(int32_t));
+        if (s == GC_OK) s = be->copy(be, p->dyn, (const float *)p->dyn_all + 2 * k, 2 * sizeof(float));
+        if (s == GC_OK) s = be->copy(be, p->dyn_seed, (const uint64_t *)p->seed_all + k, sizeof(uint64_t));
+        if (s == GC_OK) s = (can_graph && rows == batch) ? graph_step(p, rows, hp) : device_step(p, rows, hp);
+    }
+    if (s == GC_OK) {
+        float acc[6];
+        s = be->download(be, acc, p->acc, sizeof acc);
+        st->loss_sum = acc[0] / (double)p->rows_per_sample;
+        for (int bit = 0; bit < 5; bit++) st->metric_sum[bit] = acc[1 + bit] / (double)p->rows_per_sample;
+    }
+done:
+    p->device_mode = p->checking = 0;
+    return s;
+}
+
+void gc_plan_use_graphs(gc_plan *p, int on)
+{
+    if (!p) return;
+    p->graphs_on = on != 0;
+    if (p->graph) {
+        p->be->graph_destroy(p->be, p->graph);
+        p->graph = NULL;
+    }
+    p->warm_rows = 0;
+}
+
+int64_t gc_plan_graph_replays(const gc_plan *p) { return p ? p->replays : 0; }
+
 void gc_plan_destroy(gc_plan *p)
 {
     if (!p) return;
@@ -515,7 +736,11 @@ void gc_plan_destroy(gc_plan *p)
         }
         free(p->L);
     }
-    void *bufs[] = {p->x, p->scratch, p->y, p->loss_rows, p->probs, p->metric_rows, p->count};
+    if (p->graph && be->graph_destroy) be->graph_destroy(be, p->graph);
+    void *bufs[] = {p->x,        p->scratch,  p->y,        p->loss_rows, p->probs,
+                    p->metric_rows, p->count, p->data_x,   p->data_y,    p->idx_all,
+                    p->dyn_all,  p->seed_all, p->idx_step, p->dyn,       p->dyn_seed,
+                    p->acc};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k]) be->release(be, bufs[k]);
     free(p->host_rows);
@@ -713,6 +938,13 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int 
         s = alloc_f32(p, p->scratch_numel, &p->scratch);
     }
     if (s == GC_OK && p->training) s = setup_train(p, train);
+    if (s == GC_OK && p->training) { /* the fixed buffers a captured step reads */
+        s = alloc_f32(p, max_batch, &p->idx_step);
+        if (s == GC_OK) s = alloc_f32(p, 2, &p->dyn);
+        if (s == GC_OK) s = alloc_f32(p, 2, &p->dyn_seed);
+        if (s == GC_OK) s = alloc_f32(p, 6, &p->acc);
+        p->graphs_on = 1;
+    }
 
     /* dry run: every op call of a full step, validated by core */
     if (s == GC_OK) {

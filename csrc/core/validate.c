@@ -404,6 +404,20 @@ static gc_status v_accuracy(const gc_op_call *c)
     return dtypes(c, 1);
 }
 
+static gc_status v_reduce_sum(const gc_op_call *c)
+{
+    const gc_reduce_params *p = c->params;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
+    if (c->out[0]->dtype != GC_F32 || gc_tensor_numel(c->out[0]) != 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "reduce_sum: 'y' must be one float32 value, got %s %s",
+                       gc_dtype_name(c->out[0]->dtype), shp(c->out[0]).s);
+    if (!is_float(c->in[0]->dtype))
+        return gc_fail(GC_ERR_DTYPE, "reduce_sum: 'x' must be a float tensor, got %s",
+                       gc_dtype_name(c->in[0]->dtype));
+    if (!isfinite(p->scale)) return gc_fail(GC_ERR_INVALID_ARG, "reduce_sum: scale must be finite");
+    return GC_OK;
+}
+
 static gc_status v_cast(const gc_op_call *c)
 {
     TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
@@ -411,6 +425,75 @@ static gc_status v_cast(const gc_op_call *c)
         return gc_fail(GC_ERR_INVALID_ARG, "cast: 'y' %s must have as many elements as 'x' %s",
                        shp(c->out[0]).s, shp(c->in[0]).s);
     return dtypes(c, -1);
+}
+
+/* Text of the shape idx.shape + (d,) (what embedding_fwd writes, what
+ * embedding_bwd reads). */
+static shape_text rows_shape(const gc_tensor *idx, int64_t d)
+{
+    gc_tensor t = *idx;
+    t.shape[t.ndim] = d;
+    t.ndim++;
+    return shp(&t);
+}
+
+static int is_rows_shape(const gc_tensor *t, const gc_tensor *idx, int64_t d)
+{
+    if (t->ndim != idx->ndim + 1 || t->shape[idx->ndim] != d) return 0;
+    for (int i = 0; i < idx->ndim; i++)
+        if (t->shape[i] != idx->shape[i]) return 0;
+    return 1;
+}
+
+/* The index tensor of an embedding op: int32, rank 1 .. GC_MAX_DIMS - 1 (the rows it
+ * gathers add one axis). Its values are checked by the backends, which can read them. */
+static gc_status embedding_indices(const gc_op_call *c, const gc_tensor *idx)
+{
+    TRY(need(c, idx, "indices"));
+    if ((unsigned)idx->dtype >= GC_DTYPE_COUNT || idx->dtype != GC_I32)
+        return gc_fail(GC_ERR_DTYPE, "%s: 'indices' must be int32, got %s", gc_op_name(c->op),
+                       (unsigned)idx->dtype < GC_DTYPE_COUNT ? gc_dtype_name(idx->dtype) : "an unknown dtype");
+    if (idx->ndim < 1 || idx->ndim > GC_MAX_DIMS - 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: 'indices' must have rank 1 to %d, got shape %s",
+                       gc_op_name(c->op), GC_MAX_DIMS - 1, shp(idx).s);
+    return GC_OK;
+}
+
+/* embedding_fwd: table (V, D) of any dtype, indices int32, out idx.shape + (D,) of the
+ * table's dtype. */
+static gc_status v_embedding_fwd(const gc_op_call *c)
+{
+    const gc_tensor *table = c->in[0], *idx = c->in[1], *out = c->out[0];
+    TRY(need(c, table, "table")); TRY(need(c, out, "out"));
+    TRY(embedding_indices(c, idx));
+    TRY(rank(c, table, "table", 2));
+    if ((unsigned)table->dtype >= GC_DTYPE_COUNT || (unsigned)out->dtype >= GC_DTYPE_COUNT)
+        return gc_fail(GC_ERR_DTYPE, "embedding_fwd: 'table' or 'out' has an unknown dtype");
+    if (!is_rows_shape(out, idx, table->shape[1]))
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "embedding_fwd: 'out' has shape %s, expected %s (indices %s, one row of "
+                       "table %s each)",
+                       shp(out).s, rows_shape(idx, table->shape[1]).s, shp(idx).s, shp(table).s);
+    if (out->dtype != table->dtype)
+        return gc_fail(GC_ERR_DTYPE, "embedding_fwd: 'out' is %s but 'table' is %s (a gather keeps the dtype)",
+                       gc_dtype_name(out->dtype), gc_dtype_name(table->dtype));
+    return GC_OK;
+}
+
+/* embedding_bwd: dy idx.shape + (D,), indices int32, dtable (V, D); dy and dtable share
+ * one float dtype. */
+static gc_status v_embedding_bwd(const gc_op_call *c)
+{
+    const gc_tensor *dy = c->in[0], *idx = c->in[1], *dt = c->out[0];
+    TRY(need(c, dy, "dy")); TRY(need(c, dt, "dtable"));
+    TRY(embedding_indices(c, idx));
+    TRY(rank(c, dt, "dtable", 2));
+    if (!is_rows_shape(dy, idx, dt->shape[1]))
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "embedding_bwd: 'dy' has shape %s, expected %s (indices %s, one row of "
+                       "dtable %s each)",
+                       shp(dy).s, rows_shape(idx, dt->shape[1]).s, shp(idx).s, shp(dt).s);
+    return dtypes(c, 1);
 }
 
 gc_status gc_op_validate(const gc_op_call *c)
@@ -441,6 +524,9 @@ gc_status gc_op_validate(const gc_op_call *c)
     case GC_OP_RMSPROP: return v_rmsprop(c);
     case GC_OP_ACCURACY: return v_accuracy(c);
     case GC_OP_CAST: return v_cast(c);
+    case GC_OP_EMBEDDING_FWD: return v_embedding_fwd(c);
+    case GC_OP_EMBEDDING_BWD: return v_embedding_bwd(c);
+    case GC_OP_REDUCE_SUM: return v_reduce_sum(c);
     case GC_OP_COUNT: break;
     }
     return gc_fail(GC_ERR_INVALID_ARG, "unknown op %d", (int)c->op);

@@ -1,11 +1,12 @@
 /* cpu_kernels.h -- float32 kernels of the CPU backend and their op-table adapters.
  *
  * Each op family lives in one file (gemm.c, conv2d.c, pool2d.c, act.c, loss.c,
- * dropout.c, optim.c, metrics.c, cast.c). A file holds (1) raw float32 kernels with
- * plain pointer arguments, usable from other kernels (conv2d calls gc_cpu_sgemm), and
- * (2) one adapter per op of GC_OP_LIST, gc_cpu_op_<name>, which unpacks a validated
- * gc_op_call (core/validate.c has already checked shapes, dtypes and params, and
- * f16/bf16 storage has been converted to f32 by core) and calls the kernel.
+ * dropout.c, optim.c, metrics.c, cast.c, embedding.c). A file holds (1) raw float32
+ * kernels (embedding_fwd: any element size) with plain pointer arguments, usable from
+ * other kernels (conv2d calls gc_cpu_sgemm), and (2) one adapter per op of GC_OP_LIST,
+ * gc_cpu_op_<name>, which unpacks a validated gc_op_call (core/validate.c has already
+ * checked shapes, dtypes and params, and f16/bf16 storage has been converted to f32 by
+ * core, except for embedding_fwd's gather) and calls the kernel.
  * backend.c builds the op table from GC_OP_LIST, so a missing adapter is a link error.
  *
  * Threading: kernels use OpenMP themselves; none may be called with a buffer that
@@ -106,11 +107,12 @@ gc_status gc_cpu_regression_loss(gc_regression_kind kind, int64_t rows, int64_t 
 /* db[c] = sum_r dy[r, c] */
 gc_status gc_cpu_bias_grad(int64_t rows, int64_t cols, const float *dy, float *db);
 
-/* ---- dropout.c */
+/* ---- dropout.c (the adapters apply the params' dyn_seed: seed ^ *dyn_seed) */
 gc_status gc_cpu_dropout_fwd(int64_t n, const float *x, float *y, float rate, uint64_t seed);
 gc_status gc_cpu_dropout_bwd(int64_t n, const float *dy, float *dx, float rate, uint64_t seed);
 
-/* ---- optim.c (Keras formulas, KERAS_SEMANTICS.md) */
+/* ---- optim.c (Keras formulas, KERAS_SEMANTICS.md). When p->dyn is not NULL, lr (and
+ * Adam's t) are read from p->dyn[0] (and p->dyn[1]), host memory on this backend. */
 gc_status gc_cpu_adam(int64_t n, float *w, const float *g, float *m, float *v,
                       const gc_adam_params *p);
 gc_status gc_cpu_sgd(int64_t n, float *w, const float *g, float *m /* NULL if momentum 0 */,
@@ -122,6 +124,17 @@ gc_status gc_cpu_rmsprop(int64_t n, float *w, const float *g, float *v,
 gc_status gc_cpu_accuracy(gc_accuracy_kind kind, int64_t rows, int64_t cols,
                           const float *pred, const float *labels, const int32_t *labels_i32,
                           float threshold, double *count);
+
+/* ---- embedding.c: n = number of indices (flat, row-major); an index outside [0, V)
+ * returns GC_ERR_INVALID_ARG "indices: value %d at position %lld is outside [0, V)"
+ * before anything is written.
+ * fwd: out row p = table row idx[p], copied as bytes (row_bytes = D * element size), so
+ * every dtype works as stored. bwd: dtable (V, D) = zeros + the dy rows added per index
+ * in position order (float32; deterministic, the same for every thread count). */
+gc_status gc_cpu_embedding_fwd(int64_t n, int64_t V, int64_t row_bytes, const void *table,
+                               const int32_t *idx, void *out);
+gc_status gc_cpu_embedding_bwd(int64_t n, int64_t V, int64_t D, const float *dy,
+                               const int32_t *idx, float *dtable);
 
 /* ---- adapters, one per op of GC_OP_LIST (defined in the op family's file;
  * gc_cpu_op_cast in cast.c) */

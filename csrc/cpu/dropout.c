@@ -4,7 +4,8 @@
  * hash in gpucmp.h), so the mask is a pure function of (seed, i): backward regenerates
  * it instead of storing it, every backend draws the same mask, and any split of the
  * index range across OpenMP threads gives the same result. Kept elements are scaled by
- * 1/(1-rate) computed in float, as tf.nn.dropout does; rate 0 is a copy.
+ * 1/(1-rate) computed in float, as tf.nn.dropout does; rate 0 is a copy. The adapters
+ * XOR the params' dyn_seed (when not NULL) into the seed.
  */
 #include "cpu_kernels.h"
 
@@ -65,8 +66,10 @@ static gc_status dropout_op(const char *what, const gc_op_call *call, int backwa
     int64_t n = numel(x);
     if (n > 0 && (!x->data || !y->data))
         return gc_fail(GC_ERR_INVALID_ARG, "%s: missing tensor data", what);
-    return backward ? gc_cpu_dropout_bwd(n, (const float *)x->data, (float *)y->data, p->rate, p->seed)
-                    : gc_cpu_dropout_fwd(n, (const float *)x->data, (float *)y->data, p->rate, p->seed);
+    /* dynamic seed (gpucmp.h): host memory on this backend, read when the op runs */
+    const uint64_t seed = p->dyn_seed ? p->seed ^ *p->dyn_seed : p->seed;
+    return backward ? gc_cpu_dropout_bwd(n, (const float *)x->data, (float *)y->data, p->rate, seed)
+                    : gc_cpu_dropout_fwd(n, (const float *)x->data, (float *)y->data, p->rate, seed);
 }
 
 gc_status gc_cpu_op_dropout_fwd(const gc_backend *be, const gc_op_call *call)

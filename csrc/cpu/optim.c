@@ -10,6 +10,8 @@
  * call for errno), so the square roots of a sub-block are taken in a separate pass
  * with SSE's sqrtps where available (IEEE correctly rounded, the same values as
  * sqrtf), the other passes staying plain vectorisable C.
+ * Dynamic values (gpucmp.h): when the params' `dyn` is not NULL, lr (and Adam's t) are
+ * read from it when the update runs -- host memory on this backend.
  */
 #include "cpu_kernels.h"
 
@@ -42,10 +44,12 @@ gc_status gc_cpu_adam(int64_t n, float *w, const float *g, float *m, float *v,
                       const gc_adam_params *p)
 {
     if (n < 0) return gc_fail(GC_ERR_INVALID_ARG, "adam: negative size %lld", (long long)n);
-    if (p->t < 1) return gc_fail(GC_ERR_INVALID_ARG, "adam: step t must be >= 1, got %lld", (long long)p->t);
+    /* dynamic values: {lr, t} read now (host memory on the CPU) instead of the fields */
+    const float lr = p->dyn ? p->dyn[0] : p->lr;
+    const double t = p->dyn ? (double)p->dyn[1] : (double)p->t;
+    if (!(t >= 1.0)) return gc_fail(GC_ERR_INVALID_ARG, "adam: step t must be >= 1, got %g", t);
     if (n == 0) return GC_OK;
-    const double t = (double)p->t;
-    const float alpha = (float)((double)p->lr * sqrt(1.0 - pow((double)p->beta_2, t)) /
+    const float alpha = (float)((double)lr * sqrt(1.0 - pow((double)p->beta_2, t)) /
                                 (1.0 - pow((double)p->beta_1, t)));
     const float omb1 = 1.0f - p->beta_1, omb2 = 1.0f - p->beta_2, eps = p->epsilon;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
@@ -78,7 +82,7 @@ gc_status gc_cpu_sgd(int64_t n, float *w, const float *g, float *m, const gc_sgd
                        (double)p->momentum);
     if (n == 0) return GC_OK;
     /* momentum 0 is Keras' plain step; a buffer, if given, is left untouched */
-    const float lr = p->lr, mu = p->momentum;
+    const float lr = p->dyn ? p->dyn[0] : p->lr, mu = p->momentum;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= OPT_PAR_MIN)
     for (int64_t b = 0; b < nblk; b++) {
@@ -107,7 +111,7 @@ gc_status gc_cpu_rmsprop(int64_t n, float *w, const float *g, float *v,
 {
     if (n < 0) return gc_fail(GC_ERR_INVALID_ARG, "rmsprop: negative size %lld", (long long)n);
     if (n == 0) return GC_OK;
-    const float lr = p->lr, rho = p->rho, omr = 1.0f - p->rho, eps = p->epsilon;
+    const float lr = p->dyn ? p->dyn[0] : p->lr, rho = p->rho, omr = 1.0f - p->rho, eps = p->epsilon;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= OPT_PAR_MIN)
     for (int64_t b = 0; b < nblk; b++) {

@@ -10,7 +10,8 @@
  * Per-tensor updates are one gc_map_launch each (vectorised). The fused variant walks
  * a device array of (w, g, state) slots in one launch and reads its hyper-parameters
  * from device memory, so a captured CUDA graph replays it with a new learning rate and
- * step t written into that memory between replays.
+ * step t written into that memory between replays; the per-tensor ops do the same
+ * through the params' `dyn` pointer (gpucmp.h, "Dynamic values").
  */
 #include "common.cuh"
 
@@ -45,13 +46,19 @@ __device__ __forceinline__ void rmsprop_one(float g, float &w, float &v, float l
     w = __fsub_rn(w, __fdiv_rn(__fmul_rn(lr, g), den));
 }
 
+/* Dynamic values (gpucmp.h): `dyn`, when not NULL, is device memory read by the kernel
+ * when it runs (so a captured graph replays with what the plan wrote there): lr = dyn[0]
+ * for sgd / rmsprop; for Adam a one-thread prologue kernel turns {lr, t} into alpha
+ * (in double, as the host does) in the backend's scratch buffer, which the update reads. */
+
 /* in: g, w, m, v; out: w, m, v */
 struct adam_f {
     float alpha, omb1, omb2, eps;
+    const float *alpha_dev; /* not NULL: alpha computed on the device (dynamic values) */
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], m = x[2], v = x[3];
-        adam_one(x[0], w, m, v, alpha, omb1, omb2, eps);
+        adam_one(x[0], w, m, v, alpha_dev ? __ldg(alpha_dev) : alpha, omb1, omb2, eps);
         y[0] = w; y[1] = m; y[2] = v;
     }
 };
@@ -59,10 +66,11 @@ struct adam_f {
 template <int USE_M> struct sgd_f {
     float lr, mu;
     int nesterov;
+    const float *dyn; /* not NULL: lr = dyn[0] */
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], m = USE_M ? x[2] : 0.0f;
-        sgd_one(x[0], w, m, USE_M, lr, mu, nesterov);
+        sgd_one(x[0], w, m, USE_M, dyn ? __ldg(dyn) : lr, mu, nesterov);
         y[0] = w;
         if (USE_M) y[1] = m;
     }
@@ -70,10 +78,11 @@ template <int USE_M> struct sgd_f {
 /* in: g, w, v; out: w, v */
 struct rmsprop_f {
     float lr, rho, omr, eps;
+    const float *dyn; /* not NULL: lr = dyn[0] */
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], v = x[2];
-        rmsprop_one(x[0], w, v, lr, rho, omr, eps);
+        rmsprop_one(x[0], w, v, dyn ? __ldg(dyn) : lr, rho, omr, eps);
         y[0] = w; y[1] = v;
     }
 };
@@ -83,6 +92,15 @@ static float adam_alpha(float lr, float b1, float b2, int64_t t)
     return (float)((double)lr * sqrt(1.0 - pow((double)b2, (double)t)) / (1.0 - pow((double)b1, (double)t)));
 }
 
+/* alpha from the dynamic {lr, t}, the formula of adam_alpha (t < 1 gives NaN: the plan
+ * writes t >= 1; a standalone call has validated the fields only) */
+__global__ void adam_alpha_kernel(const float *dyn, float b1, float b2, float *alpha)
+{
+    double t = (double)dyn[1];
+    *alpha = t >= 1.0 ? (float)((double)dyn[0] * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)))
+                      : __int_as_float(0x7fc00000);
+}
+
 extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *call)
 {
     gc_status st = gc_cuda_set_device(be);
@@ -90,7 +108,15 @@ extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *cal
     const gc_adam_params *p = (const gc_adam_params *)call->params;
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
-    adam_f f = {adam_alpha(p->lr, p->beta_1, p->beta_2, p->t), 1.0f - p->beta_1, 1.0f - p->beta_2, p->epsilon};
+    adam_f f = {p->dyn ? 0.0f : adam_alpha(p->lr, p->beta_1, p->beta_2, p->t), 1.0f - p->beta_1,
+                1.0f - p->beta_2, p->epsilon, NULL};
+    if (p->dyn) {
+        float *alpha = (float *)gc_cuda_scratch(be);
+        if (!alpha) return gc_fail(GC_ERR_BACKEND, "adam: the backend has no scratch buffer");
+        adam_alpha_kernel<<<1, 1, 0, gc_cuda_stream(be)>>>(p->dyn, p->beta_1, p->beta_2, alpha);
+        if ((st = gc_cuda_launch_check("adam (dynamic alpha)"))) return st;
+        f.alpha_dev = alpha;
+    }
     const void *in[4] = {call->in[0]->data, call->out[0]->data, call->out[1]->data, call->out[2]->data};
     void *out[3] = {call->out[0]->data, call->out[1]->data, call->out[2]->data};
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 4, 3>(be, n, in, out, f, "adam")));
@@ -108,12 +134,12 @@ extern "C" gc_status gc_cuda_op_sgd(const gc_backend *be, const gc_op_call *call
     if (use_m && !(call->out[1] && call->out[1]->data))
         return gc_fail(GC_ERR_INVALID_ARG, "sgd: momentum %g needs a momentum buffer", (double)p->momentum);
     if (use_m) {
-        sgd_f<1> f = {p->lr, p->momentum, p->nesterov};
+        sgd_f<1> f = {p->lr, p->momentum, p->nesterov, p->dyn};
         const void *in[3] = {call->in[0]->data, call->out[0]->data, call->out[1]->data};
         void *out[2] = {call->out[0]->data, call->out[1]->data};
         GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 3, 2>(be, n, in, out, f, "sgd")));
     } else {
-        sgd_f<0> f = {p->lr, 0.0f, 0};
+        sgd_f<0> f = {p->lr, 0.0f, 0, p->dyn};
         const void *in[2] = {call->in[0]->data, call->out[0]->data};
         void *out[1] = {call->out[0]->data};
         GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 2, 1>(be, n, in, out, f, "sgd")));
@@ -128,7 +154,7 @@ extern "C" gc_status gc_cuda_op_rmsprop(const gc_backend *be, const gc_op_call *
     const gc_rmsprop_params *p = (const gc_rmsprop_params *)call->params;
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
-    rmsprop_f f = {p->lr, p->rho, 1.0f - p->rho, p->epsilon};
+    rmsprop_f f = {p->lr, p->rho, 1.0f - p->rho, p->epsilon, p->dyn};
     const void *in[3] = {call->in[0]->data, call->out[0]->data, call->out[1]->data};
     void *out[2] = {call->out[0]->data, call->out[1]->data};
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 3, 2>(be, n, in, out, f, "rmsprop")));

@@ -116,15 +116,21 @@ typedef struct { int unused; } gc_no_params;
  * kept elements scaled by 1/(1-rate). Backward regenerates the mask from the seed, so
  * no mask is stored and every backend draws the same mask.
  * dropout_fwd: in x out y; dropout_bwd: in dy out dx. */
-typedef struct { float rate; uint64_t seed; } gc_dropout_params;
+/* dyn_seed: see "Dynamic values" below; the effective seed is seed ^ *dyn_seed. */
+typedef struct { float rate; uint64_t seed; const uint64_t *dyn_seed; } gc_dropout_params;
 
 /* Optimizer updates, in place. Inputs: g. Outputs (read and written): w, then state.
  * adam: outputs w, m, v    (Keras: alpha = lr*sqrt(1-b2^t)/(1-b1^t), t = iterations+1)
  * sgd: outputs w, m (m optional when momentum == 0)
  * rmsprop: outputs w, v */
-typedef struct { float lr, beta_1, beta_2, epsilon; int64_t t; } gc_adam_params;
-typedef struct { float lr, momentum; int nesterov; } gc_sgd_params;
-typedef struct { float lr, rho, epsilon; } gc_rmsprop_params;
+typedef struct { float lr, beta_1, beta_2, epsilon; int64_t t; const float *dyn; } gc_adam_params;
+typedef struct { float lr, momentum; int nesterov; const float *dyn; } gc_sgd_params;
+typedef struct { float lr, rho, epsilon; const float *dyn; } gc_rmsprop_params;
+/* Dynamic values (for steps captured once into a CUDA graph and replayed): when `dyn`
+ * is not NULL it points to BACKEND memory holding float32 {lr, t} (t: Adam's step, exact
+ * up to 2^24) that the kernel reads when it runs, instead of the lr / t fields; likewise
+ * dropout's `dyn_seed` (a uint64 in backend memory, XORed into `seed`). The plan updates
+ * that memory before each replay, so one graph serves every step. */
 
 /* accuracy: in pred (rows, cols), labels (rows, cols) f32 or (rows,) i32; out count (1,)
  * = number of correct rows (categorical: argmax match; sparse: argmax == label;
@@ -133,6 +139,19 @@ typedef enum { GC_ACC_CATEGORICAL = 0, GC_ACC_SPARSE, GC_ACC_BINARY } gc_accurac
 typedef struct { gc_accuracy_kind kind; float threshold; } gc_accuracy_params;
 
 /* cast: in x (any float dtype) out y (any float dtype, same shape). */
+
+/* reduce_sum: in x (any shape, float) out y (1,) float32: y = scale * sum(x), or
+ * y += scale * sum(x) when accumulate (the plan keeps loss / metric totals on the
+ * device this way). Summed in double on the CPU, in a fixed order on GPUs. */
+typedef struct { int accumulate; float scale; } gc_reduce_params;
+
+/* embedding_fwd: in table (V, D) of any dtype (f32/f16/bf16/i32), idx int32 of any shape
+ *                out rows: shape idx.shape + (D,), table's dtype (a gather: also how a
+ *                plan takes batches out of a data set resident on the device)
+ * embedding_bwd: in dy (idx.shape + (D,)), idx; out dtable (V, D) = zeros + the dy rows
+ *                summed per index (deterministic order).
+ * An index outside [0, V) is an error (GC_ERR_INVALID_ARG naming it), never a silent
+ * read; on GPUs it is detected on the device and reported outside graph capture. */
 
 /* ------------------------------------------------------------------ the op list
  * X(ENUM, name, params type, inputs, outputs) -- the one source of truth. */
@@ -158,7 +177,10 @@ typedef struct { gc_accuracy_kind kind; float threshold; } gc_accuracy_params;
     X(SGD, sgd, gc_sgd_params, 1, 2)                                         \
     X(RMSPROP, rmsprop, gc_rmsprop_params, 1, 2)                             \
     X(ACCURACY, accuracy, gc_accuracy_params, 2, 1)                          \
-    X(CAST, cast, gc_no_params, 1, 1)
+    X(CAST, cast, gc_no_params, 1, 1)                                        \
+    X(EMBEDDING_FWD, embedding_fwd, gc_no_params, 2, 1)                      \
+    X(EMBEDDING_BWD, embedding_bwd, gc_no_params, 2, 1)                      \
+    X(REDUCE_SUM, reduce_sum, gc_reduce_params, 1, 1)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,
@@ -346,6 +368,26 @@ gc_status gc_plan_eval_step(gc_plan *plan, const float *x, const void *y, int64_
                             gc_step_stats *stats);
 /* Inference: out host float32 (rows, *out_shape). */
 gc_status gc_plan_predict(gc_plan *plan, const float *x, int64_t rows, float *out);
+
+/* Device-resident training (DESIGN.md, "The execution plan").
+ * gc_plan_set_data uploads a whole data set once: x (n, *in_shape) float32, y labels as
+ * for train_step (NULL data releases it). GC_ERR_NOMEM when it does not fit: the caller
+ * then feeds batches through gc_plan_train_step.
+ * gc_plan_train_steps runs ceil(n_rows / batch) steps over the resident data: step s
+ * trains on the rows idx[s*batch ...] (host int32 indices into the data set; the last
+ * step may be partial). Batches are gathered on the device, loss and metric sums are
+ * accumulated there and come back once, in *st, for all the steps. hp->t is the step of
+ * the first one (+1 per step); lrs / seeds give each step's learning rate and dropout
+ * seed (NULL: hp->lr, 0). On a backend that can capture graphs the full-size step is
+ * captured once (after one eager warm-up step) and replayed; gc_plan_use_graphs(p, 0)
+ * turns that off (the results are the same: tests compare both). */
+gc_status gc_plan_set_data(gc_plan *plan, const float *x, const void *y, int64_t n);
+gc_status gc_plan_train_steps(gc_plan *plan, const int32_t *idx, int64_t n_rows, int64_t batch,
+                              const gc_opt_hparams *hp, const float *lrs, const uint64_t *seeds,
+                              gc_step_stats *st);
+void gc_plan_use_graphs(gc_plan *plan, int on);
+/* Number of steps replayed from a captured graph so far (for tests and benchmarks). */
+int64_t gc_plan_graph_replays(const gc_plan *plan);
 
 #ifdef __cplusplus
 }

@@ -232,6 +232,7 @@ typedef union {
     gc_sgd_params sgd;
     gc_rmsprop_params rms;
     gc_accuracy_params acc;
+    gc_reduce_params reduce;
     gc_no_params none;
 } any_params;
 
@@ -318,8 +319,14 @@ static int parse_params(gc_op op, PyObject *d, any_params *P)
         if (p_enum(d, "kind", acc_names, 3, 0, &e) || p_float(d, "threshold", 0.5, &P->acc.threshold)) return -1;
         P->acc.kind = (gc_accuracy_kind)e;
         return 0;
+    case GC_OP_REDUCE_SUM:
+        return (p_bool(d, "accumulate", 0, &P->reduce.accumulate) || p_float(d, "scale", 1.0, &P->reduce.scale))
+                   ? -1
+                   : 0;
     case GC_OP_BIAS_GRAD:
     case GC_OP_CAST:
+    case GC_OP_EMBEDDING_FWD:
+    case GC_OP_EMBEDDING_BWD:
     case GC_OP_COUNT:
         return 0;
     }
@@ -1109,6 +1116,102 @@ static PyObject *plan_predict(PlanObject *p, PyObject *x)
     return (PyObject *)out;
 }
 
+static PyObject *plan_set_data(PlanObject *p, PyObject *args)
+{
+    PyObject *x, *y;
+    if (!PyArg_ParseTuple(args, "OO:set_data", &x, &y)) return NULL;
+    if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot train");
+    gc_status s;
+    if (x == Py_None) {
+        s = gc_plan_set_data(p->plan, NULL, NULL, 0);
+        if (s) return raise_status(s);
+        Py_RETURN_NONE;
+    }
+    PyArrayObject *xa = (PyArrayObject *)PyArray_FROMANY(x, NPY_FLOAT32, 1, GC_MAX_DIMS,
+                                                         NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+    if (!xa) return NULL;
+    int ok = PyArray_NDIM(xa) == p->in_ndim + 1;
+    for (int i = 0; ok && i < p->in_ndim; i++) ok = PyArray_DIM(xa, i + 1) == p->in_shape[i];
+    int64_t n = PyArray_NDIM(xa) ? PyArray_DIM(xa, 0) : 0;
+    if (!ok || n < 1) {
+        Py_DECREF(xa);
+        return PyErr_Format(PyExc_ValueError, "Plan.set_data: x must have shape (n, *in_shape) with n >= 1");
+    }
+    PyArrayObject *ya = plan_y(p, y, n);
+    if (!ya) {
+        Py_DECREF(xa);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    s = gc_plan_set_data(p->plan, PyArray_DATA(xa), PyArray_DATA(ya), n);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(xa);
+    Py_DECREF(ya);
+    if (s) return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *plan_train_steps(PlanObject *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"indices", "batch_size", "hparams", "lrs", "seeds", NULL};
+    PyObject *idx, *h, *lrs = Py_None, *seeds = Py_None;
+    long long batch;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLO|OO:train_steps", kwlist, &idx, &batch, &h, &lrs, &seeds))
+        return NULL;
+    if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot train");
+    gc_opt_hparams hp;
+    if (parse_hparams(p, h, &hp)) return NULL;
+    PyArrayObject *ia = (PyArrayObject *)PyArray_FROMANY(idx, NPY_INT32, 1, 1, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+    if (!ia) return NULL;
+    int64_t n_rows = PyArray_DIM(ia, 0);
+    int64_t steps = batch > 0 ? (n_rows + batch - 1) / batch : 0;
+    PyArrayObject *la = NULL, *sa = NULL;
+    if (lrs != Py_None) {
+        la = (PyArrayObject *)PyArray_FROMANY(lrs, NPY_FLOAT32, 1, 1, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+        if (!la || PyArray_DIM(la, 0) != steps) {
+            if (la) PyErr_Format(PyExc_ValueError, "Plan.train_steps: lrs must hold one value per step (%lld)", (long long)steps);
+            goto fail;
+        }
+    }
+    if (seeds != Py_None) {
+        sa = (PyArrayObject *)PyArray_FROMANY(seeds, NPY_UINT64, 1, 1, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+        if (!sa || PyArray_DIM(sa, 0) != steps) {
+            if (sa) PyErr_Format(PyExc_ValueError, "Plan.train_steps: seeds must hold one value per step (%lld)", (long long)steps);
+            goto fail;
+        }
+    }
+    gc_step_stats st;
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = gc_plan_train_steps(p->plan, PyArray_DATA(ia), n_rows, batch, &hp, la ? PyArray_DATA(la) : NULL,
+                            sa ? PyArray_DATA(sa) : NULL, &st);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(ia);
+    Py_XDECREF(la);
+    Py_XDECREF(sa);
+    if (s) return raise_status(s);
+    return stats_dict(p, &st);
+fail:
+    Py_DECREF(ia);
+    Py_XDECREF(la);
+    Py_XDECREF(sa);
+    return NULL;
+}
+
+static PyObject *plan_use_graphs(PlanObject *p, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    gc_plan_use_graphs(p->plan, on);
+    Py_RETURN_NONE;
+}
+
+static PyObject *plan_get_graph_replays(PlanObject *p, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(gc_plan_graph_replays(p->plan));
+}
+
 static PyObject *plan_get_backend(PlanObject *p, void *c)
 {
     (void)c;
@@ -1126,11 +1229,17 @@ static PyMethodDef plan_methods[] = {
      "train_step(x, y, hparams, seed=0) -> dict of sums (loss, metrics) before the update"},
     {"eval_step", (PyCFunction)plan_eval_step, METH_VARARGS, "eval_step(x, y) -> dict of sums"},
     {"predict", (PyCFunction)plan_predict, METH_O, "predict(x) -> float32 array"},
+    {"set_data", (PyCFunction)plan_set_data, METH_VARARGS,
+     "set_data(x, y): upload a whole data set to the plan's device once (None, None releases it)"},
+    {"train_steps", (PyCFunction)(void (*)(void))plan_train_steps, METH_VARARGS | METH_KEYWORDS,
+     "train_steps(indices, batch_size, hparams, lrs=None, seeds=None) -> dict of sums over all the steps"},
+    {"use_graphs", (PyCFunction)plan_use_graphs, METH_O, "use_graphs(bool): capture and replay the step (GPU)"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef plan_getset[] = {
     {"backend", (getter)plan_get_backend, NULL, "backend name", NULL},
     {"max_batch", (getter)plan_get_max_batch, NULL, "largest batch the plan holds", NULL},
+    {"graph_replays", (getter)plan_get_graph_replays, NULL, "steps replayed from a captured graph", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject PlanType = {

@@ -68,6 +68,9 @@ class CallbackList:
             cb.set_model(model)
             cb.set_params(params)
         self.wants_batches = any(_overrides_batch_hooks(cb) for cb in self.callbacks)
+        # the progress bar and History are content with an update every few steps
+        self.wants_every_batch = any(_overrides_batch_hooks(cb) for cb in self.callbacks
+                                     if not isinstance(cb, (ProgbarLogger, History)))
 
     def __getattr__(self, hook):
         if not hook.startswith("on_"):

@@ -799,7 +799,7 @@ static void test_dropout(void)
     gc_cpu_dropout_fwd(n, x, y, rate, seed);
     CHECK(memcmp(dx, y, sizeof(float) * (size_t)n) == 0, "dropout in place");
     CHECK(gc_cpu_dropout_fwd(n, x, y, 1.0f, seed) == GC_ERR_INVALID_ARG, "dropout rate 1 rejected");
-    gc_dropout_params dp = {rate, seed};
+    gc_dropout_params dp = {rate, seed, NULL};
     gc_tensor tx = tens(x, GC_F32, 2, n / 5, 5, 0, 0), ty = tens(dx, GC_F32, 2, n / 5, 5, 0, 0);
     gc_op_call c = {GC_OP_DROPOUT_FWD, {&tx, NULL, NULL}, {&ty, NULL, NULL}, &dp};
     CHECK(gc_cpu_op_dropout_fwd(NULL, &c) == GC_OK && memcmp(dx, y, sizeof(float) * (size_t)(n / 5 * 5)) == 0,
@@ -822,7 +822,7 @@ static void test_optim_size(int64_t n)
 
     /* adam: elementwise, against error bounds scaled by the operands (m = m0 + (g-m0)/10
      * may cancel, so a plain relative error would be meaningless for single elements) */
-    gc_adam_params ap = {0.01f, 0.9f, 0.999f, 1e-7f, 7};
+    gc_adam_params ap = {0.01f, 0.9f, 0.999f, 1e-7f, 7, NULL};
     double alpha = 0.01 * sqrt(1 - pow(0.999, 7)) / (1 - pow(0.9, 7));
     memcpy(w, w0, bytes); memcpy(m, m0, bytes); memcpy(v, v0, bytes);
     snprintf(name, sizeof name, "adam n=%lld", (long long)n);
@@ -851,7 +851,7 @@ static void test_optim_size(int64_t n)
 
     /* sgd: plain, momentum, nesterov */
     for (int kind = 0; kind < 3; kind++) {
-        gc_sgd_params sp = {0.05f, kind ? 0.9f : 0.0f, kind == 2};
+        gc_sgd_params sp = {0.05f, kind ? 0.9f : 0.0f, kind == 2, NULL};
         for (int64_t i = 0; i < n; i++) {
             if (kind == 0) {
                 dstep[i] = -0.05 * g[i];
@@ -898,7 +898,7 @@ static void test_optim_size(int64_t n)
     }
 
     /* rmsprop */
-    gc_rmsprop_params rp = {0.001f, 0.9f, 1e-7f};
+    gc_rmsprop_params rp = {0.001f, 0.9f, 1e-7f, NULL};
     for (int64_t i = 0; i < n; i++) {
         rv[i] = 0.9 * v0[i] + (1 - 0.9) * (double)g[i] * g[i];
         dstep[i] = -0.001 * g[i] / sqrt(rv[i] + 1e-7);

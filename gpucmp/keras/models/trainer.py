@@ -2,11 +2,16 @@
 
 compile() resolves the optimizer, loss and metrics and snapshots which layers are
 trainable; the first fit/evaluate lowers the model to a ``gpucmp._core.Plan`` (cached
-per batch size) and each training step is then ONE ``plan.train_step`` call, whose
-returned sums (loss and metrics over the rows, computed before the update) become
-Keras' running means. The loop slices batches with a permutation into preallocated
-C-contiguous float32 buffers; it allocates nothing per step but the log dict.
+per batch size). fit() uploads the training set to the plan's device once and runs
+several steps per call (``plan.train_steps``: batches gathered on the device by a
+permutation, about 0.1 s of steps between progress-bar updates, one step per call when a
+callback wants every batch); the returned sums (loss and metrics over the rows, computed
+before each update) become Keras' running means. When the data set does not fit on the
+device, or with shuffle='batch', each step is one ``plan.train_step`` call on batches
+sliced into preallocated C-contiguous float32 buffers.
 """
+import time
+
 import numpy as np
 
 from .. import backend, losses as losses_mod, metrics as metrics_mod, optimizers
@@ -250,6 +255,10 @@ class Trainer:
         params = {"verbose": verbose, "epochs": epochs, "steps": steps}
         cbs, history = callbacks_mod.configure(callbacks, self, verbose_level, params)
         wants_batches = cbs.wants_batches
+        # the data set goes to the device once; batches are gathered there and several
+        # steps run per call (DESIGN.md, "The execution plan"); else one call per step
+        resident = shuffle != "batch" and _upload(plan, x_arr, y_arr)
+        chunks = _ChunkSizer(steps, every_step=cbs.wants_every_batch)
         self.stop_training = False
         self.history = history
         cbs.on_train_begin()
@@ -259,28 +268,41 @@ class Trainer:
             order = rng.permutation(n) if shuffle is True else None
             batches = rng.permutation(steps) if shuffle == "batch" else range(steps)
             loss_sum, sums, seen = 0.0, dict.fromkeys(cfg.plan_metrics, 0.0), 0
-            for step, b in enumerate(batches):
-                if wants_batches:
-                    cbs.on_train_batch_begin(step)
-                lo = b * batch_size
-                hi = min(lo + batch_size, n)
-                if order is not None:
-                    idx = order[lo:hi]
-                    xb = np.take(x_arr, idx, axis=0, out=xbuf[:hi - lo])
-                    yb = np.take(y_arr, idx, axis=0, out=ybuf[:hi - lo])
+            step = 0
+            while step < steps:
+                if resident:
+                    k = chunks.next(step)
+                    lo, hi = step * batch_size, min((step + k) * batch_size, n)
+                    idx = order[lo:hi] if order is not None else np.arange(lo, hi)
+                    if wants_batches:
+                        cbs.on_train_batch_begin(step)
+                    t0 = time.perf_counter()
+                    stats = _train_steps(plan, idx, rows, k, opt, hp, seed)
+                    chunks.record(k, time.perf_counter() - t0)
                 else:
-                    xb, yb = x_arr[lo:hi], y_arr[lo:hi]
-                hp["t"] = opt.iterations + 1
-                hp["lr"] = opt.current_learning_rate()
-                stats = plan.train_step(xb, yb, hp, seed())
-                opt.iterations += 1
+                    k = 1
+                    if wants_batches:
+                        cbs.on_train_batch_begin(step)
+                    lo = batches[step] * batch_size
+                    hi = min(lo + batch_size, n)
+                    if order is not None:
+                        idx = order[lo:hi]
+                        xb = np.take(x_arr, idx, axis=0, out=xbuf[:hi - lo])
+                        yb = np.take(y_arr, idx, axis=0, out=ybuf[:hi - lo])
+                    else:
+                        xb, yb = x_arr[lo:hi], y_arr[lo:hi]
+                    hp["t"] = opt.iterations + 1
+                    hp["lr"] = opt.current_learning_rate()
+                    stats = plan.train_step(xb, yb, hp, seed())
+                    opt.iterations += 1
                 opt.built = True
                 seen += hi - lo
+                step += k
                 loss_sum += stats["loss"]
-                for k in sums:
-                    sums[k] += stats[k]
+                for key in sums:
+                    sums[key] += stats[key]
                 if wants_batches:
-                    cbs.on_train_batch_end(step, cfg.logs(loss_sum, sums, seen))
+                    cbs.on_train_batch_end(step - 1, cfg.logs(loss_sum, sums, seen))
                 if self.stop_training:
                     break
             epoch_logs = cfg.logs(loss_sum, sums, seen) if seen else {}
@@ -291,6 +313,8 @@ class Trainer:
             cbs.on_epoch_end(epoch, epoch_logs)
             if self.stop_training:
                 break
+        if resident:
+            plan.set_data(None, None)  # give the device memory back
         cbs.on_train_end(epoch_logs)
         return history
 
@@ -401,3 +425,50 @@ class Trainer:
     def predict_on_batch(self, x):
         x_arr = self._prepare_x(x)
         return np.asarray(self._infer_plan(len(x_arr)).predict(x_arr), dtype=np.float32)
+
+
+def _upload(plan, x_arr, y_arr):
+    """Puts the whole training set on the plan's device; False when it does not fit
+    (fit then feeds one batch per call)."""
+    try:
+        plan.set_data(x_arr, y_arr)
+        return True
+    except MemoryError:
+        return False
+
+
+def _train_steps(plan, idx, batch, k, opt, hp, seed):
+    """k steps in one call over the resident data; each step's learning rate and dropout
+    seed are what the one-step path would have used at that iteration."""
+    it0 = opt.iterations
+    lrs = np.empty(k, np.float32)
+    seeds = np.empty(k, np.uint64)
+    try:
+        for j in range(k):
+            opt.iterations = it0 + j
+            lrs[j] = opt.current_learning_rate()
+            seeds[j] = seed()
+    finally:
+        opt.iterations = it0
+    hp["t"] = it0 + 1
+    hp["lr"] = float(lrs[0])
+    stats = plan.train_steps(idx, batch, hp, lrs, seeds)
+    opt.iterations = it0 + k
+    return stats
+
+
+class _ChunkSizer:
+    """How many steps one call into the plan runs: about 0.1 s of work (so the progress
+    bar still moves) when only the progress bar and History watch the batches; one step
+    when a callback wants to see every batch."""
+
+    def __init__(self, steps, every_step):
+        self.steps, self.every_step, self.per_step = steps, every_step, None
+
+    def next(self, step):
+        if self.every_step or self.per_step is None:
+            return 1
+        return max(1, min(self.steps - step, int(0.1 / max(self.per_step, 1e-7))))
+
+    def record(self, k, seconds):
+        self.per_step = seconds / k

@@ -1,0 +1,487 @@
+/* bench.c -- gpucmp._core.bench_gemm / bench_conv: time one op on backend-resident data.
+ *
+ * What it provides: two module functions (added by gpucmp_add_bench, bench.h) that
+ * return the median seconds of one GEMM or one convolution pass on a backend ('cpu',
+ * 'cuda:N'), with the operands already in that backend's memory -- what run_op cannot
+ * measure, since it stages NumPy arrays through the host on every call.
+ *
+ * How: operands are allocated with the backend's alloc, filled with fresh uniform
+ * random values in [-1, 1) (drawn on the host in float32 with the counter-based
+ * gc_uniform01, narrowed with gc_f32_to_f16/bf16, uploaded: never zeros, which can run
+ * faster than real data), the call is validated once by core (gc_op_validate), the first
+ * warm-up goes through gc_op_run (every core check, incl. "vendor needs a GPU"), then
+ * each timed sample is `inner` calls of the backend's op slot between two be->sync, read
+ * with a monotonic host clock; the result is the median over `repeats` samples divided
+ * by `inner`. Storage dtypes a backend does not take natively (f16/bf16 on the CPU) run
+ * through gc_op_run every time, so their conversion is part of what is timed, as it is
+ * for users. dtype 'float32' is exact float32 (allow_tf32 off for the call), 'tfloat32'
+ * lets GPU backends use TF32 (on for the call); the setting is restored afterwards.
+ * Everything between argument parsing and the result runs with the GIL released and
+ * has one cleanup path; a status becomes the same exception as in module.c. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpucmp.h"
+#include "bench.h"
+
+/* ------------------------------------------------------------------ errors (as module.c) */
+
+static PyObject *bench_raise(gc_status s)
+{
+    PyObject *type;
+    switch (s) {
+    case GC_ERR_INVALID_ARG:
+    case GC_ERR_NONFINITE: type = PyExc_ValueError; break;
+    case GC_ERR_DTYPE: type = PyExc_TypeError; break;
+    case GC_ERR_NOMEM: type = PyExc_MemoryError; break;
+    case GC_ERR_UNSUPPORTED: type = PyExc_NotImplementedError; break;
+    default: type = PyExc_RuntimeError; break;
+    }
+    const char *msg = gc_last_error();
+    PyErr_SetString(type, msg && *msg ? msg : gc_status_name(s));
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ argument helpers */
+
+/* A string argument that must be one of names[0..n): TypeError / ValueError otherwise. */
+static int bench_choice(PyObject *v, const char *fn, const char *what, const char *const *names, int n,
+                        int *out)
+{
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a string, got %R", fn, what, v);
+        return -1;
+    }
+    const char *s = PyUnicode_AsUTF8(v);
+    if (!s) return -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, i ? ", '" : "'", sizeof list - strlen(list) - 1);
+        strncat(list, names[i], sizeof list - strlen(list) - 1);
+        strncat(list, "'", sizeof list - strlen(list) - 1);
+    }
+    PyErr_Format(PyExc_ValueError, "%s: unknown %s '%s' (expected one of %s)", fn, what, s, list);
+    return -1;
+}
+
+#define BENCH_MAX_DIM ((long long)INT32_MAX)
+
+static int bench_dim(long long v, const char *fn, const char *what)
+{
+    if (v < 1 || v > BENCH_MAX_DIM) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be in [1, %lld], got %lld", fn, what, BENCH_MAX_DIM, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* An int or a pair of ints, each >= 1 (strides, dilation). */
+static int bench_pair(PyObject *v, const char *fn, const char *what, int *a, int *b)
+{
+    if (!v || v == Py_None) return 0; /* keep the defaults */
+    long x = 0, y = 0;
+    if (PyLong_Check(v)) {
+        x = y = PyLong_AsLong(v);
+    } else if (PyTuple_Check(v) || PyList_Check(v)) {
+        if (PySequence_Size(v) != 2) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must be an int or a pair of ints, got %R", fn, what, v);
+            return -1;
+        }
+        PyObject *i0 = PySequence_GetItem(v, 0), *i1 = PySequence_GetItem(v, 1);
+        int ok = i0 && i1 && PyLong_Check(i0) && PyLong_Check(i1);
+        if (ok) {
+            x = PyLong_AsLong(i0);
+            y = PyLong_AsLong(i1);
+        }
+        Py_XDECREF(i0);
+        Py_XDECREF(i1);
+        if (!ok) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s: %s must hold ints, got %R", fn, what, v);
+            return -1;
+        }
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an int or a pair of ints, got %R", fn, what, v);
+        return -1;
+    }
+    if (PyErr_Occurred()) return -1;
+    if (x < 1 || y < 1 || x > 65535 || y > 65535) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be >= 1, got %R", fn, what, v);
+        return -1;
+    }
+    *a = (int)x;
+    *b = (int)y;
+    return 0;
+}
+
+static int bench_counts(const char *fn, int repeats, int warmup, int inner)
+{
+    if (repeats < 1 || repeats > 100000) {
+        PyErr_Format(PyExc_ValueError, "%s: repeats must be in [1, 100000], got %d", fn, repeats);
+        return -1;
+    }
+    if (warmup < 0 || warmup > 100000) {
+        PyErr_Format(PyExc_ValueError, "%s: warmup must be in [0, 100000], got %d", fn, warmup);
+        return -1;
+    }
+    if (inner < 1 || inner > 100000) {
+        PyErr_Format(PyExc_ValueError, "%s: inner must be in [1, 100000], got %d", fn, inner);
+        return -1;
+    }
+    return 0;
+}
+
+static const gc_backend *bench_backend(PyObject *name, const char *fn)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: device must be a string such as 'cpu' or 'cuda:0', got %R", fn, name);
+        return NULL;
+    }
+    const char *s = PyUnicode_AsUTF8(name);
+    if (!s) return NULL;
+    const gc_backend *be = NULL;
+    gc_status st = gc_backend_get(s, &be);
+    if (st) return (const gc_backend *)bench_raise(st);
+    return be;
+}
+
+/* 'float32' (exact), 'tfloat32', 'float16', 'bfloat16' -> storage dtype and tf32 switch */
+static const char *const bench_dtype_names[4] = {"float32", "tfloat32", "float16", "bfloat16"};
+static const gc_dtype bench_dtype_storage[4] = {GC_F32, GC_F32, GC_F16, GC_BF16};
+static const int bench_dtype_tf32[4] = {0, 1, -1, -1}; /* -1: leave the setting alone */
+static const char *const bench_impl_names[2] = {"own", "vendor"};
+static const char *const bench_pad_names[2] = {"valid", "same"};
+
+/* ------------------------------------------------------------------ the timed job */
+
+typedef struct {
+    gc_op op;
+    int nin, nout;
+    gc_tensor in[GC_MAX_OP_IN], out[GC_MAX_OP_OUT]; /* shapes set; data filled by bench_run */
+    int in_used[GC_MAX_OP_IN], out_used[GC_MAX_OP_OUT];
+    union {
+        gc_gemm_params gemm;
+        gc_conv2d_params conv;
+    } params;
+    int tf32; /* -1 leave, 0 off, 1 on */
+    int repeats, warmup, inner;
+} bench_job;
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t bench_seed(void)
+{
+    static uint64_t counter = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    counter++;
+    return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (counter * 0x9E3779B97F4A7C15ull);
+}
+
+/* Allocates t's backend memory and fills it: uniform [-1, 1) when random, else zeros. */
+static gc_status bench_make(const gc_backend *be, gc_tensor *t, int random, void **dev)
+{
+    int64_t numel = gc_tensor_numel(t);
+    size_t es = gc_dtype_size(t->dtype);
+    if (numel < 1 || (uint64_t)numel > ((uint64_t)1 << 40) / es)
+        return gc_fail(GC_ERR_INVALID_ARG, "bench: operand of %lld elements is out of range", (long long)numel);
+    size_t nbytes = (size_t)numel * es;
+    gc_status s = be->alloc(be, nbytes, dev);
+    if (s) return s;
+    t->data = *dev;
+    if (!random) return be->fill_zero(be, *dev, nbytes);
+
+    float *host = (float *)malloc((size_t)numel * sizeof(float));
+    uint16_t *half = NULL;
+    if (!host) return gc_fail(GC_ERR_NOMEM, "bench: no host memory for %lld values", (long long)numel);
+    uint64_t seed = bench_seed();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < numel; i++) host[i] = 2.0f * gc_uniform01(seed, (uint64_t)i) - 1.0f;
+    const void *src = host;
+    if (t->dtype == GC_F16 || t->dtype == GC_BF16) {
+        half = (uint16_t *)malloc((size_t)numel * sizeof(uint16_t));
+        if (!half) {
+            free(host);
+            return gc_fail(GC_ERR_NOMEM, "bench: no host memory for %lld values", (long long)numel);
+        }
+        if (t->dtype == GC_F16) gc_f32_to_f16(host, half, (size_t)numel);
+        else gc_f32_to_bf16(host, half, (size_t)numel);
+        src = half;
+    }
+    s = be->upload(be, *dev, src, nbytes);
+    free(half);
+    free(host);
+    return s;
+}
+
+static int bench_is_float(gc_dtype d) { return d == GC_F32 || d == GC_F16 || d == GC_BF16; }
+
+/* Runs the job; GIL released by the caller. */
+static gc_status bench_run(const gc_backend *be, bench_job *j, double *median)
+{
+    void *dev_in[GC_MAX_OP_IN] = {0}, *dev_out[GC_MAX_OP_OUT] = {0};
+    double *times = NULL;
+    int old_tf32 = gc_get_allow_tf32();
+    int direct = 0;
+    gc_op_fn fn = be->ops[j->op];
+    gc_status s = GC_OK;
+    gc_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = j->op;
+    call.params = &j->params;
+    gc_clear_error();
+
+    for (int k = 0; k < j->nin && s == GC_OK; k++) {
+        if (j->in_used[k]) s = bench_make(be, &j->in[k], 1, &dev_in[k]);
+        call.in[k] = &j->in[k];
+    }
+    for (int k = 0; k < j->nout && s == GC_OK; k++) {
+        if (j->out_used[k]) s = bench_make(be, &j->out[k], 0, &dev_out[k]);
+        call.out[k] = &j->out[k];
+    }
+    if (s) goto done;
+    s = gc_op_validate(&call);
+    if (s) goto done;
+
+    /* direct slot calls when the backend takes every operand's dtype natively */
+    direct = fn != NULL;
+    for (int k = 0; k < j->nin; k++)
+        if (j->in_used[k] && bench_is_float(j->in[k].dtype) && !(be->native_dtypes & (1u << j->in[k].dtype)))
+            direct = 0;
+    for (int k = 0; k < j->nout; k++)
+        if (j->out_used[k] && bench_is_float(j->out[k].dtype) && !(be->native_dtypes & (1u << j->out[k].dtype)))
+            direct = 0;
+
+    if (j->tf32 >= 0) gc_set_allow_tf32(j->tf32);
+    /* the first call goes through gc_op_run: every core check (vendor on a host backend,
+     * a missing slot) is made there and reported as such */
+    s = gc_op_run(be, &call);
+    for (int w = 1; w < j->warmup && s == GC_OK; w++) s = direct ? fn(be, &call) : gc_op_run(be, &call);
+    if (s == GC_OK) s = be->sync(be);
+    if (s) goto done;
+
+    times = (double *)malloc((size_t)j->repeats * sizeof(double));
+    if (!times) {
+        s = gc_fail(GC_ERR_NOMEM, "bench: no host memory");
+        goto done;
+    }
+    for (int r = 0; r < j->repeats; r++) {
+        double t0 = bench_now();
+        for (int i = 0; i < j->inner && s == GC_OK; i++) s = direct ? fn(be, &call) : gc_op_run(be, &call);
+        if (s == GC_OK) s = be->sync(be);
+        double t1 = bench_now();
+        if (s) goto done;
+        times[r] = (t1 - t0) / (double)j->inner;
+    }
+    qsort(times, (size_t)j->repeats, sizeof(double), bench_cmp);
+    {
+        int r = j->repeats;
+        *median = r % 2 ? times[r / 2] : 0.5 * (times[r / 2 - 1] + times[r / 2]);
+    }
+
+done:
+    gc_set_allow_tf32(old_tf32);
+    /* (success: the stream was drained by the last sync; error: release is ordered after
+     * whatever is in flight, and a sync here could overwrite the first error's message) */
+    for (int k = 0; k < GC_MAX_OP_IN; k++)
+        if (dev_in[k]) be->release(be, dev_in[k]);
+    for (int k = 0; k < GC_MAX_OP_OUT; k++)
+        if (dev_out[k]) be->release(be, dev_out[k]);
+    free(times);
+    return s;
+}
+
+static PyObject *bench_finish(const gc_backend *be, bench_job *j)
+{
+    double median = 0.0;
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = bench_run(be, j, &median);
+    Py_END_ALLOW_THREADS
+    if (s) return bench_raise(s);
+    return PyFloat_FromDouble(median);
+}
+
+/* ------------------------------------------------------------------ bench_gemm */
+
+static PyObject *py_bench_gemm(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"device", "m", "n", "k", "dtype", "impl", "repeats", "trans_a", "trans_b",
+                             "warmup", "inner", NULL};
+    PyObject *device, *dtype_o, *impl_o = NULL;
+    long long m, n, k;
+    int repeats = 10, trans_a = 0, trans_b = 0, warmup = 3, inner = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLO|Oippii:bench_gemm", kwlist, &device, &m, &n, &k, &dtype_o,
+                                     &impl_o, &repeats, &trans_a, &trans_b, &warmup, &inner))
+        return NULL;
+    const char *fn = "bench_gemm";
+    int dt, impl = 0;
+    if (bench_dim(m, fn, "m") || bench_dim(n, fn, "n") || bench_dim(k, fn, "k") ||
+        bench_choice(dtype_o, fn, "dtype", bench_dtype_names, 4, &dt) ||
+        (impl_o && bench_choice(impl_o, fn, "impl", bench_impl_names, 2, &impl)) ||
+        bench_counts(fn, repeats, warmup, inner))
+        return NULL;
+    const gc_backend *be = bench_backend(device, fn);
+    if (!be) return NULL;
+
+    bench_job j;
+    memset(&j, 0, sizeof j);
+    j.op = GC_OP_GEMM;
+    j.nin = 3;
+    j.nout = 1;
+    gc_dtype st = bench_dtype_storage[dt];
+    int64_t sa[2] = {trans_a ? k : m, trans_a ? m : k};
+    int64_t sb[2] = {trans_b ? n : k, trans_b ? k : n};
+    int64_t sc[2] = {m, n};
+    int64_t sbias[1] = {n};
+    j.in[0] = gc_tensor_make(NULL, st, 2, sa);
+    j.in[1] = gc_tensor_make(NULL, st, 2, sb);
+    j.in[2] = gc_tensor_make(NULL, st, 1, sbias); /* no bias: data stays NULL */
+    j.out[0] = gc_tensor_make(NULL, st, 2, sc);
+    j.in_used[0] = j.in_used[1] = 1;
+    j.out_used[0] = 1;
+    j.params.gemm.trans_a = trans_a;
+    j.params.gemm.trans_b = trans_b;
+    j.params.gemm.alpha = 1.0f;
+    j.params.gemm.beta = 0.0f;
+    j.params.gemm.act = GC_ACT_LINEAR;
+    j.params.gemm.impl = (gc_impl)impl;
+    j.tf32 = bench_dtype_tf32[dt];
+    j.repeats = repeats;
+    j.warmup = warmup;
+    j.inner = inner;
+    return bench_finish(be, &j);
+}
+
+/* ------------------------------------------------------------------ bench_conv */
+
+static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"device", "n", "h", "w", "c", "f", "kh", "kw", "strides", "padding", "dtype", "impl",
+                             "which", "repeats", "warmup", "dilation", "inner", NULL};
+    PyObject *device, *strides_o = NULL, *pad_o = NULL, *dtype_o = NULL, *impl_o = NULL, *which_o = NULL,
+             *dil_o = NULL;
+    long long N, H, W, C, F, KH, KW;
+    int repeats = 10, warmup = 3, inner = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOi:bench_conv", kwlist, &device, &N, &H, &W, &C, &F,
+                                     &KH, &KW, &strides_o, &pad_o, &dtype_o, &impl_o, &which_o, &repeats, &warmup,
+                                     &dil_o, &inner))
+        return NULL;
+    const char *fn = "bench_conv";
+    static const char *const which_names[3] = {"fwd", "bwd_data", "bwd_filter"};
+    int sh = 1, sw = 1, dh = 1, dw = 1, pad = 0, dt = 2 /* float16 */, impl = 0, which = 0;
+    if (bench_dim(N, fn, "n") || bench_dim(H, fn, "h") || bench_dim(W, fn, "w") || bench_dim(C, fn, "c") ||
+        bench_dim(F, fn, "f") || bench_dim(KH, fn, "kh") || bench_dim(KW, fn, "kw") ||
+        bench_pair(strides_o, fn, "strides", &sh, &sw) || bench_pair(dil_o, fn, "dilation", &dh, &dw) ||
+        (pad_o && bench_choice(pad_o, fn, "padding", bench_pad_names, 2, &pad)) ||
+        (dtype_o && bench_choice(dtype_o, fn, "dtype", bench_dtype_names, 4, &dt)) ||
+        (impl_o && bench_choice(impl_o, fn, "impl", bench_impl_names, 2, &impl)) ||
+        (which_o && bench_choice(which_o, fn, "which", which_names, 3, &which)) ||
+        bench_counts(fn, repeats, warmup, inner))
+        return NULL;
+    const gc_backend *be = bench_backend(device, fn);
+    if (!be) return NULL;
+
+    bench_job j;
+    memset(&j, 0, sizeof j);
+    gc_conv2d_params *p = &j.params.conv;
+    p->stride_h = sh;
+    p->stride_w = sw;
+    p->dil_h = dh;
+    p->dil_w = dw;
+    p->padding = (gc_padding)pad;
+    p->act = GC_ACT_LINEAR;
+    p->impl = (gc_impl)impl;
+    gc_conv2d_geom g;
+    gc_status s = gc_conv2d_geometry(N, H, W, C, KH, KW, F, p, &g);
+    if (s) return bench_raise(s);
+
+    gc_dtype st = bench_dtype_storage[dt];
+    int64_t sx[4] = {N, H, W, C}, swt[4] = {KH, KW, C, F}, sy[4] = {N, g.OH, g.OW, F}, sbias[1] = {F};
+    gc_tensor x = gc_tensor_make(NULL, st, 4, sx), wt = gc_tensor_make(NULL, st, 4, swt),
+              y = gc_tensor_make(NULL, st, 4, sy), bias = gc_tensor_make(NULL, st, 1, sbias);
+    switch (which) {
+    case 0: /* y = conv(x, w); no bias */
+        j.op = GC_OP_CONV2D_FWD;
+        j.nin = 3;
+        j.nout = 1;
+        j.in[0] = x;
+        j.in[1] = wt;
+        j.in[2] = bias;
+        j.out[0] = y;
+        j.in_used[0] = j.in_used[1] = 1;
+        j.out_used[0] = 1;
+        break;
+    case 1: /* dx = conv_bwd_data(dy, w) */
+        j.op = GC_OP_CONV2D_BWD_DATA;
+        j.nin = 2;
+        j.nout = 1;
+        j.in[0] = y;
+        j.in[1] = wt;
+        j.out[0] = x;
+        j.in_used[0] = j.in_used[1] = 1;
+        j.out_used[0] = 1;
+        break;
+    default: /* dw = conv_bwd_filter(x, dy); no bias gradient (cuDNN's filter pass has none) */
+        j.op = GC_OP_CONV2D_BWD_FILTER;
+        j.nin = 2;
+        j.nout = 2;
+        j.in[0] = x;
+        j.in[1] = y;
+        j.out[0] = wt;
+        j.out[1] = bias;
+        j.in_used[0] = j.in_used[1] = 1;
+        j.out_used[0] = 1;
+        break;
+    }
+    j.tf32 = bench_dtype_tf32[dt];
+    j.repeats = repeats;
+    j.warmup = warmup;
+    j.inner = inner;
+    return bench_finish(be, &j);
+}
+
+/* ------------------------------------------------------------------ registration */
+
+static PyMethodDef bench_methods[] = {
+    {"bench_gemm", (PyCFunction)(void (*)(void))py_bench_gemm, METH_VARARGS | METH_KEYWORDS,
+     "bench_gemm(device, m, n, k, dtype, impl='own', repeats=10, trans_a=False, trans_b=False, warmup=3, "
+     "inner=1) -> float\n\n"
+     "Median seconds of one C = op(A) @ op(B) (A m x k, B k x n, random operands in backend memory).\n"
+     "dtype: 'float32' (exact: TF32 off for the call), 'tfloat32', 'float16', 'bfloat16'; impl: 'own' or\n"
+     "'vendor' (cuBLAS; NotImplementedError on the CPU). Each of `repeats` samples times `inner` calls\n"
+     "between two backend syncs with a monotonic host clock."},
+    {"bench_conv", (PyCFunction)(void (*)(void))py_bench_conv, METH_VARARGS | METH_KEYWORDS,
+     "bench_conv(device, n, h, w, c, f, kh, kw, strides=(1,1), padding='valid', dtype='float16', impl='own',\n"
+     "           which='fwd', repeats=10, warmup=3, dilation=(1,1), inner=1) -> float\n\n"
+     "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), no bias:\n"
+     "which = 'fwd' (y), 'bwd_data' (dx from dy) or 'bwd_filter' (dw from x, dy). dtype and impl as for\n"
+     "bench_gemm ('vendor' = cuDNN)."},
+    {NULL, NULL, 0, NULL}};
+
+int gpucmp_add_bench(PyObject *module)
+{
+    return PyModule_AddFunctions(module, bench_methods);
+}

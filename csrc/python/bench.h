@@ -1,0 +1,10 @@
+/* bench.h -- gpucmp._core's timing helpers (bench.c): bench_gemm and bench_conv.
+ *
+ * Include after Python.h. PyInit__core calls gpucmp_add_bench(m) once; it adds the
+ * functions to the module and returns 0, or -1 with a Python exception set. */
+#ifndef GPUCMP_PYTHON_BENCH_H
+#define GPUCMP_PYTHON_BENCH_H
+
+int gpucmp_add_bench(PyObject *module);
+
+#endif /* GPUCMP_PYTHON_BENCH_H */

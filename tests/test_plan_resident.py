@@ -1,0 +1,133 @@
+"""Device-resident training: Plan.set_data + Plan.train_steps against Plan.train_step.
+
+train_steps gathers each batch on the device, reads each step's learning rate, Adam
+step and dropout seed from backend memory, keeps the loss / metric totals there and, on
+GPUs, replays the full-size step from a captured CUDA graph. Whatever the path, the
+arithmetic of a step is the same as one train_step call: these tests train two copies of
+a model from identical weights, one step per call and many steps per call, and compare
+the weights and the totals. On GPUs they also compare graphs on and off.
+"""
+import numpy as np
+import pytest
+
+from gpucmp import _core
+
+BACKENDS = [pytest.param(b, marks=[pytest.mark.cuda] if b.startswith("cuda") else [])
+            for b in _core.backends()]
+
+
+def make_plan(backend, seed, optimizer="adam", loss="categorical_crossentropy", rate=0.25,
+              max_batch=16):
+    """conv -> pool -> flatten -> dropout -> dense softmax, with fresh weights from `seed`."""
+    rng = np.random.default_rng(seed)
+    sizes = {"k1": 3 * 3 * 2 * 4, "b1": 4, "k2": 3 * 3 * 4 * 5, "b2": 5}
+    bufs = {}
+    for name, n in sizes.items():
+        bufs[name] = _core.Buffer(backend, n)
+        bufs[name].write(rng.uniform(-0.5, 0.5, n))
+    per = {"adam": 2, "rmsprop": 1, "sgd": 1}[optimizer]
+    state = [_core.Buffer(backend, sizes[k]) for k in ("k1", "b1", "k2", "b2") for _ in range(per)]
+    layers = [
+        dict(kind="conv2d", in_shape=(8, 8, 2), out_shape=(6, 6, 4), kernel_size=(3, 3),
+             activation="relu", kernel=bufs["k1"], bias=bufs["b1"]),
+        dict(kind="maxpool2d", in_shape=(6, 6, 4), out_shape=(3, 3, 4), pool_size=(2, 2)),
+        dict(kind="reshape", in_shape=(3, 3, 4), out_shape=(36,)),
+        dict(kind="dropout", in_shape=(36,), out_shape=(36,), rate=rate),
+        dict(kind="dense", in_shape=(36,), out_shape=(5,), activation="softmax",
+             kernel=bufs["k2"], bias=bufs["b2"]),
+    ]
+    metric = "acc_sparse" if loss.startswith("sparse") else "acc_categorical"
+    plan = _core.Plan(backend, layers, max_batch,
+                      dict(loss=loss, optimizer=optimizer, metrics=[metric], opt_state=state))
+    return plan, bufs
+
+
+def data(rng, n, sparse=False):
+    x = rng.standard_normal((n, 8, 8, 2)).astype(np.float32)
+    labels = rng.integers(0, 5, n)
+    y = labels.astype(np.int32) if sparse else np.eye(5, dtype=np.float32)[labels]
+    return x, y
+
+
+def hparams(optimizer, lr, t):
+    return {"lr": lr, "t": t, "momentum": 0.9 if optimizer == "sgd" else 0.0}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("optimizer,loss", [("adam", "categorical_crossentropy"),
+                                            ("sgd", "sparse_categorical_crossentropy"),
+                                            ("rmsprop", "categorical_crossentropy")])
+def test_train_steps_equals_one_step_calls(backend, optimizer, loss):
+    seed = int(np.random.SeedSequence().entropy % (1 << 31))
+    rng = np.random.default_rng(seed)
+    n, batch = 45, 16                       # 3 steps, the last one partial (13 rows)
+    x, y = data(rng, n, sparse=loss.startswith("sparse"))
+    idx = rng.permutation(n).astype(np.int32)
+    lrs = np.array([0.01, 0.005, 0.0025], np.float32)
+    seeds = rng.integers(0, 2 ** 62, 3).astype(np.uint64)
+
+    ref, ref_w = make_plan(backend, seed, optimizer, loss)
+    totals = {}
+    for s in range(3):
+        rows = idx[s * batch:(s + 1) * batch]
+        out = ref.train_step(x[rows], y[rows], hparams(optimizer, float(lrs[s]), 10 + s), int(seeds[s]))
+        for k, v in out.items():
+            totals[k] = totals.get(k, 0.0) + v
+
+    got, got_w = make_plan(backend, seed, optimizer, loss)
+    got.set_data(x, y)
+    out = got.train_steps(idx, batch, hparams(optimizer, 0.0, 10), lrs, seeds)
+    msg = f"seed={seed} backend={backend}"
+    for name in ref_w:
+        np.testing.assert_allclose(got_w[name].read(), ref_w[name].read(), rtol=2e-5, atol=2e-6,
+                                   err_msg=f"{name} {msg}")
+    assert set(out) == set(totals), msg
+    for k in totals:
+        assert out[k] == pytest.approx(totals[k], rel=1e-5, abs=1e-5), f"{k} {msg}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_train_steps_rejects_bad_calls(backend):
+    plan, _ = make_plan(backend, 1)
+    rng = np.random.default_rng(0)
+    x, y = data(rng, 20)
+    with pytest.raises(ValueError, match="set_data"):
+        plan.train_steps(np.arange(16, dtype=np.int32), 16, {"lr": 0.001, "t": 1})
+    plan.set_data(x, y)
+    with pytest.raises(ValueError, match="outside"):
+        plan.train_steps(np.array([0, 20], np.int32), 16, {"lr": 0.001, "t": 1})
+    with pytest.raises(ValueError, match="batch"):
+        plan.train_steps(np.arange(20, dtype=np.int32), 17, {"lr": 0.001, "t": 1})
+    with pytest.raises(ValueError, match="one value per step"):
+        plan.train_steps(np.arange(20, dtype=np.int32), 16, {"lr": 0.001, "t": 1},
+                         lrs=np.ones(3, np.float32))
+    with pytest.raises(ValueError):
+        plan.set_data(x[:, :4], y)
+    # the plan still trains after the refused calls
+    out = plan.train_steps(np.arange(20, dtype=np.int32), 16, {"lr": 0.001, "t": 1})
+    assert np.isfinite(out["loss"])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", [b for b in _core.backends() if b.startswith("cuda")])
+def test_graph_replay_gives_the_weights_of_eager_steps(backend):
+    seed = int(np.random.SeedSequence().entropy % (1 << 31))
+    rng = np.random.default_rng(seed)
+    n, batch = 16 * 6 + 5, 16
+    x, y = data(rng, n)
+    idx = rng.permutation(n).astype(np.int32)
+    steps = -(-n // batch)
+    lrs = np.full(steps, 0.003, np.float32)
+    seeds = rng.integers(0, 2 ** 62, steps).astype(np.uint64)
+    eager, eager_w = make_plan(backend, seed)
+    eager.use_graphs(False)
+    eager.set_data(x, y)
+    a = eager.train_steps(idx, batch, {"lr": 0.003, "t": 1}, lrs, seeds)
+    graph, graph_w = make_plan(backend, seed)
+    graph.set_data(x, y)
+    b = graph.train_steps(idx, batch, {"lr": 0.003, "t": 1}, lrs, seeds)
+    assert eager.graph_replays == 0
+    assert graph.graph_replays >= steps - 3, "the full-size steps were not replayed from a graph"
+    for name in eager_w:
+        np.testing.assert_array_equal(graph_w[name].read(), eager_w[name].read(), err_msg=f"{name} seed={seed}")
+    assert a == b
