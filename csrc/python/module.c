@@ -21,6 +21,7 @@
 
 #include "gpucmp.h"
 #include "cpu_kernels.h"
+#include "bench.h"
 
 #ifdef GPUCMP_WITH_CUDA
 extern gc_status gc_cuda_register_all(void);
@@ -1281,6 +1282,10 @@ PyMODINIT_FUNC PyInit__core(void)
     Py_INCREF(&PlanType);
     if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0 ||
         PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (gpucmp_add_bench(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
