@@ -58,7 +58,7 @@ struct gc_plan {
     void *data_x, *data_y;       /* the data set: (data_n, in_numel) f32, labels */
     int64_t data_n;
     void *idx_all, *dyn_all, *seed_all; /* one call's indices, per-step {lr, t}, seeds */
-    int64_t idx_cap, steps_cap;
+    int64_t idx_cap, steps_cap, seed_cap;
     void *idx_step;              /* this step's rows (int32, max_batch) */
     void *dyn;                   /* float {lr, t} the optimizer kernels read */
     void *dyn_seed;              /* uint64 the dropout kernels read */
@@ -662,11 +662,7 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
     /* per-step values, uploaded once for the whole call */
     s = grow(p, &p->idx_all, &p->idx_cap, n_rows, sizeof(int32_t));
     if (s == GC_OK) s = grow(p, &p->dyn_all, &p->steps_cap, steps, 2 * sizeof(float));
-    if (s == GC_OK && p->seed_all) {
-        be->release(be, p->seed_all);
-        p->seed_all = NULL;
-    }
-    if (s == GC_OK) s = be->alloc(be, (size_t)steps * sizeof(uint64_t), &p->seed_all);
+    if (s == GC_OK) s = grow(p, &p->seed_all, &p->seed_cap, steps, sizeof(uint64_t));
     if (s) goto done;
     float *dyn_host = malloc((size_t)steps * 2 * sizeof(float));
     uint64_t *seed_host = malloc((size_t)steps * sizeof(uint64_t));
