@@ -28,24 +28,6 @@
 #include "gpucmp.h"
 #include "bench.h"
 
-/* ------------------------------------------------------------------ errors (as module.c) */
-
-static PyObject *bench_raise(gc_status s)
-{
-    PyObject *type;
-    switch (s) {
-    case GC_ERR_INVALID_ARG:
-    case GC_ERR_NONFINITE: type = PyExc_ValueError; break;
-    case GC_ERR_DTYPE: type = PyExc_TypeError; break;
-    case GC_ERR_NOMEM: type = PyExc_MemoryError; break;
-    case GC_ERR_UNSUPPORTED: type = PyExc_NotImplementedError; break;
-    default: type = PyExc_RuntimeError; break;
-    }
-    const char *msg = gc_last_error();
-    PyErr_SetString(type, msg && *msg ? msg : gc_status_name(s));
-    return NULL;
-}
-
 /* ------------------------------------------------------------------ argument helpers */
 
 /* A string argument that must be one of names[0..n): TypeError / ValueError otherwise. */
@@ -150,7 +132,7 @@ static const gc_backend *bench_backend(PyObject *name, const char *fn)
     if (!s) return NULL;
     const gc_backend *be = NULL;
     gc_status st = gc_backend_get(s, &be);
-    if (st) return (const gc_backend *)bench_raise(st);
+    if (st) return (const gc_backend *)gc_py_raise(st);
     return be;
 }
 
@@ -318,7 +300,7 @@ static PyObject *bench_finish(const gc_backend *be, bench_job *j)
     Py_BEGIN_ALLOW_THREADS
     s = bench_run(be, j, &median);
     Py_END_ALLOW_THREADS
-    if (s) return bench_raise(s);
+    if (s) return gc_py_raise(s);
     return PyFloat_FromDouble(median);
 }
 
@@ -416,7 +398,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     p->impl = (gc_impl)impl;
     gc_conv2d_geom g;
     gc_status s = gc_conv2d_geometry(N, H, W, C, KH, KW, F, p, &g);
-    if (s) return bench_raise(s);
+    if (s) return gc_py_raise(s);
 
     gc_dtype st = bench_dtype_storage[dt];
     int64_t sx[4] = {N, H, W, C}, swt[4] = {KH, KW, C, F}, sy[4] = {N, g.OH, g.OW, F}, sbias[1] = {F};

@@ -5,6 +5,12 @@
 #ifndef GPUCMP_PYTHON_BENCH_H
 #define GPUCMP_PYTHON_BENCH_H
 
+#include "gpucmp.h"
+
 int gpucmp_add_bench(PyObject *module);
+
+/* Sets the Python exception for a failed status (module.c: ValueError, TypeError,
+ * MemoryError, NotImplementedError or RuntimeError with the core's message); returns NULL. */
+PyObject *gc_py_raise(gc_status s);
 
 #endif /* GPUCMP_PYTHON_BENCH_H */

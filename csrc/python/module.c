@@ -29,7 +29,7 @@ extern gc_status gc_cuda_register_all(void);
 
 /* ------------------------------------------------------------------ errors */
 
-static PyObject *raise_status(gc_status s)
+PyObject *gc_py_raise(gc_status s)
 {
     PyObject *type;
     switch (s) {
@@ -53,7 +53,7 @@ static const gc_backend *get_backend(PyObject *name)
     }
     const gc_backend *be = NULL;
     gc_status s = gc_backend_get(PyUnicode_AsUTF8(name), &be);
-    if (s) return (const gc_backend *)raise_status(s);
+    if (s) return (const gc_backend *)gc_py_raise(s);
     return be;
 }
 
@@ -476,7 +476,7 @@ static PyObject *py_run_op(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     s = run_staged(be, &c, nin, nout);
     Py_END_ALLOW_THREADS
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     Py_RETURN_NONE;
 }
 
@@ -528,7 +528,7 @@ static PyObject *py_cpu_force_simd(PyObject *self, PyObject *arg)
     (void)self;
     if (!PyUnicode_Check(arg)) return PyErr_Format(PyExc_TypeError, "cpu_force_simd: expected a name");
     gc_status s = gc_cpu_sgemm_force_variant(PyUnicode_AsUTF8(arg));
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     Py_RETURN_NONE;
 }
 
@@ -604,7 +604,7 @@ static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (s == GC_OK) s = be->fill_zero(be, b->ptr, bytes);
     if (s) {
         Py_DECREF(b);
-        return raise_status(s);
+        return gc_py_raise(s);
     }
     return (PyObject *)b;
 }
@@ -625,7 +625,7 @@ static PyObject *buffer_write(BufferObject *b, PyObject *arg)
     if (s == GC_OK) s = b->be->sync(b->be);
     Py_END_ALLOW_THREADS
     Py_DECREF(a);
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     Py_RETURN_NONE;
 }
 
@@ -642,7 +642,7 @@ static PyObject *buffer_read(BufferObject *b, PyObject *noargs)
     Py_END_ALLOW_THREADS
     if (s) {
         Py_DECREF(a);
-        return raise_status(s);
+        return gc_py_raise(s);
     }
     return (PyObject *)a;
 }
@@ -927,7 +927,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         s = gc_plan_create(be, L, (int)n, train != Py_None ? &td : NULL, max_batch, &p->plan);
         Py_END_ALLOW_THREADS
         if (s) {
-            raise_status(s);
+            gc_py_raise(s);
             ok = 0;
         }
     }
@@ -1064,7 +1064,7 @@ static PyObject *plan_train_step(PlanObject *p, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     Py_DECREF(xa);
     Py_DECREF(ya);
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     return stats_dict(p, &st);
 }
 
@@ -1088,7 +1088,7 @@ static PyObject *plan_eval_step(PlanObject *p, PyObject *args)
     Py_END_ALLOW_THREADS
     Py_DECREF(xa);
     Py_DECREF(ya);
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     return stats_dict(p, &st);
 }
 
@@ -1112,7 +1112,7 @@ static PyObject *plan_predict(PlanObject *p, PyObject *x)
     Py_DECREF(xa);
     if (s) {
         Py_DECREF(out);
-        return raise_status(s);
+        return gc_py_raise(s);
     }
     return (PyObject *)out;
 }
@@ -1125,7 +1125,7 @@ static PyObject *plan_set_data(PlanObject *p, PyObject *args)
     gc_status s;
     if (x == Py_None) {
         s = gc_plan_set_data(p->plan, NULL, NULL, 0);
-        if (s) return raise_status(s);
+        if (s) return gc_py_raise(s);
         Py_RETURN_NONE;
     }
     PyArrayObject *xa = (PyArrayObject *)PyArray_FROMANY(x, NPY_FLOAT32, 1, GC_MAX_DIMS,
@@ -1148,7 +1148,7 @@ static PyObject *plan_set_data(PlanObject *p, PyObject *args)
     Py_END_ALLOW_THREADS
     Py_DECREF(xa);
     Py_DECREF(ya);
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     Py_RETURN_NONE;
 }
 
@@ -1190,7 +1190,7 @@ static PyObject *plan_train_steps(PlanObject *p, PyObject *args, PyObject *kw)
     Py_DECREF(ia);
     Py_XDECREF(la);
     Py_XDECREF(sa);
-    if (s) return raise_status(s);
+    if (s) return gc_py_raise(s);
     return stats_dict(p, &st);
 fail:
     Py_DECREF(ia);
