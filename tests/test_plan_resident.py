@@ -131,3 +131,46 @@ def test_graph_replay_gives_the_weights_of_eager_steps(backend):
     for name in eager_w:
         np.testing.assert_array_equal(graph_w[name].read(), eager_w[name].read(), err_msg=f"{name} seed={seed}")
     assert a == b
+
+
+def test_fit_on_resident_data_matches_one_call_per_step(monkeypatch):
+    """Keras-level: fit with the data set on the device (several steps per call) gives
+    the history and weights of fit with one train_step call per batch."""
+    from gpucmp import keras
+    from gpucmp.keras.models import trainer
+
+    def run(resident):
+        keras.utils.set_random_seed(123)
+        model = keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(5,)),
+                                  keras.layers.Dropout(0.3),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01),
+                      loss="categorical_crossentropy", metrics=["accuracy"])
+        rng = np.random.default_rng(7)
+        x = rng.standard_normal((70, 5)).astype(np.float32)
+        y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 70)]
+        calls = []
+        real = trainer._train_steps
+
+        def counted(plan, idx, batch, k, *rest):
+            calls.append(k)
+            return real(plan, idx, batch, k, *rest)
+
+        with monkeypatch.context() as m:
+            if not resident:
+                m.setattr(trainer, "_upload", lambda *args: False)
+            m.setattr(trainer, "_train_steps", counted)
+            # several steps per call even on a fast machine
+            m.setattr(trainer._ChunkSizer, "next", lambda self, step: min(3, self.steps - step))
+            history = model.fit(x, y, batch_size=16, epochs=3, verbose=0)
+        return history.history, model.get_weights(), model.optimizer.iterations, calls
+
+    h_res, w_res, it_res, calls_res = run(True)
+    h_one, w_one, it_one, calls_one = run(False)
+    assert calls_res == [3, 2] * 3 and calls_one == [], (calls_res, calls_one)
+    assert it_res == it_one == 15
+    assert h_res.keys() == h_one.keys()
+    for key in h_res:
+        np.testing.assert_allclose(h_res[key], h_one[key], rtol=1e-6, err_msg=key)
+    for a, b in zip(w_res, w_one):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
