@@ -13,9 +13,10 @@ except ImportError:
     pass
 from . import _core
 from ._device import available_devices, get_device, set_device
+from . import config
 from . import ops
 from . import keras
 
 __version__ = "0.1.0"
 
-__all__ = ["keras", "ops", "get_device", "set_device", "available_devices", "__version__"]
+__all__ = ["keras", "ops", "config", "get_device", "set_device", "available_devices", "__version__"]
