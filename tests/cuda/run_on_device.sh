@@ -39,7 +39,7 @@ python3 -c "import gpucmp; print('devices', gpucmp.available_devices())"
 
 stamp "pytest -m cuda"
 timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -rs -m cuda -p no:cacheprovider --durations=8 \
-  tests/test_ops.py tests/test_ops_bad_input.py tests/test_cuda_training.py ${EXTRA_TESTS:-} -s 2>&1 \
+  tests/test_ops.py tests/test_ops_bad_input.py tests/test_plan_resident.py tests/test_cuda_training.py ${EXTRA_TESTS:-} -s 2>&1 \
   | tee "$OUT/pytest_cuda.log" | grep -E "passed|failed|error|FAIL|Error|seeds' CNN|allow_tf32=|graph replays|slowest|^[0-9.]+s " | tail -60
 rc=${PIPESTATUS[0]}
 stamp "pytest rc=$rc"
