@@ -6,6 +6,7 @@ under them report it through ``layer.dtype_policy`` / ``compute_dtype``. On this
 release the execution plan computes in float32 whatever the policy says; half-precision
 compute and loss scaling on the GPU come with the mixed-precision issue.
 """
+import warnings
 
 _POLICIES = {
     "float32": ("float32", "float32"),
@@ -46,9 +47,15 @@ _global = Policy("float32")
 
 
 def set_global_policy(policy):
-    """Sets the policy used by layers created afterwards (a name or a Policy)."""
+    """Sets the policy used by layers created afterwards (a name or a Policy). A policy
+    other than float32 is recorded, with a warning that this release still computes in
+    float32 (so nobody measures a "mixed precision" run that is not one)."""
     global _global
     _global = Policy(policy if policy is not None else "float32")
+    if _global.compute_dtype != "float32":
+        warnings.warn(f"gpucmp: dtype policy {_global.name!r} is recorded, but this release of "
+                      "gpucmp computes in float32 (half-precision compute comes with the "
+                      "mixed-precision work of the CUDA backend)", UserWarning, stacklevel=2)
 
 
 def global_policy():
