@@ -25,6 +25,18 @@
  * memcpy calls. col2im works per dX image row (each row sums the dcol entries of the
  * taps that read it, as strided runs), so it needs no atomics and any split of the dX
  * rows across threads is race-free.
+ *
+ * When the GEMM runs its AVX-512 variant (gc_cpu_sgemm_variant() == "avx512"):
+ * - im2col (C >= 16) and col2im are the same code compiled for AVX-512 (zmm copies
+ *   instead of a memcpy call per run; the col2im adds are elementwise): same results.
+ * - Kc <= 12 with F = 16 or 32 (the first layer: 3x3, C = 1) skips the GEMM: forward and
+ *   backward filter are direct register-blocked kernels on the tile's col matrix (see
+ *   "small-K direct kernels"), bitwise the GEMM's results, and backward filter sums db
+ *   in the same pass over dy (per thread, per K block of the tile, then the threads'
+ *   partials in thread order, as dW) instead of a separate gc_cpu_bias_grad pass:
+ *   deterministic for a given thread count, like dW; the rounding of db differs from
+ *   gc_cpu_bias_grad's by float32 summation order only.
+ * GPUCMP_CPU_SIMD=fma|generic (and valgrind runs) keep the paths above unchanged.
  */
 #include "cpu_kernels.h"
 
@@ -32,6 +44,10 @@
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GC_CONV_HAVE_AVX512 1
 #endif
 
 /* Tile sizes; overridable at build time so that the tests can force many small tiles. */
@@ -128,9 +144,48 @@ static inline int is_pointwise(const gc_conv2d_geom *g)
            g->pad_left == 0 && g->OH == g->H && g->OW == g->W;
 }
 
+static int use_avx512(void)
+{
+#ifdef GC_CONV_HAVE_AVX512
+    return strcmp(gc_cpu_sgemm_variant(), "avx512") == 0;
+#else
+    return 0;
+#endif
+}
+
+#ifdef GC_CONV_HAVE_AVX512
+/* copy_f / zero_f in zmm registers, a masked move for the tail: no libc call per run
+ * (a 3x3x32 layer copies runs of 96 floats, and a call costs a good part of the copy).
+ * Used for C >= 16; for C = 1..3 copy_f's scalar moves are faster. */
+__attribute__((target("avx512f"))) static inline void copy_f512(float *restrict d,
+                                                              const float *restrict s,
+                                                              int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(s + i));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, s + i));
+    }
+}
+
+__attribute__((target("avx512f"))) static inline void zero_f512(float *d, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_setzero_ps());
+    if (i < n) _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << (n - i)) - 1u), _mm512_setzero_ps());
+}
+#define IM2COL_COPY(v, d, s, n) ((v) ? copy_f512(d, s, n) : copy_f(d, s, n))
+#define IM2COL_ZERO(v, d, n) ((v) ? zero_f512(d, n) : zero_f(d, n))
+#else
+#define IM2COL_COPY(v, d, s, n) copy_f(d, s, n)
+#define IM2COL_ZERO(v, d, n) zero_f(d, n)
+#endif
+
 /* im2col of output pixels [m0, m1) into col (row m - m0, KH*KW*C floats each). */
-static void im2col_range(const gc_conv2d_geom *g, const float *x, int64_t m0, int64_t m1,
-                         float *col)
+static inline __attribute__((always_inline)) void
+im2col_range_impl(const gc_conv2d_geom *g, const float *x, int64_t m0, int64_t m1, float *col,
+                  const int v512)
 {
     const int64_t H = g->H, W = g->W, C = g->C, KH = g->KH, KW = g->KW, OW = g->OW;
     const int64_t P = g->OH * OW, Kc = KH * KW * C, runlen = KW * C;
@@ -145,7 +200,8 @@ static void im2col_range(const gc_conv2d_geom *g, const float *x, int64_t m0, in
             int64_t ih = oh * g->sh - g->pad_top + kh * g->dh;
             float *dbase = rowbase + kh * runlen;
             if (ih < 0 || ih >= H) {
-                for (int64_t ow = ow0; ow < ow1; ow++) zero_f(dbase + (ow - ow0) * Kc, runlen);
+                for (int64_t ow = ow0; ow < ow1; ow++)
+                    IM2COL_ZERO(v512, dbase + (ow - ow0) * Kc, runlen);
                 continue;
             }
             const float *xr = xn + ih * W * C;
@@ -153,18 +209,44 @@ static void im2col_range(const gc_conv2d_geom *g, const float *x, int64_t m0, in
                 float *d = dbase + (ow - ow0) * Kc;
                 int64_t iw0 = ow * g->sw - g->pad_left;
                 if (contiguous && iw0 >= 0 && iw0 + KW <= W) {
-                    copy_f(d, xr + iw0 * C, runlen);
+                    IM2COL_COPY(v512, d, xr + iw0 * C, runlen);
                     continue;
                 }
                 for (int64_t kw = 0; kw < KW; kw++) {
                     int64_t iw = iw0 + kw * g->dw;
-                    if (iw >= 0 && iw < W) copy_f(d + kw * C, xr + iw * C, C);
-                    else zero_f(d + kw * C, C);
+                    if (iw >= 0 && iw < W) IM2COL_COPY(v512, d + kw * C, xr + iw * C, C);
+                    else IM2COL_ZERO(v512, d + kw * C, C);
                 }
             }
         }
         m += ow1 - ow0;
     }
+}
+
+static void im2col_range_plain(const gc_conv2d_geom *g, const float *x, int64_t m0,
+                               int64_t m1, float *col)
+{
+    im2col_range_impl(g, x, m0, m1, col, 0);
+}
+
+#ifdef GC_CONV_HAVE_AVX512
+__attribute__((target("avx512f"))) static void
+im2col_range_avx512(const gc_conv2d_geom *g, const float *x, int64_t m0, int64_t m1, float *col)
+{
+    im2col_range_impl(g, x, m0, m1, col, 1);
+}
+#endif
+
+static void im2col_range(const gc_conv2d_geom *g, const float *x, int64_t m0, int64_t m1,
+                         float *col)
+{
+#ifdef GC_CONV_HAVE_AVX512
+    if (g->C >= 16 && use_avx512()) { /* runs of a few floats: copy_f's are faster */
+        im2col_range_avx512(g, x, m0, m1, col);
+        return;
+    }
+#endif
+    im2col_range_plain(g, x, m0, m1, col);
 }
 
 /* Parallel im2col of [m0, m1) (row slices per thread). */
@@ -187,8 +269,9 @@ static void im2col_par(const gc_conv2d_geom *g, const float *x, int64_t m0, int6
  * tap (kh, kw) that reads row h, the output pixels ow that read this row form a range,
  * and they read input columns w = ow*sw + kw*dw - pad_left: a strided run, no tests
  * inside the loop. */
-static void col2im_row(const gc_conv2d_geom *g, const float *dcol, int64_t m0, int64_t m1,
-                       int64_t n, int64_t h, float *dxrow)
+static inline __attribute__((always_inline)) void
+col2im_row_impl(const gc_conv2d_geom *g, const float *dcol, int64_t m0, int64_t m1, int64_t n,
+                int64_t h, float *dxrow)
 {
     const int64_t W = g->W, C = g->C, KH = g->KH, KW = g->KW, OH = g->OH, OW = g->OW;
     const int64_t Kc = KH * KW * C, sw = g->sw;
@@ -215,6 +298,37 @@ static void col2im_row(const gc_conv2d_geom *g, const float *dcol, int64_t m0, i
     }
 }
 
+static void col2im_row_plain(const gc_conv2d_geom *g, const float *dcol, int64_t m0,
+                             int64_t m1, int64_t n, int64_t h, float *dxrow)
+{
+    col2im_row_impl(g, dcol, m0, m1, n, h, dxrow);
+}
+
+/* The same code compiled for AVX-512 (the run adds are elementwise, so the results are
+ * bitwise those of the plain build); used when the GEMM runs its AVX-512 variant. */
+#ifdef GC_CONV_HAVE_AVX512
+__attribute__((target("avx512f"))) static void
+col2im_row_avx512(const gc_conv2d_geom *g, const float *dcol, int64_t m0, int64_t m1, int64_t n,
+                  int64_t h, float *dxrow)
+{
+    col2im_row_impl(g, dcol, m0, m1, n, h, dxrow);
+}
+#endif
+
+static inline void col2im_row(int v512, const gc_conv2d_geom *g, const float *dcol, int64_t m0,
+                              int64_t m1, int64_t n, int64_t h, float *dxrow)
+{
+#ifdef GC_CONV_HAVE_AVX512
+    if (v512) {
+        col2im_row_avx512(g, dcol, m0, m1, n, h, dxrow);
+        return;
+    }
+#else
+    (void)v512;
+#endif
+    col2im_row_plain(g, dcol, m0, m1, n, h, dxrow);
+}
+
 /* Rows of dX that dcol rows [m0, m1) reach: samples n_lo..n_hi, and for the partial
  * first / last sample only the image rows its output rows read. */
 static void col2im_range_par(const gc_conv2d_geom *g, const float *dcol, int64_t m0,
@@ -224,7 +338,7 @@ static void col2im_range_par(const gc_conv2d_geom *g, const float *dcol, int64_t
     int64_t n_lo = m0 / P, n_hi = (m1 - 1) / P;
     int64_t nq = (n_hi - n_lo + 1) * H;
     int64_t span = (g->KH - 1) * g->dh;
-    int use = nthr > 1 && (m1 - m0) * kc_of(g) >= 16384;
+    int use = nthr > 1 && (m1 - m0) * kc_of(g) >= 16384, v512 = use_avx512();
 #pragma omp parallel for schedule(static) num_threads(nthr) if (use)
     for (int64_t q = 0; q < nq; q++) {
         int64_t n = n_lo + q / H, h = q % H;
@@ -233,7 +347,7 @@ static void col2im_range_par(const gc_conv2d_geom *g, const float *dcol, int64_t
         int64_t oh_a = (a - n * P) / OW, oh_b = (b - 1 - n * P) / OW;
         int64_t h_a = oh_a * g->sh - g->pad_top, h_b = oh_b * g->sh - g->pad_top + span;
         if (h < h_a || h > h_b) continue;
-        col2im_row(g, dcol, m0, m1, n, h, dx + (n * H + h) * WC);
+        col2im_row(v512, g, dcol, m0, m1, n, h, dx + (n * H + h) * WC);
     }
 }
 
@@ -313,6 +427,146 @@ static gc_status nomem(const char *what, int64_t floats)
                    (long long)(floats * (int64_t)sizeof(float)));
 }
 
+/* ---------------------------------------------------------------- small-K direct kernels
+ * A layer with few inputs per output (Kc = KH*KW*C <= 12: the first layer of a CNN, C = 1)
+ * makes a GEMM with a tiny K: forward C[rows, F] (K = Kc) and backward filter
+ * dW[Kc, F] (M = Kc, K = rows). Packing costs as much as the arithmetic there, so when
+ * the GEMM runs its AVX-512 micro-kernel these two products are done here straight from
+ * the col matrix and dy, without packing, with F = 16 or 32 in zmm registers. They
+ * perform the micro-kernel's operations in its order (forward: acc = fma over k from
+ * 0, then acc * 1 + bias, then the activation; filter: the K blocks of gemm.c, each
+ * summed from 0 by fma over its rows and then added to dW), so results are bitwise those
+ * of the GEMM path. Other variants (GPUCMP_CPU_SIMD=fma|generic) keep the GEMM. */
+#define SMALLK_MAX_KC 12
+
+static int smallk_ok(const gc_conv2d_geom *g)
+{
+#ifdef GC_CONV_HAVE_AVX512
+    return kc_of(g) <= SMALLK_MAX_KC && (g->F == 16 || g->F == 32) &&
+           strcmp(gc_cpu_sgemm_variant(), "avx512") == 0;
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
+#ifdef GC_CONV_HAVE_AVX512
+#define CONV_AVX512 __attribute__((target("avx512f")))
+
+/* y[rows, NV*16] = act(col[rows, Kc] @ w[Kc, NV*16] + bias) */
+CONV_AVX512 static inline __attribute__((always_inline)) void
+smallk_fwd_nv(int64_t rows, int64_t Kc, const float *restrict col, const float *restrict w,
+              const float *restrict bias, int relu, float *restrict y, const int NV)
+{
+    const int64_t F = 16 * NV;
+    __m512 b[2];
+    for (int v = 0; v < NV; v++) b[v] = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps();
+    int64_t m = 0;
+    for (; m + 4 <= rows; m += 4) {
+        __m512 acc[4][2];
+        for (int r = 0; r < 4; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = zero;
+        const float *a = col + m * Kc;
+        for (int64_t k = 0; k < Kc; k++) {
+            __m512 wv[2];
+            for (int v = 0; v < NV; v++) wv[v] = _mm512_loadu_ps(w + k * F + 16 * v);
+            for (int r = 0; r < 4; r++) {
+                const __m512 ar = _mm512_set1_ps(a[r * Kc + k]);
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(ar, wv[v], acc[r][v]);
+            }
+        }
+        for (int r = 0; r < 4; r++)
+            for (int v = 0; v < NV; v++) {
+                __m512 t = _mm512_add_ps(acc[r][v], b[v]);
+                if (relu) t = _mm512_max_ps(zero, t);
+                _mm512_storeu_ps(y + (m + r) * F + 16 * v, t);
+            }
+    }
+    for (; m < rows; m++) {
+        __m512 acc[2];
+        for (int v = 0; v < NV; v++) acc[v] = zero;
+        for (int64_t k = 0; k < Kc; k++) {
+            const __m512 ar = _mm512_set1_ps(col[m * Kc + k]);
+            for (int v = 0; v < NV; v++)
+                acc[v] = _mm512_fmadd_ps(ar, _mm512_loadu_ps(w + k * F + 16 * v), acc[v]);
+        }
+        for (int v = 0; v < NV; v++) {
+            __m512 t = _mm512_add_ps(acc[v], b[v]);
+            if (relu) t = _mm512_max_ps(zero, t);
+            _mm512_storeu_ps(y + m * F + 16 * v, t);
+        }
+    }
+}
+
+CONV_AVX512 static void smallk_fwd(int64_t rows, int64_t Kc, int64_t F, const float *col,
+                                   const float *w, const float *bias, gc_act act, float *y)
+{
+    const int relu = act == GC_ACT_RELU;
+    if (F == 16) smallk_fwd_nv(rows, Kc, col, w, bias, relu, y, 1);
+    else smallk_fwd_nv(rows, Kc, col, w, bias, relu, y, 2);
+    if (act != GC_ACT_LINEAR && !relu) /* the GEMM epilogue's activation, row by row */
+        for (int64_t m = 0; m < rows; m++) gc_sgemm_kernel_avx512.act(act, y + m * F, F);
+}
+
+/* dw[KC, NV*16] (+)= col[rows, KC]^T @ dy[rows, NV*16], in gemm.c's K blocks */
+CONV_AVX512 static inline __attribute__((always_inline)) void
+smallk_dw_kc(int64_t rows, const float *restrict col, const float *restrict dy,
+             float *restrict dw, float *restrict db, int accumulate, const int KC, const int NV)
+{
+    const int64_t F = 16 * NV;
+    const int64_t kcb = rows <= 384 ? rows : (rows + (rows + 255) / 256 - 1) / ((rows + 255) / 256);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t p0 = 0; p0 < rows; p0 += kcb) {
+        const int64_t p1 = p0 + kcb < rows ? p0 + kcb : rows;
+        __m512 acc[SMALLK_MAX_KC][2], sb[2];
+        for (int i = 0; i < KC; i++)
+            for (int v = 0; v < NV; v++) acc[i][v] = zero;
+        for (int v = 0; v < NV; v++) sb[v] = zero;
+        for (int64_t k = p0; k < p1; k++) {
+            __m512 d[2];
+            for (int v = 0; v < NV; v++) d[v] = _mm512_loadu_ps(dy + k * F + 16 * v);
+            if (db)
+                for (int v = 0; v < NV; v++) sb[v] = _mm512_add_ps(sb[v], d[v]);
+            for (int i = 0; i < KC; i++) {
+                const __m512 a = _mm512_set1_ps(col[k * KC + i]);
+                for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(a, d[v], acc[i][v]);
+            }
+        }
+        const int add = accumulate || p0 > 0;
+        for (int i = 0; i < KC; i++)
+            for (int v = 0; v < NV; v++) {
+                __m512 t = _mm512_add_ps(acc[i][v], zero);
+                if (add) t = _mm512_add_ps(t, _mm512_loadu_ps(dw + i * F + 16 * v));
+                _mm512_storeu_ps(dw + i * F + 16 * v, t);
+            }
+        if (db)
+            for (int v = 0; v < NV; v++) {
+                __m512 t = sb[v];
+                if (add) t = _mm512_add_ps(_mm512_loadu_ps(db + 16 * v), t);
+                _mm512_storeu_ps(db + 16 * v, t);
+            }
+    }
+}
+
+#define SMALLK_DW_CASE(kc)                                                                 \
+    case kc:                                                                               \
+        if (F == 16) smallk_dw_kc(rows, col, dy, dw, db, accumulate, kc, 1);               \
+        else smallk_dw_kc(rows, col, dy, dw, db, accumulate, kc, 2);                       \
+        break;
+
+CONV_AVX512 static void smallk_dw(int64_t rows, int64_t Kc, int64_t F, const float *col,
+                                  const float *dy, float *dw, float *db, int accumulate)
+{
+    switch (Kc) {
+    SMALLK_DW_CASE(1) SMALLK_DW_CASE(2) SMALLK_DW_CASE(3) SMALLK_DW_CASE(4)
+    SMALLK_DW_CASE(5) SMALLK_DW_CASE(6) SMALLK_DW_CASE(7) SMALLK_DW_CASE(8)
+    SMALLK_DW_CASE(9) SMALLK_DW_CASE(10) SMALLK_DW_CASE(11) SMALLK_DW_CASE(12)
+    default: break;
+    }
+}
+#endif /* GC_CONV_HAVE_AVX512 */
+
 /* ---------------------------------------------------------------- forward */
 static gc_status gemm_fwd(int64_t rows, const gc_conv2d_geom *g, const float *col,
                           const float *w, const float *bias, gc_act act, float *y)
@@ -325,6 +579,21 @@ static gc_status gemm_fwd(int64_t rows, const gc_conv2d_geom *g, const float *co
     a.C = y; a.ldc = g->F;
     a.bias = bias; a.act = act;
     return gc_cpu_sgemm(&a);
+}
+
+/* One tile's forward product on the calling thread: direct when `direct` (smallk_ok). */
+static gc_status tile_fwd(int direct, int64_t rows, const gc_conv2d_geom *g, const float *col,
+                          const float *w, const float *bias, gc_act act, float *y)
+{
+#ifdef GC_CONV_HAVE_AVX512
+    if (direct) {
+        smallk_fwd(rows, kc_of(g), g->F, col, w, bias, act, y);
+        return GC_OK;
+    }
+#else
+    (void)direct;
+#endif
+    return gemm_fwd(rows, g, col, w, bias, act, y);
 }
 
 gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float *w,
@@ -342,6 +611,7 @@ gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float
     } else {
         conv_tiling t;
         plan_tiles(g, 1, &t);
+        const int direct = smallk_ok(g);
         int64_t nbuf = t.per_thread ? t.nthr : 1;
         float *buf = (float *)malloc((size_t)(nbuf * t.buf_floats) * sizeof(float));
         if (!buf) return nomem("conv2d_fwd", nbuf * t.buf_floats);
@@ -355,7 +625,7 @@ gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float
                     int64_t n0, n1;
                     tile_samples(g->N, t.ntiles, i, &n0, &n1);
                     im2col_range(g, x, n0 * P, n1 * P, col);
-                    par_error_set(&err, gemm_fwd((n1 - n0) * P, g, col, w, bias, gact,
+                    par_error_set(&err, tile_fwd(direct, (n1 - n0) * P, g, col, w, bias, gact,
                                                  y + n0 * P * F));
                 }
             }
@@ -364,7 +634,7 @@ gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float
             for (int64_t i = 0; i < t.ntiles && st == GC_OK; i++) {
                 int64_t m0 = i * t.tile_rows, m1 = m0 + t.tile_rows < M ? m0 + t.tile_rows : M;
                 im2col_par(g, x, m0, m1, buf, t.nthr);
-                st = gemm_fwd(m1 - m0, g, buf, w, bias, gact, y + m0 * F);
+                st = tile_fwd(direct && t.nthr == 1, m1 - m0, g, buf, w, bias, gact, y + m0 * F);
             }
         }
         free(buf);
@@ -399,6 +669,7 @@ gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const
 
     conv_tiling t;
     plan_tiles(g, 1, &t);
+    const int v512 = use_avx512();
     int64_t nbuf = t.per_thread ? t.nthr : 1;
     float *buf = (float *)malloc((size_t)(nbuf * t.buf_floats) * sizeof(float));
     if (!buf) return nomem("conv2d_bwd_data", nbuf * t.buf_floats);
@@ -418,7 +689,8 @@ gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const
                 memset(dx + n0 * HWC, 0, (size_t)((n1 - n0) * HWC) * sizeof(float));
                 for (int64_t n = n0; n < n1; n++)
                     for (int64_t h = 0; h < g->H; h++)
-                        col2im_row(g, dcol, n0 * P, n1 * P, n, h, dx + (n * g->H + h) * g->W * g->C);
+                        col2im_row(v512, g, dcol, n0 * P, n1 * P, n, h,
+                                   dx + (n * g->H + h) * g->W * g->C);
             }
         }
         st = par_error_raise(&err);
@@ -455,6 +727,22 @@ static gc_status gemm_dw(int64_t rows, const gc_conv2d_geom *g, const float *col
     return gc_cpu_sgemm(&a);
 }
 
+/* One tile's filter product on the calling thread: direct when `direct` (smallk_ok). */
+static gc_status tile_dw(int direct, int64_t rows, const gc_conv2d_geom *g, const float *col,
+                         const float *dy, float *dw, float *db, int accumulate)
+{
+#ifdef GC_CONV_HAVE_AVX512
+    if (direct) {
+        smallk_dw(rows, kc_of(g), g->F, col, dy, dw, db, accumulate);
+        return GC_OK;
+    }
+#else
+    (void)direct;
+    (void)db;
+#endif
+    return gemm_dw(rows, g, col, dy, dw, accumulate);
+}
+
 gc_status gc_cpu_conv2d_bwd_filter(const gc_conv2d_geom *g, const float *x, const float *dy,
                                    float *dw, float *db)
 {
@@ -470,9 +758,13 @@ gc_status gc_cpu_conv2d_bwd_filter(const gc_conv2d_geom *g, const float *x, cons
     } else {
         conv_tiling t;
         plan_tiles(g, 1, &t);
+        const int direct = smallk_ok(g);
         /* per-thread: one col buffer per thread plus a partial dW for threads 1.. */
         int64_t nbuf = t.per_thread ? t.nthr : 1;
-        int64_t nfl = nbuf * t.buf_floats + (t.per_thread ? (int64_t)(t.nthr - 1) * Kc * F : 0);
+        /* the direct kernel sums db with dW (one pass over dy instead of two) */
+        const int fuse_db = direct && t.per_thread && db;
+        const int64_t pw = Kc * F + (fuse_db ? F : 0); /* floats of one thread's partial */
+        int64_t nfl = nbuf * t.buf_floats + (t.per_thread ? (int64_t)(t.nthr - 1) * pw : 0);
         float *buf = (float *)malloc((size_t)nfl * sizeof(float));
         if (!buf) return nomem("conv2d_bwd_filter", nfl);
         if (t.per_thread) {
@@ -482,32 +774,46 @@ gc_status gc_cpu_conv2d_bwd_filter(const gc_conv2d_geom *g, const float *x, cons
             {
                 int tid = thread_id(), nteam = team_size();
                 float *col = buf + (int64_t)tid * t.buf_floats;
-                float *mine = tid == 0 ? dw : partials + (int64_t)(tid - 1) * Kc * F;
+                float *mine = tid == 0 ? dw : partials + (int64_t)(tid - 1) * pw;
+                float *mine_db = !fuse_db ? NULL : tid == 0 ? db : mine + Kc * F;
                 int first = 1;
 #pragma omp for schedule(static)
                 for (int64_t i = 0; i < t.ntiles; i++) {
                     int64_t n0, n1;
                     tile_samples(g->N, t.ntiles, i, &n0, &n1);
                     im2col_range(g, x, n0 * P, n1 * P, col);
-                    par_error_set(&err, gemm_dw((n1 - n0) * P, g, col, dy + n0 * P * F, mine,
-                                                !first));
+                    par_error_set(&err, tile_dw(direct, (n1 - n0) * P, g, col, dy + n0 * P * F,
+                                                mine, mine_db, !first));
                     first = 0;
                 }
-                if (first) memset(mine, 0, (size_t)(Kc * F) * sizeof(float));
+                if (first) {
+                    memset(mine, 0, (size_t)(Kc * F) * sizeof(float));
+                    if (mine_db) memset(mine_db, 0, (size_t)F * sizeof(float));
+                }
 #pragma omp barrier
 #pragma omp for schedule(static)
                 for (int64_t j = 0; j < Kc * F; j++) {
                     float s = dw[j];
-                    for (int u = 1; u < nteam; u++) s += partials[(int64_t)(u - 1) * Kc * F + j];
+                    for (int u = 1; u < nteam; u++) s += partials[(int64_t)(u - 1) * pw + j];
                     dw[j] = s;
+                }
+                if (fuse_db) {
+#pragma omp for schedule(static)
+                    for (int64_t j = 0; j < F; j++) {
+                        float s = db[j];
+                        for (int u = 1; u < nteam; u++)
+                            s += partials[(int64_t)(u - 1) * pw + Kc * F + j];
+                        db[j] = s;
+                    }
                 }
             }
             st = par_error_raise(&err);
+            if (fuse_db) db = NULL; /* done */
         } else {
             for (int64_t i = 0; i < t.ntiles && st == GC_OK; i++) {
                 int64_t m0 = i * t.tile_rows, m1 = m0 + t.tile_rows < M ? m0 + t.tile_rows : M;
                 im2col_par(g, x, m0, m1, buf, t.nthr);
-                st = gemm_dw(m1 - m0, g, buf, dy + m0 * F, dw, i > 0);
+                st = tile_dw(direct && t.nthr == 1, m1 - m0, g, buf, dy + m0 * F, dw, NULL, i > 0);
             }
         }
         free(buf);

@@ -11,15 +11,103 @@
  * windows cannot overlap (stride >= pool, the usual 2x2 / 2), backward writes each dX
  * cell exactly once instead (the window's first maximal cell takes dy, the others 0).
  * OpenMP splits forward over output rows and backward over samples (one thread writes
- * all of a sample's dX, so accumulation needs no atomics).
+ * all of a sample's dX, so accumulation needs no atomics). Max pooling 2x2 / 2 without
+ * padding, C a multiple of 16, has AVX-512 versions of both passes (pool2x2_fast),
+ * bitwise the results of the loops.
  */
 #include "cpu_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GC_POOL_HAVE_AVX512 1
+#endif
 
 /* below this many window-cell visits one thread is faster than a fork */
 #define POOL_PAR_MIN 32768
+
+/* The common 2x2 / 2 max pooling (no padding, C a multiple of 16) has AVX-512 paths
+ * when the GEMM runs its AVX-512 variant (so GPUCMP_CPU_SIMD=fma|generic, and valgrind
+ * runs, keep the plain loops): the same compares and selects, in the same cell order,
+ * on 16 channels at a time -- bitwise the results of the loops. At large batches these
+ * passes stream activations from DRAM; the plain loops, vectorised for SSE2 only and
+ * going through scratch arrays, were compute-bound well below the memory bandwidth. */
+static int pool2x2_fast(const gc_pool2d_geom *g)
+{
+#ifdef GC_POOL_HAVE_AVX512
+    return g->PH == 2 && g->PW == 2 && g->sh == 2 && g->sw == 2 && g->pad_top == 0 &&
+           g->pad_left == 0 && 2 * g->OH <= g->H && 2 * g->OW <= g->W && g->C % 16 == 0 &&
+           g->C > 0 && strcmp(gc_cpu_sgemm_variant(), "avx512") == 0;
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
+#ifdef GC_POOL_HAVE_AVX512
+#define POOL_AVX512 __attribute__((target("avx512f")))
+
+/* Output row (n, oh) of 2x2 / 2 max pooling: y = x00, then y = x > y ? x : y over
+ * x01, x10, x11 (maxpool_row's order and NaN behaviour). */
+POOL_AVX512 static void maxpool2x2_row_avx512(const gc_pool2d_geom *g, const float *xn,
+                                              int64_t oh, float *yrow)
+{
+    const int64_t W = g->W, C = g->C;
+    const float *r0 = xn + 2 * oh * W * C, *r1 = r0 + W * C;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+        const float *a = r0 + 2 * ow * C, *b = r1 + 2 * ow * C;
+        float *y = yrow + ow * C;
+        for (int64_t c = 0; c < C; c += 16) {
+            __m512 m = _mm512_loadu_ps(a + c), v;
+            v = _mm512_loadu_ps(a + C + c);
+            m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+            v = _mm512_loadu_ps(b + c);
+            m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+            v = _mm512_loadu_ps(b + C + c);
+            m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+            _mm512_storeu_ps(y + c, m);
+        }
+    }
+}
+
+/* The windows of one sample, 2x2 / 2 backward (maxpool_bwd_sample_disjoint): the first
+ * cell holding the max (strict > in scan order) takes dy, the other three 0. */
+POOL_AVX512 static void maxpool2x2_bwd_sample_avx512(const gc_pool2d_geom *g,
+                                                     const float *restrict xn,
+                                                     const float *restrict dyn,
+                                                     float *restrict dxn)
+{
+    const int64_t W = g->W, C = g->C;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        const float *x0 = xn + 2 * oh * W * C, *x1 = x0 + W * C;
+        float *d0 = dxn + 2 * oh * W * C, *d1 = d0 + W * C;
+        const float *dr = dyn + oh * g->OW * C;
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            const int64_t o = 2 * ow * C;
+            for (int64_t c = 0; c < C; c += 16) {
+                __m512 best = _mm512_loadu_ps(x0 + o + c);
+                const __m512 v1 = _mm512_loadu_ps(x0 + o + C + c);
+                const __mmask16 m1 = _mm512_cmp_ps_mask(v1, best, _CMP_GT_OQ);
+                best = _mm512_mask_mov_ps(best, m1, v1);
+                const __m512 v2 = _mm512_loadu_ps(x1 + o + c);
+                const __mmask16 m2 = _mm512_cmp_ps_mask(v2, best, _CMP_GT_OQ);
+                best = _mm512_mask_mov_ps(best, m2, v2);
+                const __m512 v3 = _mm512_loadu_ps(x1 + o + C + c);
+                const __mmask16 m3 = _mm512_cmp_ps_mask(v3, best, _CMP_GT_OQ);
+                const __mmask16 s3 = m3, s2 = (__mmask16)(m2 & ~m3);
+                const __mmask16 s1 = (__mmask16)(m1 & ~(m2 | m3));
+                const __mmask16 s0 = (__mmask16)~(m1 | m2 | m3);
+                const __m512 dv = _mm512_loadu_ps(dr + ow * C + c);
+                _mm512_storeu_ps(d0 + o + c, _mm512_maskz_mov_ps(s0, dv));
+                _mm512_storeu_ps(d0 + o + C + c, _mm512_maskz_mov_ps(s1, dv));
+                _mm512_storeu_ps(d1 + o + c, _mm512_maskz_mov_ps(s2, dv));
+                _mm512_storeu_ps(d1 + o + C + c, _mm512_maskz_mov_ps(s3, dv));
+            }
+        }
+    }
+}
+#endif /* GC_POOL_HAVE_AVX512 */
 
 /* Window of output (oh, ow), clipped to the image: [h0, h1) x [w0, w1). */
 static inline void window(const gc_pool2d_geom *g, int64_t oh, int64_t ow, int64_t *h0,
@@ -58,6 +146,16 @@ static void maxpool_row(const gc_pool2d_geom *g, const float *xn, int64_t oh, fl
 gc_status gc_cpu_maxpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y)
 {
     const int64_t N = g->N, OH = g->OH, HWC = g->H * g->W * g->C, OWC = g->OW * g->C;
+#ifdef GC_POOL_HAVE_AVX512
+    if (pool2x2_fast(g)) {
+#pragma omp parallel for schedule(static) if (pool_parallel(g))
+        for (int64_t q = 0; q < N * OH; q++) {
+            int64_t n = q / OH, oh = q % OH;
+            maxpool2x2_row_avx512(g, x + n * HWC, oh, y + q * OWC);
+        }
+        return GC_OK;
+    }
+#endif
 #pragma omp parallel for schedule(static) if (pool_parallel(g))
     for (int64_t q = 0; q < N * OH; q++) {
         int64_t n = q / OH, oh = q % OH;
@@ -190,7 +288,8 @@ gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const fl
 {
     const int64_t N = g->N, OH = g->OH, C = g->C, HWC = g->H * g->W * C, OWC = g->OW * C;
     if (N == 0) return GC_OK;
-    int par = pool_parallel(g), disjoint = no_overlap(g);
+    int par = pool_parallel(g), disjoint = no_overlap(g), fast = pool2x2_fast(g);
+    (void)fast;
     int bad = 0;
     unsigned char *mask = NULL;
     int cols_all = 1;
@@ -218,6 +317,12 @@ gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const fl
             }
             if (disjoint) {
                 zero_uncovered(g, mask, mask + g->H, cols_all, dxn);
+#ifdef GC_POOL_HAVE_AVX512
+                if (fast) {
+                    maxpool2x2_bwd_sample_avx512(g, x + n * HWC, dy + n * OH * OWC, dxn);
+                    continue;
+                }
+#endif
                 maxpool_bwd_sample_disjoint(g, x + n * HWC, dy + n * OH * OWC, dxn, best, idx);
                 continue;
             }

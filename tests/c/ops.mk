@@ -57,10 +57,26 @@ ops-valgrind: $(OPS_OUT)/test_cpu_ops_tiny $(OPS_OUT)/test_dyn
 	OMP_NUM_THREADS=2 GPUCMP_CPU_SIMD=fma valgrind --error-exitcode=1 -q $(OPS_OUT)/test_cpu_ops_tiny --small
 	OMP_NUM_THREADS=2 valgrind --error-exitcode=1 -q $(OPS_OUT)/test_dyn --small
 
-ops-clean:
-	rm -f $(OPS_OUT)/test_cpu_ops $(OPS_OUT)/test_cpu_ops_tiny $(OPS_OUT)/test_dyn
+# ops-fast: tests/c/test_cpu_fast.c, the AVX-512 fast paths of conv2d.c / pool2d.c
+# against the paths they replace (bitwise where they promise it), in the normal and
+# the tiny-tile build; prints a note and passes on a CPU without AVX-512.
+$(OPS_OUT)/test_cpu_fast: $(OPS_ROOT)/tests/c/test_cpu_fast.c $(OPS_SRC) $(OPS_GEMM) $(OPS_HDRS)
+	@mkdir -p $(OPS_OUT)
+	$(CC) $(OPS_CFLAGS) $(OPS_INC) $(OPS_SRC) $(OPS_GEMM) $(OPS_ROOT)/tests/c/test_cpu_fast.c -lm -o $@
 
-.PHONY: ops-all ops-check ops-quick ops-valgrind ops-clean
+$(OPS_OUT)/test_cpu_fast_tiny: $(OPS_ROOT)/tests/c/test_cpu_fast.c $(OPS_SRC) $(OPS_GEMM) $(OPS_HDRS)
+	@mkdir -p $(OPS_OUT)
+	$(CC) $(OPS_CFLAGS) -g $(OPS_TINY) $(OPS_INC) $(OPS_SRC) $(OPS_GEMM) $(OPS_ROOT)/tests/c/test_cpu_fast.c -lm -o $@
+
+ops-fast: $(OPS_OUT)/test_cpu_fast $(OPS_OUT)/test_cpu_fast_tiny
+	$(OPS_OUT)/test_cpu_fast
+	$(OPS_OUT)/test_cpu_fast_tiny --small
+
+ops-clean:
+	rm -f $(OPS_OUT)/test_cpu_ops $(OPS_OUT)/test_cpu_ops_tiny $(OPS_OUT)/test_dyn \
+	      $(OPS_OUT)/test_cpu_fast $(OPS_OUT)/test_cpu_fast_tiny
+
+.PHONY: ops-all ops-check ops-quick ops-valgrind ops-fast ops-clean
 
 # Do not take over the including Makefile's default goal.
 ifeq ($(OPS_STANDALONE),)
