@@ -15,6 +15,7 @@
  * Usage: test_cpu_fast [--small]. Exit status 0 when every check passes.
  */
 #include "cpu_kernels.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,27 +25,6 @@
 #include <omp.h>
 #endif
 
-static long g_checks = 0, g_failures = 0;
-static uint64_t g_rng = 12345;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        g_checks++;                                                        \
-        if (!(cond)) {                                                     \
-            g_failures++;                                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                    \
-            printf(__VA_ARGS__);                                           \
-            printf("\n");                                                  \
-        }                                                                  \
-    } while (0)
-
-static uint64_t next_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 static float frand(void) { return (float)((double)(next_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
 static void fill(float *p, int64_t n) { for (int64_t i = 0; i < n; i++) p[i] = frand(); }
 static float *fa(int64_t n) { return (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }

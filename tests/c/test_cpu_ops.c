@@ -14,6 +14,7 @@
  * valgrind-friendly. Exit status 0 when every check passes.
  */
 #include "cpu_kernels.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,28 +27,7 @@
 
 /* ------------------------------------------------------------------ harness */
 static int g_small = 0;
-static long g_checks = 0, g_failures = 0;
-static uint64_t g_rng = 0;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        g_checks++;                                                        \
-        if (!(cond)) {                                                     \
-            g_failures++;                                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                    \
-            printf(__VA_ARGS__);                                           \
-            printf("\n");                                                  \
-        }                                                                  \
-    } while (0)
-
-static uint64_t next_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double urand(void) { return (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
 static float frand(double lo, double hi) { return (float)(lo + (hi - lo) * urand()); }
 static int irand(int n) { return (int)(next_u64() % (uint64_t)n); }
 

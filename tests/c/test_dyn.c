@@ -18,6 +18,7 @@
  * test_dyn [--small]; exit status 0 when every check passes.
  */
 #include "cpu_kernels.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,27 +29,6 @@
 #endif
 
 static int g_small = 0;
-static long g_checks = 0, g_failures = 0;
-static uint64_t g_rng = 12345;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        g_checks++;                                     \
-        if (!(cond)) {                                  \
-            g_failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
-
-static uint64_t next_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 static float frand(double lo, double hi)
 {
     return (float)(lo + (hi - lo) * (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0));
