@@ -164,6 +164,33 @@ gc_status gc_cpu_maxpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y
     return GC_OK;
 }
 
+/* The first arg-max of window [h0, h1) x [w0, w1) per channel: best[c] its value,
+ * idx[c] its window-local cell number in row-major scan order (strictly greater wins,
+ * so the first maximal cell keeps the gradient; int32 like the floats, so the select
+ * vectorises). Shared by both max-pooling backward paths. */
+static inline void window_argmax(const gc_pool2d_geom *g, const float *restrict xn, int64_t h0,
+                                 int64_t h1, int64_t w0, int64_t w1, float *restrict best,
+                                 int32_t *restrict idx)
+{
+    const int64_t W = g->W, C = g->C;
+    const float *x0 = xn + (h0 * W + w0) * C;
+    for (int64_t c = 0; c < C; c++) {
+        best[c] = x0[c];
+        idx[c] = 0;
+    }
+    int32_t k = 0;
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++, k++) {
+            const float *xp = xn + (h * W + w) * C;
+            for (int64_t c = 0; c < C; c++) {
+                float v = xp[c], b = best[c];
+                int32_t gt = -(int32_t)(v > b), i = idx[c];
+                best[c] = v > b ? v : b;
+                idx[c] = i + ((k - i) & gt);
+            }
+        }
+}
+
 /* Max backward for output row (n, oh): dx += dy at each window's first arg-max.
  * best / idx are scratch arrays of C elements; idx holds the window-local cell number
  * (int32 like the floats, so the select vectorises). */
@@ -176,23 +203,7 @@ static void maxpool_bwd_row(const gc_pool2d_geom *g, const float *restrict xn,
         int64_t h0, h1, w0, w1;
         window(g, oh, ow, &h0, &h1, &w0, &w1);
         int64_t ww = w1 - w0;
-        const float *xf = xn + (h0 * W + w0) * C;
-        for (int64_t c = 0; c < C; c++) {
-            best[c] = xf[c];
-            idx[c] = 0;
-        }
-        int32_t k = 0;
-        for (int64_t h = h0; h < h1; h++)
-            for (int64_t w = w0; w < w1; w++, k++) {
-                const float *xp = xn + (h * W + w) * C;
-                /* strictly greater: the first maximal cell keeps the gradient */
-                for (int64_t c = 0; c < C; c++) {
-                    float v = xp[c], b = best[c];
-                    int32_t gt = -(int32_t)(v > b), i = idx[c];
-                    best[c] = v > b ? v : b;
-                    idx[c] = i + ((k - i) & gt);
-                }
-            }
+        window_argmax(g, xn, h0, h1, w0, w1, best, idx);
         const float *dy = dyrow + ow * C;
         for (int64_t c = 0; c < C; c++) {
             int64_t cell = (h0 + idx[c] / ww) * W + w0 + idx[c] % ww;
@@ -255,23 +266,8 @@ static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *re
             int64_t h0, h1, w0, w1;
             window(g, oh, ow, &h0, &h1, &w0, &w1);
             const float *d = dyn + (oh * g->OW + ow) * C;
-            const float *x0 = xn + (h0 * W + w0) * C;
-            for (int64_t c = 0; c < C; c++) {
-                best[c] = x0[c];
-                idx[c] = 0;
-            }
+            window_argmax(g, xn, h0, h1, w0, w1, best, idx);
             int32_t k = 0;
-            for (int64_t h = h0; h < h1; h++)
-                for (int64_t w = w0; w < w1; w++, k++) {
-                    const float *xp = xn + (h * W + w) * C;
-                    for (int64_t c = 0; c < C; c++) {
-                        float v = xp[c], b = best[c];
-                        int32_t gt = -(int32_t)(v > b), i = idx[c];
-                        best[c] = v > b ? v : b;
-                        idx[c] = i + ((k - i) & gt);
-                    }
-                }
-            k = 0;
             for (int64_t h = h0; h < h1; h++)
                 for (int64_t w = w0; w < w1; w++, k++) {
                     float *dp = dxn + (h * W + w) * C;
