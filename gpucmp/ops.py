@@ -772,22 +772,24 @@ def _grad_for(g, w, dt):
 
 
 def adam_update(w, g, m, v, *, t, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                backend=None, dtype=None):
+                skip=None, backend=None, dtype=None):
     """One Keras Adam step, IN PLACE on w, m and v; t = iterations + 1 (>= 1).
 
     alpha = lr*sqrt(1-beta_2^t)/(1-beta_1^t); m += (g-m)(1-beta_1);
-    v += (g^2-v)(1-beta_2); w -= alpha*m/(sqrt(v)+epsilon). Returns (w, m, v)."""
+    v += (g^2-v)(1-beta_2); w -= alpha*m/(sqrt(v)+epsilon). Returns (w, m, v).
+    ``skip``: see :func:`skip_flag`."""
     dt = _state_dtype((w, m, v), ("w", "m", "v"), dtype)
     be = _resolve_backend(backend)
     params = dict(lr=_real(lr, "lr"), beta_1=_real(beta_1, "beta_1", 0.0, 1.0, hi_open=True),
                   beta_2=_real(beta_2, "beta_2", 0.0, 1.0, hi_open=True),
-                  epsilon=_real(epsilon, "epsilon", 0.0, math.inf), t=_int(t, "t", 1))
+                  epsilon=_real(epsilon, "epsilon", 0.0, math.inf), t=_int(t, "t", 1),
+                  skip=_skip(skip, be))
     _run("adam", be, (_grad_for(g, w, dt),), (_flat_view(w), _flat_view(m), _flat_view(v)),
          params)
     return w, m, v
 
 
-def sgd_update(w, g, m=None, *, lr=0.01, momentum=0.0, nesterov=False, backend=None,
+def sgd_update(w, g, m=None, *, lr=0.01, momentum=0.0, nesterov=False, skip=None, backend=None,
                dtype=None):
     """One Keras SGD step, IN PLACE on w (and m). momentum 0: w -= lr*g; else
     m = momentum*m - lr*g and w += m (nesterov: w += momentum*m - lr*g).
@@ -798,21 +800,81 @@ def sgd_update(w, g, m=None, *, lr=0.01, momentum=0.0, nesterov=False, backend=N
     arrays, names = ((w,), ("w",)) if m is None else ((w, m), ("w", "m"))
     dt = _state_dtype(arrays, names, dtype)
     be = _resolve_backend(backend)
-    params = dict(lr=_real(lr, "lr"), momentum=momentum, nesterov=bool(nesterov))
+    params = dict(lr=_real(lr, "lr"), momentum=momentum, nesterov=bool(nesterov), skip=_skip(skip, be))
     _run("sgd", be, (_grad_for(g, w, dt),),
          (_flat_view(w), None if m is None else _flat_view(m)), params)
     return w, m
 
 
-def rmsprop_update(w, g, v, *, lr=0.001, rho=0.9, epsilon=1e-7, backend=None, dtype=None):
+def rmsprop_update(w, g, v, *, lr=0.001, rho=0.9, epsilon=1e-7, skip=None, backend=None, dtype=None):
     """One Keras RMSprop step, IN PLACE on w and v: v = rho*v + (1-rho)*g^2;
     w -= lr*g/sqrt(v + epsilon). Returns (w, v)."""
     dt = _state_dtype((w, v), ("w", "v"), dtype)
     be = _resolve_backend(backend)
     params = dict(lr=_real(lr, "lr"), rho=_real(rho, "rho", 0.0, 1.0, hi_open=True),
-                  epsilon=_real(epsilon, "epsilon", 0.0, math.inf))
+                  epsilon=_real(epsilon, "epsilon", 0.0, math.inf), skip=_skip(skip, be))
     _run("rmsprop", be, (_grad_for(g, w, dt),), (_flat_view(w), _flat_view(v)), params)
     return w, v
+
+
+def skip_flag(value, backend=None):
+    """A one-value flag in backend memory for the optimizers' ``skip``: when it holds a
+    non-zero value as the update runs, the update leaves w and its state unchanged (the
+    skipped step of dynamic loss scaling, decided on the device). The plan passes its
+    non-finite-gradient count; tests pass a flag made here."""
+    buf = _core.Buffer(_resolve_backend(backend), 1)
+    buf.write(np.array([value], np.float32))
+    return buf
+
+
+def _skip(skip, be):
+    if skip is None:
+        return None
+    if not isinstance(skip, _core.Buffer):
+        raise TypeError(f"skip: expected a flag from gpucmp.ops.skip_flag(), got {type(skip).__name__}")
+    if skip.backend != be:
+        raise ValueError(f"skip: the flag is on backend {skip.backend!r}, the update runs on {be!r}")
+    return skip
+
+
+# =====================================================================================
+# dynamic loss scaling: scale_cast, loss_scale_update
+# =====================================================================================
+
+def scale_cast(x, dtype, *, scale=1.0, count_into=None, backend=None):
+    """x * scale converted to the storage dtype ``dtype`` (float32 product, one rounding to
+    the target). With ``count_into`` (a writable float32 (1,) array) the number of
+    non-finite results is ADDED to it in place: the gradient check of dynamic loss
+    scaling (the plan reads the scale from device memory instead of ``scale``)."""
+    x = _array(x, "x")
+    dst = _dtype_name(dtype)
+    src = _infer_dtype(None, x)
+    scale = _real(scale, "scale")
+    be = _resolve_backend(backend)
+    if count_into is not None and not (isinstance(count_into, np.ndarray) and count_into.dtype == np.float32
+                                       and count_into.shape == (1,) and count_into.flags.c_contiguous
+                                       and count_into.flags.writeable):
+        raise TypeError("scale_cast: count_into must be a writable float32 array of shape (1,)")
+    y = _poisoned(x.shape, dst)
+    _run("scale_cast", be, (_storage(x, src).reshape(-1),), (y.reshape(-1), count_into), dict(scale=scale))
+    return _result(y, dst)
+
+
+def loss_scale_update(bad, state, dyn=None, *, growth_steps=2000, backend=None):
+    """Keras' LossScaleOptimizer bookkeeping after one step, IN PLACE on float32 arrays:
+    ``bad`` (1,) non-finite gradient count, ``state`` (2,) {scale, good_steps}, optional
+    ``dyn`` (2,) {lr, t}. bad == 0: good_steps + 1 (scale doubled and good_steps 0 once
+    growth_steps good steps are reached), t + 1; else scale halved, good_steps 0. bad is
+    reset to 0. Returns (bad, state, dyn)."""
+    for name, a, n in (("bad", bad, 1), ("state", state, 2), ("dyn", dyn, 2)):
+        if a is None and name == "dyn":
+            continue
+        if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (n,)
+                and a.flags.c_contiguous and a.flags.writeable):
+            raise TypeError(f"loss_scale_update: {name} must be a writable float32 array of shape ({n},)")
+    growth_steps = _int(growth_steps, "growth_steps", 1, (1 << 31) - 1)
+    _run("loss_scale_update", _resolve_backend(backend), (), (bad, state, dyn), dict(growth_steps=growth_steps))
+    return bad, state, dyn
 
 
 # =====================================================================================

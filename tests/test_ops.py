@@ -738,6 +738,9 @@ def case_adam(c):
         _check_state(c, "w", W, rw, w, cond)
         _check_state(c, "m", M, rm, m)
         _check_state(c, "v", V, rv, v)
+        _check_skip(c, (W, M, V), lambda flag: ops.adam_update(
+            W, c.arg(g), M, V, t=t, lr=lr, beta_1=b1, beta_2=b2, epsilon=eps, skip=flag,
+            backend=c.backend, dtype=c.dtype))
 
 
 def case_sgd(c):
@@ -757,6 +760,23 @@ def case_sgd(c):
                 _check_state(c, "m", M, rm, m)
             elif use_m:  # momentum 0: the buffer is not used, so not changed
                 c.check_values("m (unused)", _read_state(c, M), m, tol=0.0)
+            _check_skip(c, (W,) if M is None else (W, M), lambda flag: ops.sgd_update(
+                W, c.arg(g), M, lr=lr, momentum=momentum, nesterov=nesterov, skip=flag,
+                backend=c.backend, dtype=c.dtype))
+
+
+def _check_skip(c, arrays, update):
+    """The `skip` flag of dynamic loss scaling: a non-zero flag (any count, NaN too) leaves
+    every array bit for bit as it was; a zero flag updates as without one."""
+    for value in (1.0, 7.0, float("nan")):
+        before = [a.copy() for a in arrays]
+        update(ops.skip_flag(value, c.backend))
+        for k, (a, b) in enumerate(zip(arrays, before)):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), \
+                c.msg(f"skip={value}: array {k} changed")
+    before = [a.copy() for a in arrays]
+    update(ops.skip_flag(0.0, c.backend))
+    assert any(not np.array_equal(a, b) for a, b in zip(arrays, before)), c.msg("skip=0: nothing updated")
 
 
 def case_rmsprop(c):
@@ -772,6 +792,8 @@ def case_rmsprop(c):
         rw, rv = ref.rmsprop_update(w, g, v, f32r(lr), f32r(rho), f32r(eps))
         _check_state(c, "w", W, rw, w)
         _check_state(c, "v", V, rv, v)
+        _check_skip(c, (W, V), lambda flag: ops.rmsprop_update(
+            W, c.arg(g), V, lr=lr, rho=rho, epsilon=eps, skip=flag, backend=c.backend, dtype=c.dtype))
 
 
 def case_accuracy(c):
@@ -835,6 +857,58 @@ def case_reduce_sum(c):
         assert out is acc, c.msg("accumulate_into was not updated in place")
         c.check_values("y += sum", acc, np.array([ref.reduce_sum(x, scale, float(start[0]))]),
                        tol=1e-6, terms=np.array([ref.reduce_sum(np.abs(x), scale, abs(float(start[0])))]))
+
+
+def case_scale_cast(c):
+    x = c.rng.standard_normal(300) * 10.0 ** c.rng.integers(-6, 6, 300)
+    x = np.concatenate([x, [0.0, -0.0, 1.0, 2000.0, 65504.0, 1e30, -3e38, np.inf, -np.inf, np.nan]])
+    x = c.round(x)
+    x32 = x.astype(np.float32)  # exact: x holds values of the storage dtype
+    for target in DTYPES:
+        for scale in (1.0, 32768.0, 2.0 ** -15, float(np.float32(c.rng.uniform(0.1, 3.0)))):
+            c.what = f"{c.dtype} -> {target} scale={scale}"
+            start = float(c.rng.integers(0, 5))
+            count = np.array([start], np.float32)
+            y = ops.scale_cast(c.arg(x), target, scale=scale, count_into=count, backend=c.backend)
+            # one float32 product, one rounding to the target
+            with np.errstate(over="ignore", invalid="ignore"):
+                prod = (x32 * np.float32(scale)).astype(np.float64)
+            want = ref.cast(prod, target)
+            got = np.asarray(y).astype(np.float64)
+            nan = np.isnan(got) & np.isnan(want)
+            same = ((got == want) & (np.signbit(got) == np.signbit(want))) | nan
+            assert same.all(), c.msg(
+                f"differs at {np.flatnonzero(~same)[:5].tolist()}: got {got[~same][:5].tolist()}, "
+                f"expected {want[~same][:5].tolist()}")
+            bad = int((~np.isfinite(want)).sum())
+            assert bad >= 3 and count[0] == start + bad, c.msg(f"count {count[0]} != {start} + {bad}")
+            y2 = ops.scale_cast(c.arg(x), target, scale=scale, backend=c.backend)  # no count
+            assert np.array_equal(np.asarray(y2).astype(np.float64), got, equal_nan=True), c.msg("count changed y")
+
+
+def case_loss_scale_update(c):
+    rng = c.rng
+    for growth in (1, 3, 2000):
+        scale, good, t = float(2.0 ** rng.integers(0, 20)), 0.0, float(rng.integers(1, 100))
+        state = np.array([scale, good], np.float32)
+        dyn = np.array([0.01, t], np.float32)
+        for step in range(12):
+            bad_count = float(rng.choice([0.0, 0.0, 0.0, 1.0, 5.0]))
+            bad = np.array([bad_count], np.float32)
+            c.what = f"growth={growth} step={step} bad={bad_count}"
+            use_dyn = step % 2 == 0
+            ops.loss_scale_update(bad, state, dyn if use_dyn else None, growth_steps=growth, backend=c.backend)
+            if bad_count == 0.0:  # Keras: counter == growth-1 -> scale * 2, counter 0; else counter + 1
+                if good == growth - 1:
+                    scale, good = scale * 2.0, 0.0
+                else:
+                    good += 1.0
+                t += 1.0 if use_dyn else 0.0
+            else:
+                scale, good = scale * 0.5, 0.0
+            assert bad[0] == 0.0, c.msg("bad was not reset")
+            assert state[0] == scale and state[1] == good, c.msg(f"state {state.tolist()} != {[scale, good]}")
+            assert dyn[1] == t and dyn[0] == np.float32(0.01), c.msg(f"dyn {dyn.tolist()}, t should be {t}")
 
 
 def _embedding_configs(c):
@@ -936,6 +1010,8 @@ OP_CASES = {
     "accuracy": case_accuracy,
     "cast": case_cast,
     "reduce_sum": case_reduce_sum,
+    "scale_cast": case_scale_cast,
+    "loss_scale_update": case_loss_scale_update,
     "embedding_fwd": case_embedding_fwd,
     "embedding_bwd": case_embedding_bwd,
 }
@@ -993,7 +1069,8 @@ def test_arity_matches_the_header():
             "sigmoid_bce": (2, 2), "xent_probs": (2, 2), "regression_loss": (2, 2),
             "dropout_fwd": (1, 1), "dropout_bwd": (1, 1), "adam": (1, 3), "sgd": (1, 2),
             "rmsprop": (1, 2), "accuracy": (2, 1), "cast": (1, 1), "embedding_fwd": (2, 1),
-            "embedding_bwd": (2, 1), "reduce_sum": (1, 1)}
+            "embedding_bwd": (2, 1), "reduce_sum": (1, 1), "scale_cast": (1, 2),
+            "loss_scale_update": (0, 3)}
     for op, arity in want.items():
         if op in _core.op_names():
             assert tuple(_core.op_arity(op)) == arity, op

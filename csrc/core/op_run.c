@@ -56,10 +56,10 @@ gc_status gc_op_run(const gc_backend *be, const gc_op_call *call)
 
     int nin = gc_op_num_inputs(call->op), nout = gc_op_num_outputs(call->op);
     int needs = 0;
-    /* cast converts by definition; embedding_fwd is a gather that copies rows by
+    /* cast and scale_cast convert by definition; embedding_fwd is a gather that copies rows by
      * element size, so it takes every dtype as stored (int32 tables included: only
      * float dtypes are ever widened here) */
-    if (call->op != GC_OP_CAST && call->op != GC_OP_EMBEDDING_FWD) {
+    if (call->op != GC_OP_CAST && call->op != GC_OP_SCALE_CAST && call->op != GC_OP_EMBEDDING_FWD) {
         for (int k = 0; k < nin + nout; k++) {
             const gc_tensor *t = k < nin ? call->in[k] : call->out[k - nin];
             if (t && t->data && is_float(t->dtype) && !(be->native_dtypes & (1u << t->dtype)))

@@ -427,6 +427,43 @@ static gc_status v_cast(const gc_op_call *c)
     return dtypes(c, -1);
 }
 
+static gc_status v_scale_cast(const gc_op_call *c)
+{
+    const gc_scale_cast_params *p = c->params;
+    TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
+    if (!is_float(c->in[0]->dtype) || !is_float(c->out[0]->dtype))
+        return gc_fail(GC_ERR_DTYPE, "scale_cast: 'x' and 'y' must be float tensors, got %s and %s",
+                       gc_dtype_name(c->in[0]->dtype), gc_dtype_name(c->out[0]->dtype));
+    if (gc_tensor_numel(c->in[0]) != gc_tensor_numel(c->out[0]))
+        return gc_fail(GC_ERR_INVALID_ARG, "scale_cast: 'y' %s must have as many elements as 'x' %s",
+                       shp(c->out[0]).s, shp(c->in[0]).s);
+    if (present(c->out[1]) && (c->out[1]->dtype != GC_F32 || gc_tensor_numel(c->out[1]) != 1))
+        return gc_fail(GC_ERR_INVALID_ARG, "scale_cast: 'bad' must be one float32 value, got %s %s",
+                       gc_dtype_name(c->out[1]->dtype), shp(c->out[1]).s);
+    if (!isfinite(p->scale)) return gc_fail(GC_ERR_INVALID_ARG, "scale_cast: scale must be finite, got %g",
+                                            (double)p->scale);
+    return GC_OK;
+}
+
+static gc_status v_loss_scale_update(const gc_op_call *c)
+{
+    static const char *const names[] = {"bad", "state", "dyn"};
+    static const int64_t sizes[] = {1, 2, 2};
+    const gc_loss_scale_params *p = c->params;
+    if (p->growth_steps < 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "loss_scale_update: growth_steps must be >= 1, got %d",
+                       p->growth_steps);
+    for (int k = 0; k < 3; k++) {
+        const gc_tensor *t = c->out[k];
+        if (k == 2 && !present(t)) continue;
+        TRY(need(c, t, names[k]));
+        if (t->dtype != GC_F32 || gc_tensor_numel(t) != sizes[k])
+            return gc_fail(GC_ERR_INVALID_ARG, "loss_scale_update: '%s' must be %lld float32 values, got %s %s",
+                           names[k], (long long)sizes[k], gc_dtype_name(t->dtype), shp(t).s);
+    }
+    return GC_OK;
+}
+
 /* Text of the shape idx.shape + (d,) (what embedding_fwd writes, what
  * embedding_bwd reads). */
 static shape_text rows_shape(const gc_tensor *idx, int64_t d)
@@ -527,6 +564,8 @@ gc_status gc_op_validate(const gc_op_call *c)
     case GC_OP_EMBEDDING_FWD: return v_embedding_fwd(c);
     case GC_OP_EMBEDDING_BWD: return v_embedding_bwd(c);
     case GC_OP_REDUCE_SUM: return v_reduce_sum(c);
+    case GC_OP_SCALE_CAST: return v_scale_cast(c);
+    case GC_OP_LOSS_SCALE_UPDATE: return v_loss_scale_update(c);
     case GC_OP_COUNT: break;
     }
     return gc_fail(GC_ERR_INVALID_ARG, "unknown op %d", (int)c->op);

@@ -40,6 +40,9 @@ static inline int64_t blk_end(int64_t b, int64_t n)
     return (b + 1) * OPT_BLOCK < n ? (b + 1) * OPT_BLOCK : n;
 }
 
+/* the step is skipped (dynamic loss scaling found a non-finite gradient) */
+static int skipped(const float *skip) { return skip && skip[0] != 0.0f; }
+
 gc_status gc_cpu_adam(int64_t n, float *w, const float *g, float *m, float *v,
                       const gc_adam_params *p)
 {
@@ -48,7 +51,7 @@ gc_status gc_cpu_adam(int64_t n, float *w, const float *g, float *m, float *v,
     const float lr = p->dyn ? p->dyn[0] : p->lr;
     const double t = p->dyn ? (double)p->dyn[1] : (double)p->t;
     if (!(t >= 1.0)) return gc_fail(GC_ERR_INVALID_ARG, "adam: step t must be >= 1, got %g", t);
-    if (n == 0) return GC_OK;
+    if (n == 0 || skipped(p->skip)) return GC_OK;
     const float alpha = (float)((double)lr * sqrt(1.0 - pow((double)p->beta_2, t)) /
                                 (1.0 - pow((double)p->beta_1, t)));
     const float omb1 = 1.0f - p->beta_1, omb2 = 1.0f - p->beta_2, eps = p->epsilon;
@@ -80,7 +83,7 @@ gc_status gc_cpu_sgd(int64_t n, float *w, const float *g, float *m, const gc_sgd
     if (p->momentum != 0.0f && !m && n > 0)
         return gc_fail(GC_ERR_INVALID_ARG, "sgd: momentum %g needs a momentum buffer",
                        (double)p->momentum);
-    if (n == 0) return GC_OK;
+    if (n == 0 || skipped(p->skip)) return GC_OK;
     /* momentum 0 is Keras' plain step; a buffer, if given, is left untouched */
     const float lr = p->dyn ? p->dyn[0] : p->lr, mu = p->momentum;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
@@ -110,7 +113,7 @@ gc_status gc_cpu_rmsprop(int64_t n, float *w, const float *g, float *v,
                          const gc_rmsprop_params *p)
 {
     if (n < 0) return gc_fail(GC_ERR_INVALID_ARG, "rmsprop: negative size %lld", (long long)n);
-    if (n == 0) return GC_OK;
+    if (n == 0 || skipped(p->skip)) return GC_OK;
     const float lr = p->dyn ? p->dyn[0] : p->lr, rho = p->rho, omr = 1.0f - p->rho, eps = p->epsilon;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= OPT_PAR_MIN)

@@ -51,14 +51,19 @@ __device__ __forceinline__ void rmsprop_one(float g, float &w, float &v, float l
  * for sgd / rmsprop; for Adam a one-thread prologue kernel turns {lr, t} into alpha
  * (in double, as the host does) in the backend's scratch buffer, which the update reads. */
 
+/* the step is skipped (dynamic loss scaling found a non-finite gradient): the update
+ * writes back what it read */
+__device__ __forceinline__ bool skipped(const float *skip) { return skip && __ldg(skip) != 0.0f; }
+
 /* in: g, w, m, v; out: w, m, v */
 struct adam_f {
     float alpha, omb1, omb2, eps;
     const float *alpha_dev; /* not NULL: alpha computed on the device (dynamic values) */
+    const float *skip;      /* not NULL and != 0: leave everything as it is */
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], m = x[2], v = x[3];
-        adam_one(x[0], w, m, v, alpha_dev ? __ldg(alpha_dev) : alpha, omb1, omb2, eps);
+        if (!skipped(skip)) adam_one(x[0], w, m, v, alpha_dev ? __ldg(alpha_dev) : alpha, omb1, omb2, eps);
         y[0] = w; y[1] = m; y[2] = v;
     }
 };
@@ -67,10 +72,11 @@ template <int USE_M> struct sgd_f {
     float lr, mu;
     int nesterov;
     const float *dyn; /* not NULL: lr = dyn[0] */
+    const float *skip;
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], m = USE_M ? x[2] : 0.0f;
-        sgd_one(x[0], w, m, USE_M, dyn ? __ldg(dyn) : lr, mu, nesterov);
+        if (!skipped(skip)) sgd_one(x[0], w, m, USE_M, dyn ? __ldg(dyn) : lr, mu, nesterov);
         y[0] = w;
         if (USE_M) y[1] = m;
     }
@@ -79,10 +85,11 @@ template <int USE_M> struct sgd_f {
 struct rmsprop_f {
     float lr, rho, omr, eps;
     const float *dyn; /* not NULL: lr = dyn[0] */
+    const float *skip;
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], v = x[2];
-        rmsprop_one(x[0], w, v, dyn ? __ldg(dyn) : lr, rho, omr, eps);
+        if (!skipped(skip)) rmsprop_one(x[0], w, v, dyn ? __ldg(dyn) : lr, rho, omr, eps);
         y[0] = w; y[1] = v;
     }
 };
@@ -109,7 +116,7 @@ extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *cal
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
     adam_f f = {p->dyn ? 0.0f : adam_alpha(p->lr, p->beta_1, p->beta_2, p->t), 1.0f - p->beta_1,
-                1.0f - p->beta_2, p->epsilon, NULL};
+                1.0f - p->beta_2, p->epsilon, NULL, p->skip};
     if (p->dyn) {
         float *alpha = (float *)gc_cuda_scratch(be);
         if (!alpha) return gc_fail(GC_ERR_BACKEND, "adam: the backend has no scratch buffer");
@@ -134,12 +141,12 @@ extern "C" gc_status gc_cuda_op_sgd(const gc_backend *be, const gc_op_call *call
     if (use_m && !(call->out[1] && call->out[1]->data))
         return gc_fail(GC_ERR_INVALID_ARG, "sgd: momentum %g needs a momentum buffer", (double)p->momentum);
     if (use_m) {
-        sgd_f<1> f = {p->lr, p->momentum, p->nesterov, p->dyn};
+        sgd_f<1> f = {p->lr, p->momentum, p->nesterov, p->dyn, p->skip};
         const void *in[3] = {call->in[0]->data, call->out[0]->data, call->out[1]->data};
         void *out[2] = {call->out[0]->data, call->out[1]->data};
         GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 3, 2>(be, n, in, out, f, "sgd")));
     } else {
-        sgd_f<0> f = {p->lr, 0.0f, 0, p->dyn};
+        sgd_f<0> f = {p->lr, 0.0f, 0, p->dyn, p->skip};
         const void *in[2] = {call->in[0]->data, call->out[0]->data};
         void *out[1] = {call->out[0]->data};
         GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 2, 1>(be, n, in, out, f, "sgd")));
@@ -154,7 +161,7 @@ extern "C" gc_status gc_cuda_op_rmsprop(const gc_backend *be, const gc_op_call *
     const gc_rmsprop_params *p = (const gc_rmsprop_params *)call->params;
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
-    rmsprop_f f = {p->lr, p->rho, 1.0f - p->rho, p->epsilon, p->dyn};
+    rmsprop_f f = {p->lr, p->rho, 1.0f - p->rho, p->epsilon, p->dyn, p->skip};
     const void *in[3] = {call->in[0]->data, call->out[0]->data, call->out[1]->data};
     void *out[2] = {call->out[0]->data, call->out[1]->data};
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 3, 2>(be, n, in, out, f, "rmsprop")));

@@ -123,14 +123,18 @@ typedef struct { float rate; uint64_t seed; const uint64_t *dyn_seed; } gc_dropo
  * adam: outputs w, m, v    (Keras: alpha = lr*sqrt(1-b2^t)/(1-b1^t), t = iterations+1)
  * sgd: outputs w, m (m optional when momentum == 0)
  * rmsprop: outputs w, v */
-typedef struct { float lr, beta_1, beta_2, epsilon; int64_t t; const float *dyn; } gc_adam_params;
-typedef struct { float lr, momentum; int nesterov; const float *dyn; } gc_sgd_params;
-typedef struct { float lr, rho, epsilon; const float *dyn; } gc_rmsprop_params;
+typedef struct { float lr, beta_1, beta_2, epsilon; int64_t t; const float *dyn, *skip; } gc_adam_params;
+typedef struct { float lr, momentum; int nesterov; const float *dyn, *skip; } gc_sgd_params;
+typedef struct { float lr, rho, epsilon; const float *dyn, *skip; } gc_rmsprop_params;
 /* Dynamic values (for steps captured once into a CUDA graph and replayed): when `dyn`
  * is not NULL it points to BACKEND memory holding float32 {lr, t} (t: Adam's step, exact
  * up to 2^24) that the kernel reads when it runs, instead of the lr / t fields; likewise
  * dropout's `dyn_seed` (a uint64 in backend memory, XORed into `seed`). The plan updates
- * that memory before each replay, so one graph serves every step. */
+ * that memory before each replay, so one graph serves every step.
+ * `skip`, when not NULL, points to one float32 in backend memory: when it is not 0 when
+ * the kernel runs (the non-finite gradient count of scale_cast under dynamic loss
+ * scaling), the update leaves w and the state as they are -- the skipped step of Keras'
+ * LossScaleOptimizer, decided on the device so a captured step needs no host sync. */
 
 /* accuracy: in pred (rows, cols), labels (rows, cols) f32 or (rows,) i32; out count (1,)
  * = number of correct rows (categorical: argmax match; sparse: argmax == label;
@@ -139,6 +143,19 @@ typedef enum { GC_ACC_CATEGORICAL = 0, GC_ACC_SPARSE, GC_ACC_BINARY } gc_accurac
 typedef struct { gc_accuracy_kind kind; float threshold; } gc_accuracy_params;
 
 /* cast: in x (any float dtype) out y (any float dtype, same shape). */
+
+/* scale_cast: in x (any float dtype); out y (any float dtype, x's element count),
+ * optionally out bad (1,) float32. y = x * s in float32, rounded to y's dtype once, with
+ * s = scale, times *dyn_scale (or divided by it when `invert`) when dyn_scale is not NULL
+ * (backend memory: the plan's dynamic loss scale). When `bad` is given, the number of
+ * non-finite elements of y is ADDED to it (the gradient check of dynamic loss scaling).
+ * loss_scale_update: out bad (1,), state (2,) {scale, good_steps}, optionally dyn (2,)
+ * {lr, t}, all float32, read and written -- Keras' LossScaleOptimizer after one step: bad
+ * == 0: good_steps + 1, and scale * 2 with good_steps = 0 once growth_steps good steps
+ * are reached, t + 1 (the optimizer applied the step); bad != 0: scale / 2, good_steps
+ * = 0, t unchanged (skipped). bad is reset to 0 for the next step. */
+typedef struct { float scale; const float *dyn_scale; int invert; } gc_scale_cast_params;
+typedef struct { int growth_steps; } gc_loss_scale_params;
 
 /* reduce_sum: in x (any shape, float) out y (1,) float32: y = scale * sum(x), or
  * y += scale * sum(x) when accumulate (the plan keeps loss / metric totals on the
@@ -180,7 +197,9 @@ typedef struct { int accumulate; float scale; } gc_reduce_params;
     X(CAST, cast, gc_no_params, 1, 1)                                        \
     X(EMBEDDING_FWD, embedding_fwd, gc_no_params, 2, 1)                      \
     X(EMBEDDING_BWD, embedding_bwd, gc_no_params, 2, 1)                      \
-    X(REDUCE_SUM, reduce_sum, gc_reduce_params, 1, 1)
+    X(REDUCE_SUM, reduce_sum, gc_reduce_params, 1, 1)                        \
+    X(SCALE_CAST, scale_cast, gc_scale_cast_params, 1, 2)                    \
+    X(LOSS_SCALE_UPDATE, loss_scale_update, gc_loss_scale_params, 0, 3)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,

@@ -234,10 +234,16 @@ typedef union {
     gc_rmsprop_params rms;
     gc_accuracy_params acc;
     gc_reduce_params reduce;
+    gc_scale_cast_params scast;
+    gc_loss_scale_params lscale;
     gc_no_params none;
 } any_params;
 
-static int parse_params(gc_op op, PyObject *d, any_params *P)
+/* A device-pointer parameter (the `dyn`, `skip`, `dyn_scale` fields): a _core.Buffer of
+ * the op's backend, or absent / None (NULL). Defined after the Buffer type. */
+static int p_devptr(PyObject *d, const char *k, const gc_backend *be, Py_ssize_t min, const float **out);
+
+static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params *P)
 {
     memset(P, 0, sizeof *P);
     if (d && d != Py_None && !PyDict_Check(d)) {
@@ -302,20 +308,35 @@ static int parse_params(gc_op op, PyObject *d, any_params *P)
     case GC_OP_ADAM:
         if (p_float(d, "lr", 0.001, &P->adam.lr) || p_float(d, "beta_1", 0.9, &P->adam.beta_1) ||
             p_float(d, "beta_2", 0.999, &P->adam.beta_2) || p_float(d, "epsilon", 1e-7, &P->adam.epsilon) ||
-            p_long(d, "t", 1, &ll))
+            p_long(d, "t", 1, &ll) || p_devptr(d, "dyn", be, 2, &P->adam.dyn) || p_devptr(d, "skip", be, 1, &P->adam.skip))
             return -1;
         P->adam.t = ll;
         return 0;
     case GC_OP_SGD:
         return (p_float(d, "lr", 0.01, &P->sgd.lr) || p_float(d, "momentum", 0.0, &P->sgd.momentum) ||
-                p_bool(d, "nesterov", 0, &P->sgd.nesterov))
+                p_bool(d, "nesterov", 0, &P->sgd.nesterov) || p_devptr(d, "dyn", be, 1, &P->sgd.dyn) ||
+                p_devptr(d, "skip", be, 1, &P->sgd.skip))
                    ? -1
                    : 0;
     case GC_OP_RMSPROP:
         return (p_float(d, "lr", 0.001, &P->rms.lr) || p_float(d, "rho", 0.9, &P->rms.rho) ||
-                p_float(d, "epsilon", 1e-7, &P->rms.epsilon))
+                p_float(d, "epsilon", 1e-7, &P->rms.epsilon) || p_devptr(d, "dyn", be, 1, &P->rms.dyn) ||
+                p_devptr(d, "skip", be, 1, &P->rms.skip))
                    ? -1
                    : 0;
+    case GC_OP_SCALE_CAST:
+        return (p_float(d, "scale", 1.0, &P->scast.scale) || p_devptr(d, "dyn_scale", be, 1, &P->scast.dyn_scale) ||
+                p_bool(d, "invert", 0, &P->scast.invert))
+                   ? -1
+                   : 0;
+    case GC_OP_LOSS_SCALE_UPDATE:
+        if (p_long(d, "growth_steps", 2000, &ll)) return -1;
+        if (ll < 1 || ll > 0x7fffffff) {
+            PyErr_Format(PyExc_ValueError, "parameter 'growth_steps' must be in 1..2^31-1, got %lld", ll);
+            return -1;
+        }
+        P->lscale.growth_steps = (int)ll;
+        return 0;
     case GC_OP_ACCURACY:
         if (p_enum(d, "kind", acc_names, 3, 0, &e) || p_float(d, "threshold", 0.5, &P->acc.threshold)) return -1;
         P->acc.kind = (gc_accuracy_kind)e;
@@ -454,7 +475,7 @@ static PyObject *py_run_op(PyObject *self, PyObject *args)
     if (!PyTuple_Check(outputs) || PyTuple_GET_SIZE(outputs) != nout)
         return PyErr_Format(PyExc_ValueError, "%s: outputs must be a tuple of %d items", name, nout);
     any_params P;
-    if (parse_params((gc_op)op, params, &P)) return NULL;
+    if (parse_params((gc_op)op, params, be, &P)) return NULL;
     gc_tensor tin[GC_MAX_OP_IN], tout[GC_MAX_OP_OUT];
     gc_op_call c;
     memset(&c, 0, sizeof c);
@@ -691,6 +712,30 @@ static PyGetSetDef buffer_getset[] = {
     {"backend", (getter)buffer_get_backend, NULL, "backend name", NULL},
     {"size", (getter)buffer_get_size, NULL, "number of float32 elements", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject BufferType;
+
+static int p_devptr(PyObject *d, const char *k, const gc_backend *be, Py_ssize_t min, const float **out)
+{
+    PyObject *v = item(d, k);
+    *out = NULL;
+    if (!v || v == Py_None) return 0;
+    if (!PyObject_TypeCheck(v, &BufferType)) {
+        PyErr_Format(PyExc_TypeError, "parameter '%s' must be a gpucmp._core.Buffer (backend memory), got %R", k, v);
+        return -1;
+    }
+    BufferObject *b = (BufferObject *)v;
+    if (b->be != be) {
+        PyErr_Format(PyExc_ValueError, "parameter '%s' is a Buffer on another backend", k);
+        return -1;
+    }
+    if (b->size < min) {
+        PyErr_Format(PyExc_ValueError, "parameter '%s' needs a Buffer of >= %zd values, got %zd", k, min, b->size);
+        return -1;
+    }
+    *out = (const float *)b->ptr;
+    return 0;
+}
 
 static PyTypeObject BufferType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpucmp._core.Buffer",
