@@ -13,9 +13,23 @@
  * softmax/sigmoid + cross-entropy fusion (the loss is computed from the logits, as
  * TensorFlow does). Creation also runs the whole step once in "check" mode, where
  * each op call is validated by core instead of executed; steps then call the backend
- * slots directly. */
+ * slots directly.
+ *
+ * Mixed precision (Keras' dtype policies): each layer has a compute dtype. Its output
+ * and the gradient of its output are stored in it; an input of another dtype is cast
+ * on the way in (and its gradient on the way back); the caller's float32 master
+ * weights are cast to it at every forward pass; weight gradients come out in it and are
+ * converted to float32 for the optimizer. The loss is computed in float32 from a cast
+ * of the last output, as Keras casts y_pred. With loss scaling (mixed_float16) the loss
+ * gradient is multiplied by the scale held in backend memory, the weight gradients are
+ * divided by it while they are converted, counting non-finite values, and the optimizer
+ * kernels skip the step when that count is not 0 -- no host round trip, so a captured
+ * step replays it. A backend without native half storage (the CPU) computes each op in
+ * float32 through core's widening (gc_op_run): storage precision as on the GPU,
+ * float32 arithmetic. */
 #include "gpucmp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +46,11 @@ typedef struct {
     int needs_gin;                /* compute the gradient w.r.t. the input */
     int is_view;                  /* reshape: out aliases the input */
     int owns_gout;                /* gout was allocated for this layer (not an alias) */
+    gc_dtype dt, in_dt;           /* compute dtype; dtype of the input as it arrives */
+    void *xc, *gxc;               /* input cast to dt, its gradient in dt (dt != in_dt) */
+    void *wc, *bc;                /* the weights cast to dt (dt != f32) */
+    void *dw32, *db32;            /* float32 weight gradients for the optimizer (dw, db
+                                   * themselves when they are float32 already) */
 } plan_layer;
 
 struct gc_plan {
@@ -67,6 +86,10 @@ struct gc_plan {
     int graphs_on;               /* capture the full-size step when the backend can */
     void *graph;                 /* captured step, for graph_rows rows */
     int64_t graph_rows, warm_rows, replays;
+    /* mixed precision */
+    int widen;                   /* some dtype is not native to the backend: gc_op_run */
+    void *logits32, *glast32;    /* float32 last output / its loss gradient, when needed */
+    void *ls_state, *ls_bad;     /* loss scaling: float {scale, good steps}, bad count */
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -78,13 +101,13 @@ static int64_t numel(const int64_t *shape, int nd)
     return n;
 }
 
-/* tensor with a leading batch axis of `rows` */
-static gc_tensor bt(void *data, int64_t rows, const int64_t *shape, int nd)
+/* tensor of dtype dt with a leading batch axis of `rows` */
+static gc_tensor btd(void *data, gc_dtype dt, int64_t rows, const int64_t *shape, int nd)
 {
     gc_tensor t;
     memset(&t, 0, sizeof t);
     t.data = data;
-    t.dtype = GC_F32;
+    t.dtype = dt;
     t.ndim = nd + 1;
     t.shape[0] = rows;
     for (int i = 0; i < nd; i++) t.shape[i + 1] = shape[i];
@@ -134,6 +157,7 @@ static gc_status run(gc_plan *p, gc_op op, const void *params, const gc_tensor *
                            gc_op_name(op), p->be->name);
         return GC_OK;
     }
+    if (p->widen) return gc_op_run(p->be, &c); /* half storage, float32 compute */
     return p->be->ops[op](p->be, &c);
 }
 
@@ -143,11 +167,43 @@ static gc_status run(gc_plan *p, gc_op op, const void *params, const gc_tensor *
         if (s_ != GC_OK) return s_; \
     } while (0)
 
-static gc_status alloc_f32(gc_plan *p, int64_t n, void **out)
+static gc_status alloc_dt(gc_plan *p, int64_t n, gc_dtype dt, void **out)
 {
-    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    size_t bytes = (size_t)(n > 0 ? n : 1) * gc_dtype_size(dt);
     TRY(p->be->alloc(p->be, bytes, out));
     return p->be->fill_zero(p->be, *out, bytes);
+}
+
+static gc_status alloc_f32(gc_plan *p, int64_t n, void **out) { return alloc_dt(p, n, GC_F32, out); }
+
+/* y (n elements of ydt) = x (of xdt) * s, s = 1 or the loss scale (dyn: the plan's
+ * ls_state; invert: divided by it); bad: count non-finite results into ls_bad */
+static gc_status scale_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n,
+                            const float *dyn, int invert, int bad)
+{
+    gc_scale_cast_params sp = {1.0f, dyn, invert};
+    gc_tensor tx = t1((void *)x, xdt, n), ty = t1(y, ydt, n);
+    gc_tensor tb = bad ? t1(p->ls_bad, GC_F32, 1) : none_tensor();
+    return run(p, GC_OP_SCALE_CAST, &sp, &tx, NULL, NULL, &ty, &tb, NULL);
+}
+
+static gc_status cast_to(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n)
+{
+    gc_no_params none = {0};
+    gc_tensor tx = t1((void *)x, xdt, n), ty = t1(y, ydt, n);
+    return run(p, GC_OP_CAST, &none, &tx, NULL, NULL, &ty, NULL, NULL);
+}
+
+static int64_t kernel_numel(const plan_layer *l)
+{
+    return l->d.kind == GC_LAYER_DENSE ? l->in_numel * l->out_numel
+                                       : (int64_t)l->d.kernel_h * l->d.kernel_w * l->d.in_shape[2] *
+                                             l->d.out_shape[2];
+}
+
+static int64_t bias_numel(const plan_layer *l)
+{
+    return l->d.kind == GC_LAYER_DENSE ? l->out_numel : l->d.out_shape[2];
 }
 
 static int has_weights(const gc_layer_desc *d)
@@ -185,16 +241,30 @@ static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
     for (int i = 0; i < p->n; i++) {
         plan_layer *l = &p->L[i];
         const gc_layer_desc *d = &l->d;
-        gc_tensor x = bt(in, rows, d->in_shape, d->in_ndim);
-        gc_tensor y = bt(l->out, rows, d->out_shape, d->out_ndim);
+        const gc_dtype dt = l->dt;
+        if (l->xc) { /* Keras casts a layer's input to its compute dtype */
+            TRY(cast_to(p, in, l->in_dt, l->xc, dt, rows * l->in_numel));
+            in = l->xc;
+        }
+        void *kernel = d->kernel, *bias = d->bias;
+        if (l->wc) { /* float32 master weights, cast for this pass */
+            TRY(cast_to(p, d->kernel, GC_F32, l->wc, dt, kernel_numel(l)));
+            kernel = l->wc;
+            if (bias) {
+                TRY(cast_to(p, d->bias, GC_F32, l->bc, dt, bias_numel(l)));
+                bias = l->bc;
+            }
+        }
+        gc_tensor x = btd(in, dt, rows, d->in_shape, d->in_ndim);
+        gc_tensor y = btd(l->out, dt, rows, d->out_shape, d->out_ndim);
         gc_act act = layer_act(p, i, mode);
         switch (d->kind) {
         case GC_LAYER_DENSE: {
             gc_gemm_params gp = {0, 0, 1.0f, 0.0f, act == GC_ACT_SOFTMAX ? GC_ACT_LINEAR : act, GC_IMPL_OWN};
-            gc_tensor a = t2(in, GC_F32, rows, l->in_numel);
-            gc_tensor w = t2(d->kernel, GC_F32, l->in_numel, l->out_numel);
-            gc_tensor b = d->bias ? t1(d->bias, GC_F32, l->out_numel) : none_tensor();
-            gc_tensor c = t2(l->out, GC_F32, rows, l->out_numel);
+            gc_tensor a = t2(in, dt, rows, l->in_numel);
+            gc_tensor w = t2(kernel, dt, l->in_numel, l->out_numel);
+            gc_tensor b = bias ? t1(bias, dt, l->out_numel) : none_tensor();
+            gc_tensor c = t2(l->out, dt, rows, l->out_numel);
             TRY(run(p, GC_OP_GEMM, &gp, &a, &w, &b, &c, NULL, NULL));
             if (act == GC_ACT_SOFTMAX) {
                 gc_act_params ap = {GC_ACT_SOFTMAX};
@@ -206,8 +276,8 @@ static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
             gc_conv2d_params cp = d->conv;
             cp.act = act == GC_ACT_SOFTMAX ? GC_ACT_LINEAR : act;
             int64_t ks[4] = {d->kernel_h, d->kernel_w, d->in_shape[2], d->out_shape[2]};
-            gc_tensor w = gc_tensor_make(d->kernel, GC_F32, 4, ks);
-            gc_tensor b = d->bias ? t1(d->bias, GC_F32, ks[3]) : none_tensor();
+            gc_tensor w = gc_tensor_make(kernel, dt, 4, ks);
+            gc_tensor b = bias ? t1(bias, dt, ks[3]) : none_tensor();
             TRY(run(p, GC_OP_CONV2D_FWD, &cp, &x, &w, &b, &y, NULL, NULL));
             if (act == GC_ACT_SOFTMAX) {
                 gc_act_params ap = {GC_ACT_SOFTMAX};
@@ -228,7 +298,7 @@ static gc_status forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
                 gc_dropout_params dp = dropout_params(p, d, i, seed);
                 TRY(run(p, GC_OP_DROPOUT_FWD, &dp, &x, NULL, NULL, &y, NULL, NULL));
             } else if (!p->checking) {
-                TRY(p->be->copy(p->be, l->out, in, (size_t)(rows * l->out_numel) * sizeof(float)));
+                TRY(p->be->copy(p->be, l->out, in, (size_t)(rows * l->out_numel) * gc_dtype_size(dt)));
             }
             break;
         case GC_LAYER_ACTIVATION: {
@@ -272,10 +342,17 @@ static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_st
 {
     plan_layer *last = &p->L[p->n - 1];
     int64_t R = rows * p->rows_per_sample, C = p->cols;
-    gc_tensor out = t2(last->out, GC_F32, R, C);
+    /* the loss in float32, from a float32 copy of a half-precision output (Keras casts
+     * y_pred); its gradient goes through glast32 when it must be cast or scaled */
+    void *out32 = last->out;
+    if (p->logits32) {
+        TRY(cast_to(p, last->out, last->dt, p->logits32, GC_F32, R * C));
+        out32 = p->logits32;
+    }
+    gc_tensor out = t2(out32, GC_F32, R, C);
     gc_tensor lab = p->sparse ? t1(p->y, GC_I32, R) : t2(p->y, GC_F32, R, C);
     gc_tensor lr = t1(p->loss_rows, GC_F32, R);
-    gc_tensor g = want_grad ? t2(last->gout, GC_F32, R, C) : none_tensor();
+    gc_tensor g = want_grad ? t2(p->glast32 ? p->glast32 : last->gout, GC_F32, R, C) : none_tensor();
     gc_loss_params lp = {R > 0 ? 1.0f / (float)R : 0.0f, 0, GC_REG_MSE};
     switch (p->train.loss) {
     case GC_LOSS_CATEGORICAL_XENT:
@@ -301,6 +378,9 @@ static gc_status loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_st
     default:
         return gc_fail(GC_ERR_INVALID_ARG, "plan: unknown loss %d", (int)p->train.loss);
     }
+    if (want_grad && p->glast32) /* times the loss scale, into the last layer's dtype */
+        TRY(scale_cast(p, p->glast32, GC_F32, last->gout, last->dt, R * C,
+                       p->train.loss_scaling ? (const float *)p->ls_state : NULL, 0, 0));
     double s;
     TRY(total(p, p->loss_rows, R, 0, &s));
     st->loss_sum = s / (double)p->rows_per_sample;
@@ -352,14 +432,17 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
     for (int i = p->n - 1; i >= 0; i--) {
         plan_layer *l = &p->L[i];
         const gc_layer_desc *d = &l->d;
+        const gc_dtype dt = l->dt;
         int tr = trains(p, l);
         if (!tr && !l->needs_gin) continue;
-        void *in = i ? p->L[i - 1].out : p->x;
-        void *gin = i ? p->L[i - 1].gout : NULL;
-        gc_tensor x = bt(in, rows, d->in_shape, d->in_ndim);
-        gc_tensor y = bt(l->out, rows, d->out_shape, d->out_ndim);
-        gc_tensor gy = bt(l->gout, rows, d->out_shape, d->out_ndim);
-        gc_tensor gx = bt(gin, rows, d->in_shape, d->in_ndim);
+        void *in = l->xc ? l->xc : i ? p->L[i - 1].out : p->x;
+        /* the input gradient in dt; cast to the layer below's dtype afterwards */
+        void *gin = l->gxc ? l->gxc : i ? p->L[i - 1].gout : NULL;
+        void *kernel = l->wc ? l->wc : d->kernel;
+        gc_tensor x = btd(in, dt, rows, d->in_shape, d->in_ndim);
+        gc_tensor y = btd(l->out, dt, rows, d->out_shape, d->out_ndim);
+        gc_tensor gy = btd(l->gout, dt, rows, d->out_shape, d->out_ndim);
+        gc_tensor gx = btd(gin, dt, rows, d->in_shape, d->in_ndim);
         gc_act act = layer_act(p, i, MODE_TRAIN);
         switch (d->kind) {
         case GC_LAYER_DENSE:
@@ -367,26 +450,26 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
             gc_tensor dz = gy;
             if (act != GC_ACT_LINEAR) {
                 gc_act_params ap = {act};
-                dz = bt(p->scratch, rows, d->out_shape, d->out_ndim);
+                dz = btd(p->scratch, dt, rows, d->out_shape, d->out_ndim);
                 TRY(run(p, GC_OP_ACT_BWD, &ap, &y, &gy, NULL, &dz, NULL, NULL));
             }
             if (d->kind == GC_LAYER_DENSE) {
-                gc_tensor a = t2(in, GC_F32, rows, l->in_numel);
-                gc_tensor dz2 = t2(dz.data, GC_F32, rows, l->out_numel);
-                gc_tensor w = t2(d->kernel, GC_F32, l->in_numel, l->out_numel);
+                gc_tensor a = t2(in, dt, rows, l->in_numel);
+                gc_tensor dz2 = t2(dz.data, dt, rows, l->out_numel);
+                gc_tensor w = t2(kernel, dt, l->in_numel, l->out_numel);
                 gc_tensor nob = none_tensor();
                 if (tr) {
                     gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
-                    gc_tensor dw = t2(l->dw, GC_F32, l->in_numel, l->out_numel);
+                    gc_tensor dw = t2(l->dw, dt, l->in_numel, l->out_numel);
                     TRY(run(p, GC_OP_GEMM, &gp, &a, &dz2, &nob, &dw, NULL, NULL));
                     if (d->bias) {
-                        gc_tensor db = t1(l->db, GC_F32, l->out_numel);
+                        gc_tensor db = t1(l->db, dt, l->out_numel);
                         TRY(run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dz2, NULL, NULL, &db, NULL, NULL));
                     }
                 }
                 if (l->needs_gin) {
                     gc_gemm_params gp = {0, 1, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
-                    gc_tensor ga = t2(gin, GC_F32, rows, l->in_numel);
+                    gc_tensor ga = t2(gin, dt, rows, l->in_numel);
                     TRY(run(p, GC_OP_GEMM, &gp, &dz2, &w, &nob, &ga, NULL, NULL));
                 }
             } else {
@@ -394,12 +477,12 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
                 gc_conv2d_params cp = d->conv;
                 cp.act = GC_ACT_LINEAR;
                 if (tr) {
-                    gc_tensor dw = gc_tensor_make(l->dw, GC_F32, 4, ks);
-                    gc_tensor db = d->bias ? t1(l->db, GC_F32, ks[3]) : none_tensor();
+                    gc_tensor dw = gc_tensor_make(l->dw, dt, 4, ks);
+                    gc_tensor db = d->bias ? t1(l->db, dt, ks[3]) : none_tensor();
                     TRY(run(p, GC_OP_CONV2D_BWD_FILTER, &cp, &x, &dz, NULL, &dw, &db, NULL));
                 }
                 if (l->needs_gin) {
-                    gc_tensor w = gc_tensor_make(d->kernel, GC_F32, 4, ks);
+                    gc_tensor w = gc_tensor_make(kernel, dt, 4, ks);
                     TRY(run(p, GC_OP_CONV2D_BWD_DATA, &cp, &dz, &w, NULL, &gx, NULL, NULL));
                 }
             }
@@ -418,7 +501,7 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
                 gc_dropout_params dp = dropout_params(p, d, i, seed);
                 TRY(run(p, GC_OP_DROPOUT_BWD, &dp, &gy, NULL, NULL, &gx, NULL, NULL));
             } else if (!p->checking) {
-                TRY(p->be->copy(p->be, gin, l->gout, (size_t)(rows * l->in_numel) * sizeof(float)));
+                TRY(p->be->copy(p->be, gin, l->gout, (size_t)(rows * l->in_numel) * gc_dtype_size(dt)));
             }
             break;
         case GC_LAYER_ACTIVATION: {
@@ -429,6 +512,8 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
         default:
             return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has unknown kind %d", i, (int)d->kind);
         }
+        if (l->gxc && l->needs_gin) /* back to the dtype of the layer below */
+            TRY(cast_to(p, l->gxc, dt, p->L[i - 1].gout, l->in_dt, rows * l->in_numel));
     }
     return GC_OK;
 }
@@ -438,19 +523,20 @@ static gc_status update_one(gc_plan *p, const gc_opt_hparams *hp, void *w, void 
 {
     gc_tensor tw = t1(w, GC_F32, n), tg = t1(g, GC_F32, n);
     const float *dyn = p->device_mode ? (const float *)p->dyn : NULL;
+    const float *skip = p->train.loss_scaling ? (const float *)p->ls_bad : NULL;
     switch (p->train.opt) {
     case GC_OPT_ADAM: {
-        gc_adam_params ap = {hp->lr, hp->beta_1, hp->beta_2, hp->epsilon, hp->t, dyn};
+        gc_adam_params ap = {hp->lr, hp->beta_1, hp->beta_2, hp->epsilon, hp->t, dyn, skip};
         gc_tensor m = t1(st[0], GC_F32, n), v = t1(st[1], GC_F32, n);
         return run(p, GC_OP_ADAM, &ap, &tg, NULL, NULL, &tw, &m, &v);
     }
     case GC_OPT_SGD: {
-        gc_sgd_params sp = {hp->lr, st ? hp->momentum : 0.0f, hp->nesterov, dyn};
+        gc_sgd_params sp = {hp->lr, st ? hp->momentum : 0.0f, hp->nesterov, dyn, skip};
         gc_tensor m = st ? t1(st[0], GC_F32, n) : none_tensor();
         return run(p, GC_OP_SGD, &sp, &tg, NULL, NULL, &tw, &m, NULL);
     }
     case GC_OPT_RMSPROP: {
-        gc_rmsprop_params rp = {hp->lr, hp->rho, hp->epsilon, dyn};
+        gc_rmsprop_params rp = {hp->lr, hp->rho, hp->epsilon, dyn, skip};
         gc_tensor v = t1(st[0], GC_F32, n);
         return run(p, GC_OP_RMSPROP, &rp, &tg, NULL, NULL, &tw, &v, NULL);
     }
@@ -464,20 +550,29 @@ static gc_status update(gc_plan *p, const gc_opt_hparams *hp)
     if (hp->kind != p->train.opt)
         return gc_fail(GC_ERR_INVALID_ARG, "plan: hyper-parameters are for optimizer %d, plan uses %d",
                        (int)hp->kind, (int)p->train.opt);
+    const int ls = p->train.loss_scaling;
+    const float *scale = ls ? (const float *)p->ls_state : NULL;
+    /* float32 (and, with loss scaling, unscaled and counted) gradients first: the skip
+     * decision needs every gradient checked before any weight moves */
     for (int i = 0; i < p->n; i++) {
         plan_layer *l = &p->L[i];
         if (!trains(p, l)) continue;
-        int64_t wn = l->d.kind == GC_LAYER_DENSE
-                         ? l->in_numel * l->out_numel
-                         : (int64_t)l->d.kernel_h * l->d.kernel_w * l->d.in_shape[2] *
-                               l->d.out_shape[2];
-        TRY(update_one(p, hp, l->d.kernel, l->dw, l->state_w, wn));
-        if (l->d.bias) {
-            int64_t bn = l->d.kind == GC_LAYER_DENSE ? l->out_numel : l->d.out_shape[2];
-            TRY(update_one(p, hp, l->d.bias, l->db, l->state_b, bn));
-        }
+        if (l->dw32 != l->dw || ls)
+            TRY(scale_cast(p, l->dw, l->dt, l->dw32, GC_F32, kernel_numel(l), scale, 1, ls));
+        if (l->d.bias && (l->db32 != l->db || ls))
+            TRY(scale_cast(p, l->db, l->dt, l->db32, GC_F32, bias_numel(l), scale, 1, ls));
     }
-    return GC_OK;
+    for (int i = 0; i < p->n; i++) {
+        plan_layer *l = &p->L[i];
+        if (!trains(p, l)) continue;
+        TRY(update_one(p, hp, l->d.kernel, l->dw32, l->state_w, kernel_numel(l)));
+        if (l->d.bias) TRY(update_one(p, hp, l->d.bias, l->db32, l->state_b, bias_numel(l)));
+    }
+    if (!ls) return GC_OK;
+    gc_loss_scale_params lp = {p->train.loss_scale_growth};
+    gc_tensor bad = t1(p->ls_bad, GC_F32, 1), state = t1(p->ls_state, GC_F32, 2);
+    gc_tensor dyn = p->device_mode ? t1(p->dyn, GC_F32, 2) : none_tensor();
+    return run(p, GC_OP_LOSS_SCALE_UPDATE, &lp, NULL, NULL, NULL, &bad, &state, &dyn);
 }
 
 /* ------------------------------------------------------------------ public entry points */
@@ -502,17 +597,45 @@ static gc_status upload_batch(gc_plan *p, const float *x, const void *y, int64_t
     return GC_OK;
 }
 
+/* Loss scaling: the caller's {scale, good steps} into backend memory, the bad count
+ * cleared (a call cut short may have left it set). */
+static gc_status loss_scale_begin(gc_plan *p, const gc_opt_hparams *hp)
+{
+    if (!p->train.loss_scaling || p->checking) return GC_OK;
+    if (!(hp->loss_scale > 0.0f) || !isfinite(hp->loss_scale) || !(hp->loss_scale_good >= 0.0f))
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: loss scale %g with %g good steps; need a finite scale > 0",
+                       (double)hp->loss_scale, (double)hp->loss_scale_good);
+    float state[2] = {hp->loss_scale, hp->loss_scale_good};
+    TRY(p->be->upload(p->be, p->ls_state, state, sizeof state));
+    return p->be->fill_zero(p->be, p->ls_bad, sizeof(float));
+}
+
+static gc_status loss_scale_end(gc_plan *p, gc_step_stats *st)
+{
+    if (!p->train.loss_scaling || p->checking) return GC_OK;
+    float state[2];
+    TRY(p->be->download(p->be, state, p->ls_state, sizeof state));
+    st->loss_scale = state[0];
+    st->loss_scale_good = state[1];
+    return GC_OK;
+}
+
 gc_status gc_plan_train_step(gc_plan *p, const float *x, const void *y, int64_t rows,
                              const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
 {
     if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
     TRY(check_rows(p, rows));
     memset(st, 0, sizeof *st);
+    TRY(loss_scale_begin(p, hp));
     TRY(upload_batch(p, x, y, rows));
     TRY(forward(p, rows, MODE_TRAIN, seed));
     TRY(loss_and_metrics(p, rows, 1, st));
     TRY(backward(p, rows, seed));
-    return update(p, hp);
+    TRY(update(p, hp));
+    TRY(loss_scale_end(p, st));
+    /* one step: skipped exactly when the scale went down */
+    st->steps_applied = p->train.loss_scaling && !p->checking && st->loss_scale < hp->loss_scale ? 0 : 1;
+    return GC_OK;
 }
 
 gc_status gc_plan_eval_step(gc_plan *p, const float *x, const void *y, int64_t rows,
@@ -532,9 +655,14 @@ gc_status gc_plan_predict(gc_plan *p, const float *x, int64_t rows, float *out)
     TRY(check_rows(p, rows));
     TRY(upload_batch(p, x, NULL, rows));
     TRY(forward(p, rows, MODE_PREDICT, 0));
+    const plan_layer *last = &p->L[p->n - 1];
+    const void *res = last->out;
+    if (p->logits32) { /* predictions come back as float32 */
+        TRY(cast_to(p, last->out, last->dt, p->logits32, GC_F32, rows * p->out_numel));
+        res = p->logits32;
+    }
     if (p->checking) return GC_OK;
-    return p->be->download(p->be, out, p->L[p->n - 1].out,
-                           (size_t)(rows * p->out_numel) * sizeof(float));
+    return p->be->download(p->be, out, res, (size_t)(rows * p->out_numel) * sizeof(float));
 }
 
 /* ------------------------------------------------------------------ device-resident training */
@@ -683,6 +811,10 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
     free(dyn_host);
     free(seed_host);
     if (s == GC_OK) s = be->fill_zero(be, p->acc, 6 * sizeof(float));
+    if (s == GC_OK) s = loss_scale_begin(p, hp);
+    /* with loss scaling, Adam's t (dyn[1]) advances on the device, only for the steps
+     * the optimizer applied: it is set once, then each step copies its lr alone */
+    const int ls = p->train.loss_scaling;
 
     int can_graph = p->graphs_on && be->capture_begin && be->capture_end && be->graph_launch &&
                     be->graph_destroy;
@@ -690,7 +822,8 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
         int64_t rows = n_rows - k * batch < batch ? n_rows - k * batch : batch;
         /* this step's values into the fixed buffers the (captured) step reads */
         s = be->copy(be, p->idx_step, (const int32_t *)p->idx_all + k * batch, (size_t)rows * sizeof(int32_t));
-        if (s == GC_OK) s = be->copy(be, p->dyn, (const float *)p->dyn_all + 2 * k, 2 * sizeof(float));
+        if (s == GC_OK)
+            s = be->copy(be, p->dyn, (const float *)p->dyn_all + 2 * k, (ls && k ? 1 : 2) * sizeof(float));
         if (s == GC_OK) s = be->copy(be, p->dyn_seed, (const uint64_t *)p->seed_all + k, sizeof(uint64_t));
         if (s == GC_OK) s = (can_graph && rows == batch) ? graph_step(p, rows, hp) : device_step(p, rows, hp);
     }
@@ -699,6 +832,13 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
         s = be->download(be, acc, p->acc, sizeof acc);
         st->loss_sum = acc[0] / (double)p->rows_per_sample;
         for (int bit = 0; bit < 5; bit++) st->metric_sum[bit] = acc[1 + bit] / (double)p->rows_per_sample;
+        st->steps_applied = steps;
+    }
+    if (s == GC_OK && ls) {
+        float dyn[2];
+        s = be->download(be, dyn, p->dyn, sizeof dyn);
+        if (s == GC_OK) s = loss_scale_end(p, st);
+        st->steps_applied = (int64_t)dyn[1] - hp->t; /* t advanced once per applied step */
     }
 done:
     p->device_mode = p->checking = 0;
@@ -729,6 +869,11 @@ void gc_plan_destroy(gc_plan *p)
             if (l->owns_gout) be->release(be, l->gout);
             if (l->dw) be->release(be, l->dw);
             if (l->db) be->release(be, l->db);
+            if (l->dw32 && l->dw32 != l->dw) be->release(be, l->dw32);
+            if (l->db32 && l->db32 != l->db) be->release(be, l->db32);
+            void *own[] = {l->xc, l->gxc, l->wc, l->bc};
+            for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+                if (own[k]) be->release(be, own[k]);
         }
         free(p->L);
     }
@@ -736,7 +881,7 @@ void gc_plan_destroy(gc_plan *p)
     void *bufs[] = {p->x,        p->scratch,  p->y,        p->loss_rows, p->probs,
                     p->metric_rows, p->count, p->data_x,   p->data_y,    p->idx_all,
                     p->dyn_all,  p->seed_all, p->idx_step, p->dyn,       p->dyn_seed,
-                    p->acc};
+                    p->acc,      p->logits32, p->glast32, p->ls_state,  p->ls_bad};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k]) be->release(be, bufs[k]);
     free(p->host_rows);
@@ -750,6 +895,9 @@ static gc_status check_layers(const gc_layer_desc *layers, int n)
         const gc_layer_desc *d = &layers[i];
         if ((unsigned)d->kind >= GC_LAYER_COUNT)
             return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has unknown kind %d", i, (int)d->kind);
+        if (d->dtype != GC_F32 && d->dtype != GC_F16 && d->dtype != GC_BF16)
+            return gc_fail(GC_ERR_DTYPE, "plan: layer %d has compute dtype %s; expected float32, float16 or "
+                           "bfloat16", i, gc_dtype_name(d->dtype));
         if (d->in_ndim < 1 || d->in_ndim > GC_MAX_DIMS - 1 || d->out_ndim < 1 ||
             d->out_ndim > GC_MAX_DIMS - 1)
             return gc_fail(GC_ERR_INVALID_ARG, "plan: layer %d has a rank outside 1..%d", i,
@@ -863,6 +1011,14 @@ static gc_status setup_train(gc_plan *p, const gc_train_desc *t)
     TRY(alloc_f32(p, R, &p->metric_rows));
     TRY(alloc_f32(p, 1, &p->count));
     if (p->fused) TRY(alloc_f32(p, p->max_batch * last->out_numel, &p->probs));
+    if (t->loss_scaling) {
+        if (t->loss_scale_growth < 1)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: loss_scale_growth must be >= 1, got %d", t->loss_scale_growth);
+        TRY(alloc_f32(p, 2, &p->ls_state));
+        TRY(alloc_f32(p, 1, &p->ls_bad));
+    }
+    if (last->dt != GC_F32 || t->loss_scaling) /* the loss gradient is cast and / or scaled */
+        TRY(alloc_f32(p, p->max_batch * last->out_numel, &p->glast32));
     p->host_rows = malloc((size_t)(R > 0 ? R : 1) * sizeof(float));
     if (!p->host_rows) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
     return GC_OK;
@@ -891,6 +1047,9 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int 
         l->d = layers[i];
         l->in_numel = numel(l->d.in_shape, l->d.in_ndim);
         l->out_numel = numel(l->d.out_shape, l->d.out_ndim);
+        l->in_dt = i ? p->L[i - 1].dt : GC_F32;
+        l->dt = l->d.kind == GC_LAYER_RESHAPE ? l->in_dt : l->d.dtype; /* a view keeps its input's */
+        if (l->dt != GC_F32 && !(be->native_dtypes & (1u << l->dt))) p->widen = 1;
         if (p->training && has_weights(&l->d) && l->d.trainable && first_trainable == n_layers)
             first_trainable = i;
     }
@@ -908,25 +1067,35 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int 
             l->is_view = 1;
             l->out = i ? p->L[i - 1].out : p->x;
         } else {
-            s = alloc_f32(p, max_batch * l->out_numel, &l->out);
+            s = alloc_dt(p, max_batch * l->out_numel, l->dt, &l->out);
+        }
+        if (s == GC_OK && l->dt != l->in_dt) s = alloc_dt(p, max_batch * l->in_numel, l->dt, &l->xc);
+        if (s == GC_OK && l->dt != GC_F32 && has_weights(&l->d)) {
+            s = alloc_dt(p, kernel_numel(l), l->dt, &l->wc);
+            if (s == GC_OK && l->d.bias) s = alloc_dt(p, bias_numel(l), l->dt, &l->bc);
         }
     }
+    if (s == GC_OK && p->L[n_layers - 1].dt != GC_F32) /* float32 loss input / predictions */
+        s = alloc_f32(p, max_batch * p->out_numel, &p->logits32);
     /* gradients: a reshape's gout is the gout of the layer below (allocated top-down) */
     for (int i = n_layers - 1; i >= 0 && s == GC_OK && p->training; i--) {
         plan_layer *l = &p->L[i];
         if (!l->gout) {
-            s = alloc_f32(p, max_batch * l->out_numel, &l->gout);
+            s = alloc_dt(p, max_batch * l->out_numel, l->dt, &l->gout);
             l->owns_gout = s == GC_OK;
         }
         if (s == GC_OK && l->is_view && i > 0) p->L[i - 1].gout = l->gout;
+        if (s == GC_OK && l->xc && l->needs_gin)
+            s = alloc_dt(p, max_batch * l->in_numel, l->dt, &l->gxc);
         if (s == GC_OK && has_weights(&l->d) && l->d.trainable) {
-            int64_t wn = l->d.kind == GC_LAYER_DENSE
-                             ? l->in_numel * l->out_numel
-                             : (int64_t)l->d.kernel_h * l->d.kernel_w * l->d.in_shape[2] *
-                                   l->d.out_shape[2];
-            s = alloc_f32(p, wn, &l->dw);
-            if (s == GC_OK && l->d.bias)
-                s = alloc_f32(p, l->d.kind == GC_LAYER_DENSE ? l->out_numel : l->d.out_shape[2], &l->db);
+            s = alloc_dt(p, kernel_numel(l), l->dt, &l->dw);
+            if (s == GC_OK && l->d.bias) s = alloc_dt(p, bias_numel(l), l->dt, &l->db);
+            l->dw32 = l->dw;
+            l->db32 = l->db;
+            if (s == GC_OK && l->dt != GC_F32) {
+                s = alloc_f32(p, kernel_numel(l), &l->dw32);
+                if (s == GC_OK && l->d.bias) s = alloc_f32(p, bias_numel(l), &l->db32);
+            }
         }
     }
     if (s == GC_OK && p->training) {
@@ -947,7 +1116,7 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int 
         p->checking = 1;
         if (p->training) {
             gc_step_stats st;
-            gc_opt_hparams hp = {p->train.opt, 0.001f, 0.9f, 0.999f, 1e-7f, 0.0f, 0.9f, 0, 1};
+            gc_opt_hparams hp = {p->train.opt, 0.001f, 0.9f, 0.999f, 1e-7f, 0.0f, 0.9f, 0, 1, 1.0f, 0.0f};
             if (p->train.opt == GC_OPT_SGD && p->state_copy) hp.momentum = 0.9f;
             s = gc_plan_train_step(p, NULL, NULL, max_batch, &hp, 1, &st);
         }

@@ -333,6 +333,9 @@ typedef struct {
     float dropout_rate;
     int trainable;                         /* snapshot taken at compile() */
     void *kernel, *bias;                   /* backend memory, float32; owned by caller */
+    gc_dtype dtype;                        /* compute dtype (Keras' policy): activations and
+                                            * their gradients are stored in it; f32 master
+                                            * weights are cast to it each step; 0 = f32 */
 } gc_layer_desc;
 
 typedef enum {
@@ -348,6 +351,9 @@ typedef struct {
     float lr, beta_1, beta_2, epsilon, momentum, rho;
     int nesterov;
     int64_t t; /* iterations + 1 */
+    /* dynamic loss scaling (plans with gc_train_desc.loss_scaling): the scale and the
+     * count of good steps since it last changed, at the start of the call */
+    float loss_scale, loss_scale_good;
 } gc_opt_hparams;
 
 /* Metrics the plan evaluates on device in the same pass (bit flags). */
@@ -363,12 +369,22 @@ typedef struct {
      * adam: 2 buffers (m, v); sgd with momentum: 1 (m); rmsprop: 1 (v); sgd: 0. */
     void **opt_state;
     int n_opt_state;
+    /* Keras' LossScaleOptimizer (mixed_float16): the loss gradient is multiplied by the
+     * scale, weight gradients are unscaled into float32 and checked; a step with a
+     * non-finite gradient leaves weights and state as they were and halves the scale;
+     * loss_scale_growth good steps double it. All decided on the device. */
+    int loss_scaling;
+    int loss_scale_growth;
 } gc_train_desc;
 
 /* Sums over the rows of one call (divide by rows for means). */
 typedef struct {
     double loss_sum;
     double metric_sum[5]; /* indexed by bit position of GC_METRIC_* */
+    /* steps the optimizer applied (all of them without loss scaling), and the loss
+     * scale state after the call (loss scaling only) */
+    int64_t steps_applied;
+    double loss_scale, loss_scale_good;
 } gc_step_stats;
 
 typedef struct gc_plan gc_plan;

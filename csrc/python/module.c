@@ -104,6 +104,7 @@ static const char *const pad_names[2] = {"valid", "same"};
 static const char *const reg_names[2] = {"mse", "mae"};
 static const char *const acc_names[3] = {"categorical", "sparse", "binary"};
 static const char *const impl_names[2] = {"own", "vendor"};
+static const char *const compute_dtype_names[3] = {"float32", "float16", "bfloat16"}; /* gc_dtype order */
 
 /* ------------------------------------------------------------------ params dict */
 
@@ -760,7 +761,7 @@ typedef struct {
     int n_layers;
     int in_ndim, out_ndim;
     int64_t in_shape[GC_MAX_DIMS], out_shape[GC_MAX_DIMS];
-    int has_train, sparse;
+    int has_train, sparse, loss_scaling;
     unsigned metrics;
     gc_opt_kind opt;
 } PlanObject;
@@ -840,7 +841,7 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
         PyErr_Format(PyExc_TypeError, "Plan: layer %d must be a dict", idx);
         return -1;
     }
-    int kind = 0, act = 0, pad = 0, tr = 1;
+    int kind = 0, act = 0, pad = 0, tr = 1, dt = 0;
     PyObject *k = item(d, "kind");
     if (!k) {
         PyErr_Format(PyExc_ValueError, "Plan: layer %d is missing 'kind'", idx);
@@ -851,10 +852,11 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
     if (get_shape(d, "in_shape", idx, &L->in_ndim, L->in_shape) ||
         get_shape(d, "out_shape", idx, &L->out_ndim, L->out_shape) ||
         p_enum(d, "activation", act_names, GC_ACT_COUNT, 0, &act) || p_bool(d, "trainable", 1, &tr) ||
-        p_float(d, "rate", 0.0, &L->dropout_rate))
+        p_float(d, "rate", 0.0, &L->dropout_rate) || p_enum(d, "dtype", compute_dtype_names, 3, 0, &dt))
         return -1;
     L->act = (gc_act)act;
     L->trainable = tr;
+    L->dtype = (gc_dtype)dt;
     if (L->kind == GC_LAYER_CONV2D) {
         if (!item(d, "kernel_size")) {
             PyErr_Format(PyExc_ValueError, "Plan: conv2d layer %d is missing 'kernel_size'", idx);
@@ -923,6 +925,14 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         }
         ok = ok && parse_enum(lv, "loss", loss_names, GC_LOSS_COUNT, &loss) == 0 &&
              parse_enum(ov, "optimizer", opt_names, GC_OPT_COUNT, &opt) == 0 && p_bool(train, "from_logits", 0, &fl) == 0;
+        long long growth = 2000;
+        ok = ok && p_bool(train, "loss_scaling", 0, &td.loss_scaling) == 0 &&
+             p_long(train, "loss_scale_growth", 2000, &growth) == 0;
+        if (ok && (growth < 1 || growth > 0x7fffffff)) {
+            PyErr_Format(PyExc_ValueError, "Plan: loss_scale_growth must be in 1..2^31-1, got %lld", growth);
+            ok = 0;
+        }
+        td.loss_scale_growth = (int)growth;
         td.loss = (gc_loss_kind)loss;
         td.opt = (gc_opt_kind)opt;
         td.from_logits = fl;
@@ -965,6 +975,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         p->sparse = td.loss == GC_LOSS_SPARSE_CATEGORICAL_XENT;
         p->metrics = td.metrics;
         p->opt = td.opt;
+        p->loss_scaling = td.loss_scaling;
     }
     gc_status s = GC_OK;
     if (ok) {
@@ -1059,6 +1070,17 @@ static PyObject *stats_dict(PlanObject *p, const gc_step_stats *st)
         if (!v || PyDict_SetItemString(d, metric_names[bit], v)) goto fail;
         Py_DECREF(v);
     }
+    v = PyLong_FromLongLong(st->steps_applied);
+    if (!v || PyDict_SetItemString(d, "steps_applied", v)) goto fail;
+    Py_DECREF(v);
+    if (p->loss_scaling) {
+        v = PyFloat_FromDouble(st->loss_scale);
+        if (!v || PyDict_SetItemString(d, "loss_scale", v)) goto fail;
+        Py_DECREF(v);
+        v = PyFloat_FromDouble(st->loss_scale_good);
+        if (!v || PyDict_SetItemString(d, "loss_scale_good", v)) goto fail;
+        Py_DECREF(v);
+    }
     return d;
 fail:
     Py_XDECREF(v);
@@ -1079,7 +1101,8 @@ static int parse_hparams(PlanObject *p, PyObject *h, gc_opt_hparams *hp)
     if (p_float(h, "lr", lr_def, &hp->lr) || p_float(h, "beta_1", 0.9, &hp->beta_1) ||
         p_float(h, "beta_2", 0.999, &hp->beta_2) || p_float(h, "epsilon", 1e-7, &hp->epsilon) ||
         p_float(h, "momentum", 0.0, &hp->momentum) || p_float(h, "rho", 0.9, &hp->rho) ||
-        p_bool(h, "nesterov", 0, &hp->nesterov) || p_long(h, "t", 1, &t))
+        p_bool(h, "nesterov", 0, &hp->nesterov) || p_long(h, "t", 1, &t) ||
+        p_float(h, "loss_scale", 32768.0, &hp->loss_scale) || p_float(h, "loss_scale_good", 0.0, &hp->loss_scale_good))
         return -1;
     hp->t = t;
     return 0;
