@@ -1116,3 +1116,29 @@ def test_nan_inputs_propagate(backend):
     assert np.isnan(out[1]).all() and np.isfinite(out[0]).all()
     loss, grad = ops.softmax_cross_entropy(x, np.array([0, 1]), backend=backend)
     assert np.isfinite(loss[0]) and np.isnan(loss[1])
+
+
+def test_float16_conversions_match_numpy_bit_for_bit():
+    """Every float16 bit pattern to float32 and 2^20 random float32 bit patterns (plus the
+    rounding boundaries) to float16, through the core's cast on the CPU (the F16C path
+    where the processor has it, the scalar code otherwise), against NumPy's conversions;
+    NaNs must stay NaNs with their sign (quiet 0x7E00 pattern for float32 -> float16)."""
+    h = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = np.asarray(ops.cast(h, "float32", backend="cpu"))
+    want = h.astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(got[nan]).all() and np.array_equal(np.signbit(got[nan]), np.signbit(want[nan]))
+    rng = np.random.default_rng()
+    bits = rng.integers(0, 2 ** 32, 2 ** 20, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([65504.0, 65519.99, 65520.0, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, 2.0 ** -14,
+                      np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0], np.float32).view(np.uint32)
+    f = np.concatenate([bits, edges]).view(np.float32)
+    got = np.asarray(ops.cast(f, "float16", backend="cpu"))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = f.astype(np.float16)
+    nan = np.isnan(f)
+    assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+    gb = got[nan].view(np.uint16)
+    assert np.array_equal(gb & 0x7FFF, np.full(gb.shape, 0x7E00, np.uint16))
+    assert np.array_equal(gb >> 15, (f[nan].view(np.uint32) >> 31).astype(np.uint16))

@@ -1,12 +1,16 @@
-"""Keras' dtype-policy API: ``set_global_policy``, ``global_policy``, ``Policy``.
+"""Keras' dtype-policy API: ``set_global_policy``, ``global_policy``, ``Policy``,
+``LossScaleOptimizer``.
 
-'float32' is the default. 'mixed_float16' and 'mixed_bfloat16' are accepted and
-recorded (variables float32, compute float16/bfloat16, as in Keras), and layers built
-under them report it through ``layer.dtype_policy`` / ``compute_dtype``. On this
-release the execution plan computes in float32 whatever the policy says; half-precision
-compute and loss scaling on the GPU come with the mixed-precision issue.
+'float32' is the default. Under 'mixed_float16' / 'mixed_bfloat16' layers keep float32
+variables and compute in float16 / bfloat16: the execution plan stores their
+activations and gradients in that dtype and casts the float32 weights to it each pass
+(on GPUs the kernels run on it, Tensor Cores for GEMM and convolution; on the CPU,
+which has no half-precision arithmetic, each op widens to float32 and rounds its
+results back, so storage precision is the policy's and arithmetic float32). The loss is
+computed in float32. Under 'mixed_float16', ``compile()`` wraps the optimizer in a
+``LossScaleOptimizer`` (dynamic loss scaling), as Keras 3 does.
 """
-import warnings
+from .optimizers import LossScaleOptimizer  # noqa: F401  (Keras exports it here too)
 
 _POLICIES = {
     "float32": ("float32", "float32"),
@@ -47,24 +51,11 @@ _global = Policy("float32")
 
 
 def set_global_policy(policy):
-    """Sets the policy used by layers created afterwards (a name or a Policy). A policy
-    other than float32 is recorded, with a warning that this release still computes in
-    float32 (so nobody measures a "mixed precision" run that is not one)."""
+    """Sets the policy used by layers (and models) created afterwards: a name or a Policy."""
     global _global
     _global = Policy(policy if policy is not None else "float32")
-    if _global.compute_dtype != "float32":
-        warnings.warn(f"gpucmp: dtype policy {_global.name!r} is recorded, but this release of "
-                      "gpucmp computes in float32 (half-precision compute comes with the "
-                      "mixed-precision work of the CUDA backend)", UserWarning, stacklevel=2)
 
 
 def global_policy():
     return _global
 
-
-class LossScaleOptimizer:
-    """Accepted for source compatibility: wraps an optimizer and forwards to it (the
-    plan computes in float32 on this release, so no loss scaling is needed)."""
-
-    def __new__(cls, inner_optimizer, *args, **kwargs):
-        return inner_optimizer

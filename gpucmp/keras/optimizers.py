@@ -29,6 +29,7 @@ def _non_negative(value, arg, cls_name, upper=None):
 
 class Optimizer:
     kind = None            # the plan's optimizer name
+    loss_scaling = False   # LossScaleOptimizer: dynamic loss scaling in the plan
     default_name = "optimizer"
     _defaults = {}
 
@@ -203,9 +204,120 @@ class RMSprop(Optimizer):
         return config
 
 
+class LossScaleOptimizer(Optimizer):
+    """Keras' dynamic loss scaling around another optimizer (what ``compile()`` wraps the
+    optimizer in under the 'mixed_float16' policy, as Keras 3 does).
+
+    The loss is multiplied by ``dynamic_scale`` before the backward pass and the weight
+    gradients are divided by it. A step whose gradients hold an inf or NaN is skipped
+    (weights, slots and ``iterations`` unchanged) and halves the scale; after
+    ``dynamic_growth_steps`` good steps in a row the scale doubles. The plan does all of
+    it on the device, inside the captured step; ``dynamic_scale`` and ``step_counter``
+    are brought back after each call. ``iterations`` is the inner optimizer's (applied
+    steps only). One approximation: with a learning-rate schedule, fit() evaluates the
+    schedule per step index of a chunk of steps; a skipped step inside a chunk shifts the
+    following steps' rates by one step until the chunk ends."""
+
+    def __init__(self, inner_optimizer, initial_scale=2.0 ** 15, dynamic_growth_steps=2000, name=None,
+                 **kwargs):
+        if not isinstance(inner_optimizer, Optimizer) or isinstance(inner_optimizer, LossScaleOptimizer):
+            raise ValueError("LossScaleOptimizer: `inner_optimizer` must be an Adam, SGD or RMSprop "
+                             f"instance, received {inner_optimizer!r}")
+        if kwargs:
+            raise ValueError(f"LossScaleOptimizer: unrecognized arguments {sorted(kwargs)}")
+        scale = _non_negative(initial_scale, "initial_scale", "LossScaleOptimizer")
+        if not scale > 0:
+            raise ValueError(f"LossScaleOptimizer: `initial_scale` must be > 0, received {initial_scale!r}")
+        if isinstance(dynamic_growth_steps, bool) or not isinstance(dynamic_growth_steps, numbers.Integral) \
+                or not 1 <= dynamic_growth_steps < 2 ** 31:
+            raise ValueError("LossScaleOptimizer: `dynamic_growth_steps` must be a positive int, "
+                             f"received {dynamic_growth_steps!r}")
+        self.inner_optimizer = inner_optimizer
+        self.name = name or "loss_scale_optimizer"
+        self.initial_scale = scale
+        self.dynamic_growth_steps = int(dynamic_growth_steps)
+        self.dynamic_scale = scale
+        self.step_counter = 0
+        self.decay = 0.0
+
+    kind = property(lambda self: self.inner_optimizer.kind)
+    loss_scaling = True
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    @iterations.setter
+    def iterations(self, value):
+        self.inner_optimizer.iterations = value
+
+    @property
+    def built(self):
+        return self.inner_optimizer.built
+
+    @built.setter
+    def built(self, value):
+        self.inner_optimizer.built = value
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        self.inner_optimizer.learning_rate = value
+
+    lr = learning_rate
+
+    def current_learning_rate(self):
+        return self.inner_optimizer.current_learning_rate()
+
+    def slots_per_variable(self):
+        return self.inner_optimizer.slots_per_variable()
+
+    def state_for(self, variables):
+        return self.inner_optimizer.state_for(variables)
+
+    @property
+    def variables(self):
+        return self.inner_optimizer.variables
+
+    def count_params(self):
+        return self.inner_optimizer.count_params() + 2   # Keras: + dynamic_scale, step_counter
+
+    def hparams(self):
+        hp = self.inner_optimizer.hparams()
+        hp.update(self.scale_hparams())
+        return hp
+
+    def scale_hparams(self):
+        return {"loss_scale": self.dynamic_scale, "loss_scale_good": float(self.step_counter)}
+
+    def record_scale(self, stats):
+        """The scale state the plan brought back after a call."""
+        self.dynamic_scale = float(stats["loss_scale"])
+        self.step_counter = int(stats["loss_scale_good"])
+
+    def scale_loss(self, loss):
+        return loss * self.dynamic_scale
+
+    def get_config(self):
+        return {"name": self.name, "inner_optimizer": serialize(self.inner_optimizer),
+                "initial_scale": self.initial_scale, "dynamic_growth_steps": self.dynamic_growth_steps}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        inner = deserialize(config.pop("inner_optimizer"))
+        return cls(inner, **config)
+
+    def __repr__(self):
+        return f"<LossScaleOptimizer {self.inner_optimizer!r} scale={self.dynamic_scale}>"
+
+
 _BY_NAME = {"adam": Adam, "sgd": SGD, "rmsprop": RMSprop}
 _KNOWN_ELSEWHERE = ("adagrad", "adadelta", "adamax", "nadam", "adamw", "ftrl", "lion", "adafactor",
-                    "lamb", "loss_scale_optimizer")
+                    "lamb")
 
 
 def get(identifier):
@@ -232,7 +344,9 @@ def serialize(optimizer):
 
 
 def deserialize(config):
-    cls = {c.__name__: c for c in _BY_NAME.values()}.get(config.get("class_name"))
+    classes = {c.__name__: c for c in _BY_NAME.values()}
+    classes["LossScaleOptimizer"] = LossScaleOptimizer
+    cls = classes.get(config.get("class_name"))
     if cls is None:
         raise ValueError(f"Unknown optimizer in config: {config!r}")
     return cls.from_config(dict(config.get("config", {})))

@@ -187,6 +187,7 @@ class Layer:
         descs = self.plan_layers((None,) + x.shape[1:])
         for d in descs:
             d["trainable"] = False
+            d.setdefault("dtype", self.compute_dtype)
         return lowering.run_inference(self._inference_plans, descs, x)
 
     # ------------------------------------------------------------ config

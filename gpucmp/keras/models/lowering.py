@@ -40,6 +40,7 @@ def describe(leaves, input_shape, trainable_of):
         seen.add(id(layer))
         for d in layer.plan_layers(shape):
             d["trainable"] = bool(trainable_of(layer))
+            d.setdefault("dtype", layer.compute_dtype)   # the layer's dtype policy
             descs.append(d)
         shape = layer.compute_output_shape(shape)
     if not descs:

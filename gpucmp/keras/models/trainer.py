@@ -90,6 +90,9 @@ class Trainer:
         _unsupported(loss_weights=loss_weights, weighted_metrics=weighted_metrics)
         self._check_lowerable()
         opt = optimizers.get(optimizer)
+        if auto_scale_loss and self.dtype_policy.name == "mixed_float16" \
+                and not isinstance(opt, optimizers.LossScaleOptimizer):
+            opt = optimizers.LossScaleOptimizer(opt)   # as Keras 3's compile() does
         if isinstance(loss, (list, dict)):
             raise NotImplementedError("several losses (multi-output models) are not supported")
         loss_obj = losses_mod.get(loss) if loss is not None else None
@@ -159,6 +162,8 @@ class Trainer:
                 "metrics": list(cfg.plan_metrics), "optimizer": self.optimizer.kind,
                 "opt_state": self.optimizer.state_for(
                     lowering.trainable_variables_in_plan_order(leaves, self._trainable_of)),
+                "loss_scaling": self.optimizer.loss_scaling,
+                "loss_scale_growth": getattr(self.optimizer, "dynamic_growth_steps", 2000),
             }
             return lowering.make_plan(descs, max_batch, train)
         return self._train_plans.get(cfg.key, rows, make)
@@ -293,8 +298,7 @@ class Trainer:
                         xb, yb = x_arr[lo:hi], y_arr[lo:hi]
                     hp["t"] = opt.iterations + 1
                     hp["lr"] = opt.current_learning_rate()
-                    stats = plan.train_step(xb, yb, hp, seed())
-                    opt.iterations += 1
+                    stats = _applied(opt, plan.train_step(xb, yb, _scaled(opt, hp), seed()))
                 opt.built = True
                 seen += hi - lo
                 step += k
@@ -363,7 +367,9 @@ class Trainer:
 
     # ------------------------------------------------------------ predict
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-        """Model outputs as a float32 NumPy array (dropout off), batch by batch."""
+        """Model outputs as a NumPy array (dropout off), batch by batch, in the last layer's
+        compute dtype as Keras returns them: float32, or float16 / bfloat16 under a mixed
+        policy."""
         _unsupported(steps=steps)
         batch_size = data.check_positive_int(batch_size, "batch_size", 32)
         verbose_level = _verbose(verbose)
@@ -382,6 +388,21 @@ class Trainer:
             if cbs.wants_batches:
                 cbs.on_predict_batch_end(step, {"outputs": out[lo:hi]})
         cbs.on_predict_end()
+        return self._in_output_dtype(out)
+
+    def _in_output_dtype(self, out):
+        """float32 results in the dtype Keras gives the model's output (exact: the plan
+        computed them in that dtype)."""
+        leaves = self._leaf_list()
+        dt = leaves[-1].compute_dtype if leaves else "float32"
+        if dt == "float16":
+            return out.astype(np.float16)
+        if dt == "bfloat16":
+            try:
+                import ml_dtypes
+            except ImportError:
+                return out
+            return out.astype(ml_dtypes.bfloat16)
         return out
 
     # ------------------------------------------------------------ single batches
@@ -395,9 +416,7 @@ class Trainer:
         x_arr, y_arr, cfg = self._prepare_xy(x, y)
         plan = self._train_plan(len(x_arr), cfg)
         opt = self.optimizer
-        hp = opt.hparams()
-        stats = plan.train_step(x_arr, y_arr, hp, self._dropout_seeder()())
-        opt.iterations += 1
+        stats = _applied(opt, plan.train_step(x_arr, y_arr, opt.hparams(), self._dropout_seeder()()))
         opt.built = True
         return self._batch_result(stats, len(x_arr), cfg, reset_metrics, return_dict)
 
@@ -424,7 +443,7 @@ class Trainer:
 
     def predict_on_batch(self, x):
         x_arr = self._prepare_x(x)
-        return np.asarray(self._infer_plan(len(x_arr)).predict(x_arr), dtype=np.float32)
+        return self._in_output_dtype(np.asarray(self._infer_plan(len(x_arr)).predict(x_arr), dtype=np.float32))
 
 
 def _upload(plan, x_arr, y_arr):
@@ -452,8 +471,22 @@ def _train_steps(plan, idx, batch, k, opt, hp, seed):
         opt.iterations = it0
     hp["t"] = it0 + 1
     hp["lr"] = float(lrs[0])
-    stats = plan.train_steps(idx, batch, hp, lrs, seeds)
-    opt.iterations = it0 + k
+    return _applied(opt, plan.train_steps(idx, batch, _scaled(opt, hp), lrs, seeds))
+
+
+def _scaled(opt, hp):
+    """hp with the loss scale state of a LossScaleOptimizer (as it is now)."""
+    if opt.loss_scaling:
+        hp.update(opt.scale_hparams())
+    return hp
+
+
+def _applied(opt, stats):
+    """Counts the steps the optimizer applied (a loss-scaled step with a non-finite
+    gradient is skipped: Keras does not count it) and keeps the new loss scale."""
+    opt.iterations += int(stats["steps_applied"])
+    if opt.loss_scaling:
+        opt.record_scale(stats)
     return stats
 
 
