@@ -15,7 +15,21 @@
  * Backward filter reduces over every output pixel, so the pixels are split into S
  * ranges whose float32 partial sums land in the workspace and are added in a fixed
  * order by a second kernel (deterministic); db is the extra row "x = 1" of that sum.
- * Index arithmetic is 64-bit throughout.
+ * Index arithmetic is 64-bit throughout, except in the small-K kernel below.
+ *
+ * Small-K weight gradient (conv_simt_wgrad_smallk_kernel): with few rows
+ * KC = KH*KW*C <= 64 (first layers, C < 8) the kernel above reads dy once per row
+ * (10 times for the seed CNN's 3x3x1 layer). There, a thread owns one f and one
+ * strided subset of a pixel range and keeps all KC sums (and db's) in registers
+ * (KC <= MAXR, a template of 16 / 32 / 64), so each dy value is read once; the x
+ * values of a pixel are the same for the FT threads of its f-tile (a broadcast load).
+ * A 256-thread block is G = 256 / FT pixel groups x FT filters (FT = min(F, 64),
+ * F-tiles over blockIdx.y); block z takes pixels [z*chunk, (z+1)*chunk), group g the
+ * pixels z*chunk + g + k*G (neighbouring groups read neighbouring dy rows), with the
+ * dy values of its next 4 pixels already requested (4 loads in flight per thread). The G group sums are
+ * added in shared memory in group order and written as part[z][r][f], exactly as the
+ * general kernel writes its partials, for the same fixed-order split reduction. 32-bit
+ * index math (the dispatcher checks the sizes).
  */
 #include "conv2d_internal.cuh"
 
@@ -129,6 +143,156 @@ static __global__ void __launch_bounds__(256) conv_simt_bwd_filter_kernel(const 
     part[(int64_t)blockIdx.y * rows * g.F + i] = acc;
 }
 
+#define SK_THREADS 256
+#define SK_FT 64  /* filters per block at most */
+#define SK_U 4    /* pixels per group in flight */
+#define SK_RED 16 /* rows per shared-memory reduction round */
+
+template <typename T, int MAXR>
+static __global__ void __launch_bounds__(SK_THREADS, MAXR <= 16 ? 4 : MAXR <= 32 ? 3 : 2)
+conv_simt_wgrad_smallk_kernel(const gc_conv2d_geom g, const T *__restrict__ x, const T *__restrict__ dy,
+                              int FT, int chunk, int with_db, float *__restrict__ part)
+{
+    /* the tap tables are read per pixel (volatile: not hoisted into 3 x MAXR registers) */
+    __shared__ int toff_s[MAXR], th_s[MAXR], tw_s[MAXR];
+    volatile int *toff = toff_s, *th = th_s, *tw = tw_s;
+    __shared__ float red[SK_RED][SK_THREADS];
+    const int H = (int)g.H, W = (int)g.W, C = (int)g.C, F = (int)g.F;
+    const int OH = (int)g.OH, OW = (int)g.OW, KC = (int)(g.KH * g.KW * g.C);
+    const int P = (int)g.N * OH * OW, rows = KC + with_db;
+    const int t = threadIdx.x, G = SK_THREADS / FT, grp = t / FT, fl = t % FT;
+    const int f = blockIdx.y * FT + fl;
+    if (t < KC) { /* tap r -> (kh, kw, c): offset in x from the window's corner */
+        const int c = t % C, tap = t / C, kw = tap % (int)g.KW, kh = tap / (int)g.KW;
+        th[t] = kh * g.dh;
+        tw[t] = kw * g.dw;
+        toff[t] = (th[t] * W + tw[t]) * C + c;
+    }
+    __syncthreads();
+
+    float acc[MAXR], accb = 0.0f;
+#pragma unroll
+    for (int r = 0; r < MAXR; r++) acc[r] = 0.0f;
+    const int p0 = blockIdx.x * chunk, p1 = min(p0 + chunk, P);
+    if (grp < G && f < F && p0 + grp < p1) {
+        const int ext_h = (int)(g.KH - 1) * g.dh, ext_w = (int)(g.KW - 1) * g.dw;
+        /* pixel p = p0 + grp as (n, oh, ow), and the step G in the same mixed radix */
+        int p = p0 + grp;
+        int ow = p % OW, oh = (p / OW) % OH, n = p / (OW * OH);
+        const int s_ow = G % OW, s_oh = (G / OW) % OH, s_n = G / (OW * OH);
+        /* dq: dy of the next SK_U pixels of this group (loads kept in flight) */
+        float dq[SK_U];
+#pragma unroll
+        for (int u = 0; u < SK_U; u++) dq[u] = p + u * G < p1 ? gc_to_f(dy[(p + u * G) * F + f]) : 0.0f;
+#pragma unroll 1
+        for (; p < p1; p += G) {
+            const float dv = dq[0];
+#pragma unroll
+            for (int u = 0; u < SK_U - 1; u++) dq[u] = dq[u + 1];
+            const int pn = p + SK_U * G;
+            dq[SK_U - 1] = pn < p1 ? gc_to_f(dy[pn * F + f]) : 0.0f;
+            const int ih0 = oh * g.sh - g.pad_top, iw0 = ow * g.sw - g.pad_left;
+            const T *xb = x + ((n * H + ih0) * W + iw0) * C;
+            if (ih0 >= 0 && iw0 >= 0 && ih0 + ext_h < H && iw0 + ext_w < W) {
+#pragma unroll
+                for (int r = 0; r < MAXR; r++)
+                    if (r < KC) acc[r] = fmaf(gc_to_f(xb[toff[r]]), dv, acc[r]);
+            } else { /* a window over the padding: skip the cells outside */
+#pragma unroll
+                for (int r = 0; r < MAXR; r++)
+                    if (r < KC && (unsigned)(ih0 + th[r]) < (unsigned)H &&
+                        (unsigned)(iw0 + tw[r]) < (unsigned)W)
+                        acc[r] = fmaf(gc_to_f(xb[toff[r]]), dv, acc[r]);
+            }
+            accb += dv;
+            ow += s_ow; /* advance by G pixels */
+            const int cw = ow >= OW;
+            ow -= cw ? OW : 0;
+            oh += s_oh + cw;
+            const int ch = oh >= OH;
+            oh -= ch ? OH : 0;
+            n += s_n + ch;
+        }
+    }
+    /* the G group sums of each (r, f), added in group order, SK_RED rows per round */
+    float *pz = part + (size_t)blockIdx.x * rows * F;
+#pragma unroll
+    for (int r0 = 0; r0 < MAXR + 1; r0 += SK_RED) {
+        if (r0 >= rows) break;
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < SK_RED; rr++) {
+            const int r = r0 + rr;
+            red[rr][t] = r < KC && r < MAXR ? acc[r < MAXR ? r : 0] : accb;
+        }
+        __syncthreads();
+        for (int o = t; o < SK_RED * FT; o += SK_THREADS) {
+            const int rr = o / FT, fo = o % FT, r = r0 + rr, ff = blockIdx.y * FT + fo;
+            if (r >= rows || ff >= F) continue;
+            float v = 0.0f;
+            for (int q = 0; q < G; q++) v += red[rr][q * FT + fo];
+            pz[r * F + ff] = v;
+        }
+    }
+}
+
+/* 1 when the small-K kernel takes the shape: KC <= 64 and every offset it forms
+ * (including a window's corner over the padding) within 32-bit index math. */
+static int smallk_applies(const gc_conv2d_geom *g)
+{
+    const int64_t lim = (int64_t)1 << 30;
+    const int64_t KC = g->KH * g->KW * g->C, eh = (g->KH - 1) * g->dh, ew = (g->KW - 1) * g->dw;
+    if (KC > 64 || g->F > lim || eh >= lim || ew >= lim || g->H >= lim || g->W >= lim) return 0;
+    return g->N * g->OH * g->OW * g->F < lim &&
+           (double)(g->N * g->H + eh + 1) * (double)(g->W + ew + 1) * (double)g->C < (double)lim;
+}
+
+/* The small-K kernel's launch (smallk_applies checked). */
+static gc_status simt_bwd_filter_smallk(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                        const void *x, const void *dy, void *dw, void *db)
+{
+    const int64_t KC = g->KH * g->KW * g->C, P = g->N * g->OH * g->OW, F = g->F;
+    const int FT = F < SK_FT ? (int)F : SK_FT, G = SK_THREADS / FT;
+    const int64_t ftiles = (F + FT - 1) / FT;
+    const int64_t rows = KC + (db ? 1 : 0);
+    /* about 4 blocks per SM in all, each pixel group summing >= 2 batches of SK_U */
+    const int64_t sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;
+    int64_t S = (sms * 4 + ftiles - 1) / ftiles;
+    int64_t chunk = (P + S - 1) / S;
+    if (chunk < (int64_t)G * SK_U * 2) chunk = (int64_t)G * SK_U * 2;
+    S = (P + chunk - 1) / chunk;
+    if (S > 4096) {
+        chunk = (P + 4095) / 4096;
+        S = (P + chunk - 1) / chunk;
+    }
+    if (ftiles > 65535)
+        return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_bwd_filter: F=%lld is too large", (long long)F);
+
+    void *ws = NULL;
+    gc_status st = gc_cuda_workspace(be, (size_t)(S * rows * F) * sizeof(float), &ws);
+    if (st) return st;
+    float *part = (float *)ws;
+    dim3 grid((unsigned)S, (unsigned)ftiles);
+    cudaStream_t s = gc_cuda_stream(be);
+    const int wdb = db ? 1 : 0;
+#define SK_LAUNCH(MR)                                                                       \
+    GC_CUDA_DISPATCH_FLOAT(dt, T,                                                           \
+        conv_simt_wgrad_smallk_kernel<T, MR><<<grid, SK_THREADS, 0, s>>>(                   \
+            *g, (const T *)x, (const T *)dy, FT, (int)chunk, wdb, part))
+    if (KC <= 16) {
+        SK_LAUNCH(16);
+    } else if (KC <= 32) {
+        SK_LAUNCH(32);
+    } else {
+        SK_LAUNCH(64);
+    }
+#undef SK_LAUNCH
+    if ((st = gc_cuda_launch_check("conv2d_bwd_filter (simt, small K)"))) return st;
+    if ((st = gc_conv2d_reduce_splits(be, dt, part, (int)S, rows * F, KC * F, dw))) return st;
+    if (db) st = gc_conv2d_reduce_splits(be, dt, part + KC * F, (int)S, rows * F, F, db);
+    return st;
+}
+
 static unsigned simt_grid(const gc_backend *be, int64_t n)
 {
     int64_t b = (n + 255) / 256;
@@ -173,6 +337,7 @@ extern "C" gc_status gc_conv2d_simt_bwd_filter(const gc_backend *be, const gc_co
         if (db) GC_CUDA_TRY(cudaMemsetAsync(db, 0, (size_t)F * gc_dtype_size(dt), s));
         return GC_OK;
     }
+    if (smallk_applies(g)) return simt_bwd_filter_smallk(be, g, dt, x, dy, dw, db);
     /* splits: enough blocks for about 8 per SM, each thread summing >= 64 pixels */
     const int64_t rows = KC + (db ? 1 : 0);
     const int64_t xblocks = (rows * F + 255) / 256;

@@ -8,6 +8,8 @@
  * Path choice (first match):
  *   impl == vendor                     -> cuBLASLt (gemm_vendor.cu), loaded at run time
  *   K == 0                             -> act(beta * C + bias), no multiply
+ *   small (small_worth_it)             -> 32 x 32 tiles + split K, fp32 FMA (gemm_small.cu),
+ *                                         f32 (exact, TF32 on or off), f16, bf16
  *   f32 and TF32 not allowed           -> exact SIMT fp32 (gemm_simt.cu)
  *   sm_90a code for this device and a
  *   big enough problem                 -> wgmma + TMA (gemm_wgmma.cu)
@@ -19,6 +21,11 @@
  * 128 x 128 tiles with split K win. The SIMT and mma.sync paths split K themselves
  * when there are few output tiles (gc_cuda_gemm_splits: weight gradients, small
  * latency-bound products), adding the fp32 partial sums in a fixed order.
+ * "Small" (small_worth_it): M*N*K <= 2^24 and the 128 x 128 tiles times the split the
+ * SIMT / mma.sync path would choose give fewer than half as many blocks as SMs (the
+ * Dense layers of the seed CNN: 1-5 blocks, 20-30 us each on an H200); there most SMs
+ * idle while a few pull the operands, and 32 x 32 tiles with their own split spread
+ * the same work over about one block per SM.
  */
 #include "gemm.cuh"
 
@@ -173,7 +180,7 @@ extern "C" gc_status gc_cuda_gemm_splitk_reduce(const gc_backend *be, const gc_g
 
 /* ------------------------------------------------------------------ path choice */
 
-enum { PATH_AUTO = 0, PATH_SIMT, PATH_MMA, PATH_WGMMA, PATH_BAD };
+enum { PATH_AUTO = 0, PATH_SIMT, PATH_MMA, PATH_WGMMA, PATH_SMALL, PATH_BAD };
 static int g_forced = PATH_AUTO;
 static __thread const char *g_last = "none";
 
@@ -183,7 +190,9 @@ extern "C" gc_status gc_cuda_gemm_force_path(const char *name)
     else if (!strcmp(name, "simt")) g_forced = PATH_SIMT;
     else if (!strcmp(name, "mma")) g_forced = PATH_MMA;
     else if (!strcmp(name, "wgmma")) g_forced = PATH_WGMMA;
-    else return gc_fail(GC_ERR_INVALID_ARG, "gemm: unknown path '%s' (auto, simt, mma, wgmma)", name);
+    else if (!strcmp(name, "small")) g_forced = PATH_SMALL;
+    else return gc_fail(GC_ERR_INVALID_ARG, "gemm: unknown path '%s' (auto, simt, mma, wgmma, small)",
+                        name);
     return GC_OK;
 }
 
@@ -198,6 +207,19 @@ static int wgmma_worth_it(const gc_backend *be, const gc_gemm_desc *d)
     const int64_t tm = (d->M + 127) / 128, tn = (d->N + 255) / 256;
     if ((double)d->M * (double)d->N < 0.5 * (double)(tm * 128) * (double)(tn * 256)) return 0;
     return tm * tn * 4 >= gc_cuda_sm_count(be);
+}
+
+/* Few big tiles: the 128 x 128 grid times the split K the SIMT (exact f32) or mma.sync
+ * path would choose (their gc_cuda_gemm_splits arguments) fills under half the SMs. */
+static int small_worth_it(const gc_backend *be, const gc_gemm_desc *d, int exact_f32)
+{
+    if ((double)d->M * (double)d->N * (double)d->K > (double)(1 << 24)) return 0;
+    int kps = 0;
+    const int splits = exact_f32 ? gc_cuda_gemm_splits(be, d, 128, 128, 2, 64, &kps)
+                                 : gc_cuda_gemm_splits(be, d, 128, 128, 2, 128, &kps);
+    const int64_t tiles = ((d->M + 127) / 128) * ((d->N + 127) / 128);
+    const int64_t sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;
+    return tiles * splits * 2 < sms;
 }
 
 extern "C" gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d)
@@ -242,7 +264,14 @@ extern "C" gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d)
             return gc_fail(GC_ERR_UNSUPPORTED, "gemm: the wgmma path is not available here");
         return st;
     }
+    case PATH_SMALL:
+        g_last = "small";
+        return gc_cuda_gemm_small(be, d);
     default: break;
+    }
+    if (small_worth_it(be, d, d->dtype == GC_F32 && !tf32)) {
+        g_last = "small";
+        return gc_cuda_gemm_small(be, d);
     }
     if (d->dtype == GC_F32 && !tf32) {
         g_last = "simt";

@@ -13,6 +13,8 @@
  * Files and paths (gemm.cu dispatches):
  *   gemm_simt.cu   exact float32 on the CUDA cores (the readable reference; the f32 path
  *                  when TF32 is off)
+ *   gemm_small.cu  small products (few 128 x 128 tiles): 32 x 32 tiles + split K, fp32
+ *                  FMA from any storage dtype, so that they spread over the SMs
  *   gemm_mma.cu    Tensor Cores through mma.sync (sm_80+): f16/bf16 m16n8k16, tf32 m16n8k8;
  *                  cp.async multi-stage pipeline; every layout, size and alignment
  *   gemm_wgmma.cu  Hopper (sm_90a): TMA + mbarrier pipeline + wgmma, warp-specialised,
@@ -51,9 +53,10 @@ gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d);
 
 /* Test / benchmark knobs (process-wide; not to be changed while GEMMs run).
  * gc_cuda_gemm_force_path: "auto" (default), "simt" (f32 only), "mma", "wgmma" (sm_90a
- * only); anything else, or a path that cannot run the next call, gives an error
- * status from that call. gc_cuda_gemm_last_path: the path the calling thread's last
- * gc_cuda_gemm took ("simt", "mma", "wgmma", "vendor", "epilogue" (K == 0), "none"). */
+ * only), "small" (any size); anything else, or a path that cannot run the next call,
+ * gives an error status from that call. gc_cuda_gemm_last_path: the path the calling
+ * thread's last gc_cuda_gemm took ("simt", "mma", "wgmma", "small", "vendor",
+ * "epilogue" (K == 0), "none"). */
 gc_status gc_cuda_gemm_force_path(const char *name);
 const char *gc_cuda_gemm_last_path(void);
 /* TF32 on the wgmma path: the tensor cores read fp32 operands from shared memory and
@@ -67,6 +70,8 @@ void gc_cuda_gemm_set_tf32_round(int on);
  * (M, N, K >= 1). */
 gc_status gc_cuda_gemm_simt(const gc_backend *be, const gc_gemm_desc *d);
 gc_status gc_cuda_gemm_mma(const gc_backend *be, const gc_gemm_desc *d, int tf32);
+/* fp32 FMA for every dtype (exact f32, so valid with TF32 on or off) */
+gc_status gc_cuda_gemm_small(const gc_backend *be, const gc_gemm_desc *d);
 /* 1 when this binary holds sm_90a code for the running device (probe kernel). */
 int gc_cuda_gemm_wgmma_compiled(const gc_backend *be);
 /* Runs when the layout / alignment is one it takes directly (see gemm_wgmma.cu);

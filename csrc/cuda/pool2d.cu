@@ -11,6 +11,18 @@
  * atomics are needed, every element of dx is written, and results are deterministic
  * (bit-identical to the CPU for f32; with disjoint windows the one contribution is
  * stored as is, as the CPU's single-write path does, so even -0 matches).
+ *
+ * Max backward fast path (maxpool_bwd_tiled_kernel): when the windows do not overlap
+ * and are never clipped (stride >= pool, no leading padding, the last window inside
+ * the image: VALID pooling with stride == pool, as in the seed CNN), the gather above
+ * re-scans the one window of every cell. Instead one thread takes one output window
+ * (and V consecutive channels when C and the pointers allow 16-byte accesses), finds
+ * its first arg-max in the same order with the same strict `>`, and writes its whole
+ * tile of dx: dy at the arg-max, 0 elsewhere. The tiles of the windows partition the
+ * image (window (oh, ow) owns rows [oh*sh, (oh+1)*sh) and columns [ow*sw, (ow+1)*sw),
+ * the last row / column of windows also the uncovered rest up to H / W), so every dx
+ * element is written exactly once, with the values the general kernel writes (the
+ * dy value through float, or +0): bit-identical. 32-bit index math.
  */
 #include "common.cuh"
 
@@ -126,6 +138,59 @@ __global__ void __launch_bounds__(256) maxpool_bwd_kernel(pool_dims d, const T *
     }
 }
 
+/* The fast path above: thread i owns window (n, oh, ow) and channels [c, c + V). */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) maxpool_bwd_tiled_kernel(pool_dims d, const T *x, const T *dy,
+                                                                T *dx)
+{
+    typedef gc_pack<T, V> P;
+    const int C = (int)d.C, H = (int)d.H, W = (int)d.W, OH = (int)d.OH, OW = (int)d.OW;
+    const int Cv = C / V, PH = d.PH, PW = d.PW;
+    const int total = (int)d.N * OH * OW * Cv;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int c = (i % Cv) * V;
+        int q = i / Cv;
+        const int ow = q % OW;
+        q /= OW;
+        const int oh = q % OH, n = q / OH;
+        const int h0 = oh * d.sh, w0 = ow * d.sw;
+        const int h1 = oh == OH - 1 ? H : h0 + d.sh, w1 = ow == OW - 1 ? W : w0 + d.sw;
+        const int img = n * H * W;
+        /* first arg-max per channel, row-major over the window, strict > */
+        float best[V];
+        int bi[V];
+        {
+            const P v = *(const P *)(x + (size_t)(img + h0 * W + w0) * C + c);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                best[j] = gc_to_f(v.v[j]);
+                bi[j] = h0 * W + w0;
+            }
+        }
+        for (int h = h0; h < h0 + PH; h++)
+            for (int w = w0; w < w0 + PW; w++) {
+                const P v = *(const P *)(x + (size_t)(img + h * W + w) * C + c);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    const float f = gc_to_f(v.v[j]);
+                    if (f > best[j]) {
+                        best[j] = f;
+                        bi[j] = h * W + w;
+                    }
+                }
+            }
+        const P g = *(const P *)(dy + (size_t)((n * OH + oh) * OW + ow) * C + c);
+        for (int h = h0; h < h1; h++)
+            for (int w = w0; w < w1; w++) {
+                P o;
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    o.v[j] = gc_from_f<T>(bi[j] == h * W + w ? gc_to_f(g.v[j]) : 0.0f);
+                *(P *)(dx + (size_t)(img + h * W + w) * C + c) = o;
+            }
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) avgpool_bwd_kernel(pool_dims d, const T *dy, T *dx)
 {
@@ -218,6 +283,25 @@ extern "C" gc_status gc_cuda_op_maxpool2d_bwd(const gc_backend *be, const gc_op_
     const void *x = call->in[0]->data, *dy = call->in[1]->data;
     void *dx = call->out[0]->data;
     cudaStream_t s = gc_cuda_stream(be);
+    /* disjoint, unclipped windows: one thread per window (maxpool_bwd_tiled_kernel) */
+    if (d.disjoint && d.pt == 0 && d.pl == 0 && (d.OH - 1) * d.sh + d.PH <= d.H &&
+        (d.OW - 1) * d.sw + d.PW <= d.W && n < (1LL << 30)) {
+        const int es = (int)gc_dtype_size(call->in[0]->dtype), V = 16 / es;
+        const int vec = d.C % V == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)dy % 16) == 0 &&
+                        ((uintptr_t)dx % 16) == 0;
+        const int64_t windows = d.N * d.OH * d.OW * (vec ? d.C / V : d.C);
+        const unsigned grid = grid_for(be, windows);
+        if (vec) {
+            GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                                   maxpool_bwd_tiled_kernel<T, 16 / sizeof(T)><<<grid, 256, 0, s>>>(
+                                       d, (const T *)x, (const T *)dy, (T *)dx));
+        } else {
+            GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                                   maxpool_bwd_tiled_kernel<T, 1><<<grid, 256, 0, s>>>(
+                                       d, (const T *)x, (const T *)dy, (T *)dx));
+        }
+        return gc_cuda_launch_check("maxpool2d_bwd (disjoint windows)");
+    }
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
                            maxpool_bwd_kernel<T><<<grid_for(be, n), 256, 0, s>>>(
                                d, (const T *)x, (const T *)dy, (T *)dx));

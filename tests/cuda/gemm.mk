@@ -18,7 +18,7 @@ ARCHS ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_9
 BUILD := build/gemm_test/$(TAG)
 WATCHDOG ?= 8000000000LL
 NVFLAGS := -DGC_GEMM_WATCHDOG=$(WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC -Icsrc/include -Icsrc/cuda $(ARCHS)
-CU  := csrc/cuda/gemm.cu csrc/cuda/gemm_simt.cu csrc/cuda/gemm_mma.cu csrc/cuda/gemm_wgmma.cu \
+CU  := csrc/cuda/gemm.cu csrc/cuda/gemm_simt.cu csrc/cuda/gemm_small.cu csrc/cuda/gemm_mma.cu csrc/cuda/gemm_wgmma.cu \
        csrc/cuda/gemm_vendor.cu tests/cuda/test_gemm.cu
 C   := csrc/core/status.c csrc/core/dtype.c
 OBJ := $(patsubst %,$(BUILD)/%.o,$(notdir $(CU) $(C)))

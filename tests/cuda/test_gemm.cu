@@ -7,8 +7,9 @@
  * Correctness: against a double-precision host reference on fresh random inputs
  * (seed printed; --seed N replays), for f32 exact (SIMT), f32 as TF32, f16 and bf16,
  * every path this device runs (auto, mma.sync forced, wgmma forced where sm_90a code
- * is present, cuBLASLt), all four transpose cases, odd sizes (1x1x1, 37x53x71,
- * 127x129x65, K=0, 1000x3x500 ...), alpha / beta / bias / every elementwise act.
+ * is present, the small-GEMM kernel forced, cuBLASLt), all four transpose cases, odd
+ * sizes (1x1x1, 37x53x71, 127x129x65, K=0, 1000x3x500 ...), alpha / beta / bias /
+ * every elementwise act.
  * C is poisoned with NaN when beta == 0 (an unwritten element stays NaN). The strided
  * cases call gc_cuda_gemm directly with leading dimensions larger than the rows (NaN
  * in the padding: never to be read), pointers off 16-byte alignment (the scalar-load
@@ -369,6 +370,7 @@ static void correctness(int quick)
             for (int mode = 0; mode < MODE_COUNT; mode++) {
                 problem p;
                 problem_make(p, mode_dtype(mode), ta, tb, s.M, s.N, s.K, 0, 0, ep);
+                run_case(p, mode, "small", 1);
                 if (mode == MODE_F32) {
                     run_case(p, mode, "auto", 1);
                     run_case(p, mode, "vendor", 1);
@@ -391,6 +393,7 @@ static void correctness(int quick)
                 for (int mode = 0; mode < MODE_COUNT; mode++) {
                     problem p;
                     problem_make(p, mode_dtype(mode), ta, tb, s.M, s.N, s.K, 5, mis, ep);
+                    run_case(p, mode, "small", 0);
                     if (mode == MODE_F32) {
                         run_case(p, mode, "auto", 0);
                     } else {

@@ -1,0 +1,142 @@
+"""The CUDA fast paths for small / special shapes, against the float64 oracle.
+
+test_ops.py's random shapes are small and mostly odd, so three kernels the seed CNN
+relies on would be reached there only by chance. Here shapes are chosen to take them
+(the dispatch conditions are in the kernels' files):
+
+- maxpool2d_bwd, disjoint unclipped windows (pool2d.cu, maxpool_bwd_tiled_kernel):
+  stride == pool and stride > pool, VALID, odd sizes (row / column not covered by any
+  window: must be 0), 16-byte channel vectors (C % 4 / C % 8 == 0) and scalar channels,
+  integer inputs so that windows hold ties (the first maximum wins). The result is a
+  selection, so it must equal the oracle exactly, and the CPU backend bit for bit.
+- conv2d_bwd_filter with KH*KW*C <= 64 (conv2d_simt.cu, conv_simt_wgrad_smallk_kernel):
+  C = 1 and C = 3 (3x3, bias gradient), batches big enough for several pixel ranges
+  and blocks, F below / at / above the 64-filter tile, padding and strides, and
+  KH*KW*C = 63 / 64 (the 64-row template).
+- gemm, few 128 x 128 tiles (gemm_small.cu): every transpose case with N = 10 and
+  K = 10 / 64 / 576, bias + relu, beta != 0 (and the seed CNN's Dense products).
+
+Each in float32 (TF32 off and on), float16 and bfloat16, through gpucmp.ops (which
+NaN-poisons outputs, so an unwritten element fails) with test_ops.py's Case: the same
+inputs, tolerances and cancellation floor as the op matrix. Marked `cuda`: skipped
+cleanly without a CUDA backend.
+"""
+import numpy as np
+import pytest
+
+import reference as ref
+from gpucmp import _core, ops
+from test_ops import Case, _abs
+
+pytestmark = pytest.mark.cuda
+
+DTYPES = ("float32", "tfloat32", "float16", "bfloat16")
+
+
+def _gpu():
+    names = [b for b in _core.backends() if b.startswith("cuda")]
+    return names[0] if names else "cuda:0"
+
+
+@pytest.fixture
+def case():
+    """A test_ops Case on the GPU for (op, dtype); TF32 set for the dtype, restored."""
+    allowed = _core.get_allow_tf32()
+
+    def make(op, dtype):
+        c = Case(op, _gpu(), "float32" if dtype == "tfloat32" else dtype, None)
+        c.tf32 = dtype == "tfloat32"
+        _core.set_allow_tf32(c.tf32)
+        return c
+
+    yield make
+    _core.set_allow_tf32(allowed)
+
+
+# ---------------------------------------------------------------- max-pool backward
+POOLS = [
+    dict(N=3, H=11, W=11, C=64, P=(2, 2), s=None),    # seed CNN's 2nd pool: row/col 10 uncovered
+    dict(N=2, H=27, W=26, C=32, P=(2, 2), s=None),    # odd H, vectors of 4 f32 / 8 f16
+    dict(N=2, H=9, W=7, C=3, P=(2, 2), s=None),       # scalar channels
+    dict(N=2, H=8, W=11, C=8, P=(2, 3), s=(3, 4)),    # stride > pool: gaps between windows
+    dict(N=1, H=7, W=10, C=5, P=(3, 3), s=(3, 3)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:1] + DTYPES[2:])
+@pytest.mark.parametrize("g", POOLS, ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-p{g['P']}-s{g['s']}")
+def test_maxpool_bwd_disjoint(case, dtype, g):
+    c = case("maxpool2d_bwd", dtype)
+    shape = (g["N"], g["H"], g["W"], g["C"])
+    for ties in (True, False):
+        x = c.round(c.rng.integers(-2, 2, shape).astype(float)) if ties else c.normal(shape)
+        dy = c.normal(ref.pool2d_output_shape(shape, g["P"], g["s"], "valid"))
+        c.what = f"x={shape} pool={g['P']} strides={g['s']} valid" + (" (ties)" if ties else "")
+        dx = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], "valid", **c.kw)
+        c.check("dx", dx, ref.max_pool2d_backward(x, dy, g["P"], g["s"], "valid"), tol=0.0)
+        cpu = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], "valid", backend="cpu",
+                                      **{k: v for k, v in c.kw.items() if k != "backend"})
+        assert np.array_equal(np.asarray(cpu).view(np.uint8), np.asarray(dx).view(np.uint8)), \
+            c.msg("differs from the CPU backend bit for bit")
+
+
+# ---------------------------------------------------------------- small-K weight gradient
+CONVS = [
+    dict(N=64, H=28, W=28, C=1, F=32, KH=3, KW=3, s=(1, 1), pad="valid"),  # seed CNN's 1st layer
+    dict(N=16, H=20, W=21, C=3, F=16, KH=3, KW=3, s=(1, 1), pad="same"),   # RGB, padding
+    dict(N=8, H=23, W=19, C=3, F=10, KH=3, KW=3, s=(2, 2), pad="same"),    # F = 10: 25 groups
+    dict(N=8, H=15, W=15, C=1, F=80, KH=5, KW=5, s=(1, 1), pad="valid"),   # two filter tiles
+    dict(N=4, H=12, W=13, C=7, F=9, KH=3, KW=3, s=(1, 2), pad="same"),     # 63 rows
+    dict(N=4, H=10, W=10, C=16, F=4, KH=2, KW=2, s=(1, 1), pad="valid"),   # 64 rows, F < 8
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g", CONVS, ids=lambda g: f"C{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}-{g['pad']}")
+def test_conv_bwd_filter_small_k(case, dtype, g):
+    c = case("conv2d_bwd_filter", dtype)
+    x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+    k, d = (g["KH"], g["KW"]), (1, 1)
+    yshape = ref.conv2d_output_shape(x.shape, (g["KH"], g["KW"], g["C"], g["F"]), g["s"], g["pad"], d)
+    dy = c.normal(yshape)
+    rows = yshape[0] * yshape[1] * yshape[2]
+    c.what = (f"x={x.shape} kernel=({g['KH']},{g['KW']},{g['C']},{g['F']}) strides={g['s']} "
+              f"padding={g['pad']} with_bias=True")
+    dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), k, strides=g["s"], padding=g["pad"],
+                                        with_bias=True, **c.kw)
+    want_w, want_b = ref.conv2d_backward_filter(x, dy, k, g["s"], g["pad"], d)
+    terms_w, terms_b = ref.conv2d_backward_filter(abs(x), abs(dy), k, g["s"], g["pad"], d)
+    c.check("dw", dw, want_w, k=rows, terms=terms_w)
+    c.check("db", db, want_b, k=rows, terms=terms_b)
+    c.what += " (without bias)"
+    dw2, db2 = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), k, strides=g["s"], padding=g["pad"],
+                                          with_bias=False, **c.kw)
+    assert db2 is None, c.msg("db returned although with_bias=False")
+    c.check("dw", dw2, want_w, k=rows, terms=terms_w)
+
+
+# ---------------------------------------------------------------- small GEMMs
+GEMMS = [(128, 10, 10), (128, 10, 64), (128, 10, 576), (33, 10, 577),
+         (128, 64, 576), (576, 64, 128), (128, 576, 64)]  # seed CNN's Dense products
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("mnk", GEMMS, ids=lambda s: "x".join(map(str, s)))
+def test_gemm_small(case, dtype, layout, mnk):
+    c = case("gemm", dtype)
+    m, n, k = mnk
+    trans_a, trans_b = layout[0] == "T", layout[1] == "T"
+    a = c.normal((k, m) if trans_a else (m, k))
+    b = c.normal((n, k) if trans_b else (k, n))
+    bias, cm = c.normal(n), c.normal((m, n))
+    for alpha, beta, act in ((1.0, 0.5, "relu"), (-0.75, -1.25, "linear"), (1.0, 0.0, "relu")):
+        c.what = (f"M={m} N={n} K={k} trans_a={trans_a} trans_b={trans_b} alpha={alpha} "
+                  f"beta={beta} bias=True act={act}")
+        out = ops.gemm(c.arg(a), c.arg(b), c.arg(bias), c.arg(cm) if beta else None,
+                       trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, activation=act,
+                       **c.kw)
+        want = ref.gemm(a, b, bias, cm if beta else None, trans_a, trans_b, alpha, beta, act)
+        terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm) if beta else None, trans_a, trans_b,
+                         abs(alpha), abs(beta))
+        c.check("c", out, want, k=k, terms=terms)
