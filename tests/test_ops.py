@@ -280,7 +280,29 @@ def _dot64(r, y):
 # the cases, one per op
 # =====================================================================================
 
+def _gemm_paths(c):
+    """The CUDA GEMM kernels a case runs through (forced, so every kernel is covered
+    whatever the dispatcher picks for these small shapes): TF32 / half dtypes take
+    mma.sync and the small-tile kernel, exact float32 the SIMT and small-tile ones."""
+    if c.backend == "cpu":
+        return [None]
+    exact = c.dtype == "float32" and not c.tf32
+    return ["auto", "simt" if exact else "mma", "small"]
+
+
 def case_gemm(c):
+    for path in _gemm_paths(c):
+        if path is None:
+            _case_gemm(c, "")
+            continue
+        _core.cuda_gemm_force_path(path)
+        try:
+            _case_gemm(c, path)
+        finally:
+            _core.cuda_gemm_force_path("auto")
+
+
+def _case_gemm(c, path):
     r = c.rng
     shapes = [(1, 1, 1), (3, 5, 0), (67, 45, 129), (64, 64, 64), (17, 33, 9)]
     shapes += [tuple(int(v) for v in r.integers(1, 40, 3)) for _ in range(4)]
@@ -294,11 +316,14 @@ def case_gemm(c):
                 alpha = float(r.choice([1.0, 1.0, 0.75, -2.0]))
                 cm = c.normal((m, n)) if beta else None
                 act = str(r.choice(ELEMENTWISE_ACTS))
-                c.what = (f"M={m} N={n} K={k} trans_a={trans_a} trans_b={trans_b} alpha={alpha} "
-                          f"beta={beta} bias={bias is not None} act={act}")
+                c.what = (f"path={path} M={m} N={n} K={k} trans_a={trans_a} trans_b={trans_b} "
+                          f"alpha={alpha} beta={beta} bias={bias is not None} act={act}")
                 out = ops.gemm(c.arg(a), c.arg(b), None if bias is None else c.arg(bias),
                                None if cm is None else c.arg(cm), trans_a=trans_a,
                                trans_b=trans_b, alpha=alpha, beta=beta, activation=act, **c.kw)
+                if path not in ("", "auto") and m * n and k:
+                    assert _core.cuda_gemm_last_path() == path, c.msg(
+                        f"ran {_core.cuda_gemm_last_path()!r}, not the forced {path!r}")
                 want = ref.gemm(a, b, bias, cm, trans_a, trans_b, alpha, beta, act)
                 terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), trans_a, trans_b,
                                  abs(alpha), abs(beta))

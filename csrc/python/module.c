@@ -25,6 +25,8 @@
 
 #ifdef GPUCMP_WITH_CUDA
 extern gc_status gc_cuda_register_all(void);
+extern gc_status gc_cuda_gemm_force_path(const char *name);
+extern const char *gc_cuda_gemm_last_path(void);
 #endif
 
 /* ------------------------------------------------------------------ errors */
@@ -1322,6 +1324,35 @@ static PyTypeObject PlanType = {
     .tp_new = plan_new,
 };
 
+/* ------------------------------------------------------------------ GPU GEMM path hooks */
+
+/* Test hooks: force the CUDA GEMM path ("auto", "simt", "mma", "wgmma", "small") so the
+ * op tests cover every kernel whatever the dispatcher would pick for their shapes, and
+ * read which one the last call took. Without the CUDA backend: RuntimeError. */
+static PyObject *py_cuda_gemm_force_path(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+#ifdef GPUCMP_WITH_CUDA
+    gc_status s = gc_cuda_gemm_force_path(name);
+    if (s) return gc_py_raise(s);
+    Py_RETURN_NONE;
+#else
+    return PyErr_Format(PyExc_RuntimeError, "cuda_gemm_force_path: this build has no CUDA backend");
+#endif
+}
+
+static PyObject *py_cuda_gemm_last_path(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+#ifdef GPUCMP_WITH_CUDA
+    return PyUnicode_FromString(gc_cuda_gemm_last_path());
+#else
+    return PyErr_Format(PyExc_RuntimeError, "cuda_gemm_last_path: this build has no CUDA backend");
+#endif
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -1334,6 +1365,9 @@ static PyMethodDef module_methods[] = {
     {"set_allow_tf32", py_set_allow_tf32, METH_O, "set_allow_tf32(bool): float32 GEMM/conv may use TF32 on GPUs"},
     {"get_allow_tf32", py_get_allow_tf32, METH_NOARGS, "whether float32 GEMM/conv may use TF32 on GPUs"},
     {"cpu_force_simd", py_cpu_force_simd, METH_O, "cpu_force_simd(name): pick a micro-kernel ('auto' resets)"},
+    {"cuda_gemm_force_path", py_cuda_gemm_force_path, METH_O,
+     "cuda_gemm_force_path(name): 'auto', 'simt', 'mma', 'wgmma' or 'small' (test hook)"},
+    {"cuda_gemm_last_path", py_cuda_gemm_last_path, METH_NOARGS, "the CUDA GEMM path of the last call"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "gpucmp._core",
