@@ -12,5 +12,5 @@ for b in ${BATCHES:-128 32}; do
     --launch-skip ${SKIP:-3000} --launch-count ${COUNT:-150} \
     python3 benchmarks/profile_cnn_step.py --batch $b --precision ${PRECISION:-float32} > /tmp/ncu_b$b.csv 2>&1
   echo "ncu batch $b rc=$?"
-  python3 benchmarks/ncu_summary.py /tmp/ncu_b$b.csv --steps ${STEPS:-3} | tee "$OUT/ncu_b$b.txt" | head -45
+  python3 benchmarks/ncu_summary.py /tmp/ncu_b$b.csv --steps ${STEPS:-2} > "$OUT/ncu_b$b.txt"; head -30 "$OUT/ncu_b$b.txt"; tail -1 "$OUT/ncu_b$b.txt"
 done
