@@ -48,8 +48,8 @@ __device__ __forceinline__ void rmsprop_one(float g, float &w, float &v, float l
 
 /* Dynamic values (gpucmp.h): `dyn`, when not NULL, is device memory read by the kernel
  * when it runs (so a captured graph replays with what the plan wrote there): lr = dyn[0]
- * for sgd / rmsprop; for Adam a one-thread prologue kernel turns {lr, t} into alpha
- * (in double, as the host does) in the backend's scratch buffer, which the update reads. */
+ * for sgd / rmsprop; for Adam each block of adam_dyn_kernel turns {lr, t} into alpha
+ * (in double, as the host does). */
 
 /* the step is skipped (dynamic loss scaling found a non-finite gradient): the update
  * writes back what it read */
@@ -58,12 +58,11 @@ __device__ __forceinline__ bool skipped(const float *skip) { return skip && __ld
 /* in: g, w, m, v; out: w, m, v */
 struct adam_f {
     float alpha, omb1, omb2, eps;
-    const float *alpha_dev; /* not NULL: alpha computed on the device (dynamic values) */
     const float *skip;      /* not NULL and != 0: leave everything as it is */
     __device__ __forceinline__ void operator()(int64_t, const float *x, float *y) const
     {
         float w = x[1], m = x[2], v = x[3];
-        if (!skipped(skip)) adam_one(x[0], w, m, v, alpha_dev ? __ldg(alpha_dev) : alpha, omb1, omb2, eps);
+        if (!skipped(skip)) adam_one(x[0], w, m, v, alpha, omb1, omb2, eps);
         y[0] = w; y[1] = m; y[2] = v;
     }
 };
@@ -99,13 +98,31 @@ static float adam_alpha(float lr, float b1, float b2, int64_t t)
     return (float)((double)lr * sqrt(1.0 - pow((double)b2, (double)t)) / (1.0 - pow((double)b1, (double)t)));
 }
 
-/* alpha from the dynamic {lr, t}, the formula of adam_alpha (t < 1 gives NaN: the plan
- * writes t >= 1; a standalone call has validated the fields only) */
-__global__ void adam_alpha_kernel(const float *dyn, float b1, float b2, float *alpha)
+/* Adam with dynamic {lr, t} (a captured step): thread 0 of each block turns them into
+ * alpha in double, exactly as the host (adam_alpha) and the CPU do, and the block updates its
+ * grid-stride share -- one launch per tensor instead of a prologue kernel plus the map
+ * (the seeds' CNN has 10 tensors: 10 launches saved per step). */
+template <typename T>
+static __global__ void __launch_bounds__(256) adam_dyn_kernel(int64_t n, const T *g, T *w, T *m, T *v,
+                                                              const float *dyn, const float *skip, float b1,
+                                                              float b2, float eps)
 {
-    double t = (double)dyn[1];
-    *alpha = t >= 1.0 ? (float)((double)dyn[0] * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)))
-                      : __int_as_float(0x7fc00000);
+    __shared__ float sh_alpha;
+    if (skipped(skip)) return;
+    if (threadIdx.x == 0) {
+        double t = (double)dyn[1];
+        sh_alpha = t >= 1.0 ? (float)((double)dyn[0] * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)))
+                            : __int_as_float(0x7fc00000);
+    }
+    __syncthreads();
+    const float alpha = sh_alpha, omb1 = 1.0f - b1, omb2 = 1.0f - b2;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float wv = gc_to_f(w[i]), mv = gc_to_f(m[i]), vv = gc_to_f(v[i]);
+        adam_one(gc_to_f(g[i]), wv, mv, vv, alpha, omb1, omb2, eps);
+        w[i] = gc_from_f<T>(wv);
+        m[i] = gc_from_f<T>(mv);
+        v[i] = gc_from_f<T>(vv);
+    }
 }
 
 extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *call)
@@ -116,13 +133,16 @@ extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *cal
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
     adam_f f = {p->dyn ? 0.0f : adam_alpha(p->lr, p->beta_1, p->beta_2, p->t), 1.0f - p->beta_1,
-                1.0f - p->beta_2, p->epsilon, NULL, p->skip};
-    if (p->dyn) {
-        float *alpha = (float *)gc_cuda_scratch(be);
-        if (!alpha) return gc_fail(GC_ERR_BACKEND, "adam: the backend has no scratch buffer");
-        adam_alpha_kernel<<<1, 1, 0, gc_cuda_stream(be)>>>(p->dyn, p->beta_1, p->beta_2, alpha);
-        if ((st = gc_cuda_launch_check("adam (dynamic alpha)"))) return st;
-        f.alpha_dev = alpha;
+                1.0f - p->beta_2, p->epsilon, p->skip};
+    if (p->dyn) { /* one launch: each block computes alpha from {lr, t} itself */
+        int64_t b = (n + 255) / 256;
+        const int64_t cap = (int64_t)(gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80) * 8;
+        if (b > cap) b = cap;
+        GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+            adam_dyn_kernel<T><<<(unsigned)b, 256, 0, gc_cuda_stream(be)>>>(
+                n, (const T *)call->in[0]->data, (T *)call->out[0]->data, (T *)call->out[1]->data,
+                (T *)call->out[2]->data, p->dyn, p->skip, p->beta_1, p->beta_2, p->epsilon));
+        return gc_cuda_launch_check("adam (dynamic lr / t)");
     }
     const void *in[4] = {call->in[0]->data, call->out[0]->data, call->out[1]->data, call->out[2]->data};
     void *out[3] = {call->out[0]->data, call->out[1]->data, call->out[2]->data};
