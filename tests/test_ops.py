@@ -804,7 +804,10 @@ def _check_skip(c, arrays, update):
                 c.msg(f"skip={value}: array {k} changed")
     before = [a.copy() for a in arrays]
     update(ops.skip_flag(0.0, c.backend))
-    assert any(not np.array_equal(a, b) for a, b in zip(arrays, before)), c.msg("skip=0: nothing updated")
+    # a flag of 0 updates: visible in float32; in half precision a step below half an ulp
+    # of a weight rounds away, so only a tensor of many elements must show a change
+    if c.dtype == "float32" or arrays[0].size >= 64:
+        assert any(not np.array_equal(a, b) for a, b in zip(arrays, before)), c.msg("skip=0: nothing updated")
 
 
 def case_rmsprop(c):
