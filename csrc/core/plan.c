@@ -90,6 +90,10 @@ struct gc_plan {
     int widen;                   /* some dtype is not native to the backend: gc_op_run */
     void *logits32, *glast32;    /* float32 last output / its loss gradient, when needed */
     void *ls_state, *ls_bad;     /* loss scaling: float {scale, good steps}, bad count */
+    /* the fused optimizer step (backends with optim_multi) */
+    void *opt_slots;             /* backend memory: one gc_opt_slot per trained tensor */
+    int n_slots, fused_opt;
+    int64_t max_slot_n;
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -562,11 +566,17 @@ static gc_status update(gc_plan *p, const gc_opt_hparams *hp)
         if (l->d.bias && (l->db32 != l->db || ls))
             TRY(scale_cast(p, l->db, l->dt, l->db32, GC_F32, bias_numel(l), scale, 1, ls));
     }
-    for (int i = 0; i < p->n; i++) {
-        plan_layer *l = &p->L[i];
-        if (!trains(p, l)) continue;
-        TRY(update_one(p, hp, l->d.kernel, l->dw32, l->state_w, kernel_numel(l)));
-        if (l->d.bias) TRY(update_one(p, hp, l->d.bias, l->db32, l->state_b, bias_numel(l)));
+    if (p->fused_opt && p->opt_slots && !p->checking) { /* every tensor in one launch */
+        const float *dyn = p->device_mode ? (const float *)p->dyn : NULL;
+        TRY(p->be->optim_multi(p->be, hp, dyn, ls ? (const float *)p->ls_bad : NULL, p->opt_slots,
+                               p->n_slots, p->max_slot_n));
+    } else { /* per tensor (and always in the creation dry run: each call validated) */
+        for (int i = 0; i < p->n; i++) {
+            plan_layer *l = &p->L[i];
+            if (!trains(p, l)) continue;
+            TRY(update_one(p, hp, l->d.kernel, l->dw32, l->state_w, kernel_numel(l)));
+            if (l->d.bias) TRY(update_one(p, hp, l->d.bias, l->db32, l->state_b, bias_numel(l)));
+        }
     }
     if (!ls) return GC_OK;
     gc_loss_scale_params lp = {p->train.loss_scale_growth};
@@ -858,6 +868,14 @@ void gc_plan_use_graphs(gc_plan *p, int on)
 
 int64_t gc_plan_graph_replays(const gc_plan *p) { return p ? p->replays : 0; }
 
+int gc_plan_use_fused_optimizer(gc_plan *p, int on)
+{
+    if (!p) return 0;
+    gc_plan_use_graphs(p, p->graphs_on); /* a captured step holds the old choice */
+    p->fused_opt = on && p->opt_slots != NULL;
+    return p->fused_opt;
+}
+
 void gc_plan_destroy(gc_plan *p)
 {
     if (!p) return;
@@ -881,7 +899,8 @@ void gc_plan_destroy(gc_plan *p)
     void *bufs[] = {p->x,        p->scratch,  p->y,        p->loss_rows, p->probs,
                     p->metric_rows, p->count, p->data_x,   p->data_y,    p->idx_all,
                     p->dyn_all,  p->seed_all, p->idx_step, p->dyn,       p->dyn_seed,
-                    p->acc,      p->logits32, p->glast32, p->ls_state,  p->ls_bad};
+                    p->acc,      p->logits32, p->glast32, p->ls_state,  p->ls_bad,
+                    p->opt_slots};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k]) be->release(be, bufs[k]);
     free(p->host_rows);
@@ -948,6 +967,39 @@ static gc_status check_layers(const gc_layer_desc *layers, int n)
         }
     }
     return GC_OK;
+}
+
+/* The fused optimizer step's table: (w, g, state) of every trained tensor, in backend
+ * memory, built once (the pointers never change for the plan's life). */
+static gc_status build_opt_slots(gc_plan *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        if (trains(p, &p->L[i])) n += p->L[i].d.bias ? 2 : 1;
+    if (n == 0) return GC_OK;
+    gc_opt_slot *h = calloc((size_t)n, sizeof *h);
+    if (!h) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    const int per = p->train.opt == GC_OPT_ADAM ? 2 : 1;
+    int k = 0;
+    for (int i = 0; i < p->n; i++) {
+        plan_layer *l = &p->L[i];
+        if (!trains(p, l)) continue;
+        for (int b = 0; b < (l->d.bias ? 2 : 1); b++, k++) {
+            void **st = b ? l->state_b : l->state_w;
+            h[k].w = b ? l->d.bias : l->d.kernel;
+            h[k].g = b ? l->db32 : l->dw32;
+            h[k].s1 = st ? st[0] : NULL;
+            h[k].s2 = st && per == 2 ? st[1] : NULL;
+            h[k].n = b ? bias_numel(l) : kernel_numel(l);
+            if (h[k].n > p->max_slot_n) p->max_slot_n = h[k].n;
+        }
+    }
+    gc_status s = p->be->alloc(p->be, (size_t)n * sizeof *h, &p->opt_slots);
+    if (s == GC_OK) s = p->be->upload(p->be, p->opt_slots, h, (size_t)n * sizeof *h);
+    free(h);
+    p->n_slots = n;
+    p->fused_opt = 1;
+    return s;
 }
 
 static gc_status setup_train(gc_plan *p, const gc_train_desc *t)
@@ -1103,6 +1155,7 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int 
         s = alloc_f32(p, p->scratch_numel, &p->scratch);
     }
     if (s == GC_OK && p->training) s = setup_train(p, train);
+    if (s == GC_OK && p->training && be->optim_multi) s = build_opt_slots(p);
     if (s == GC_OK && p->training) { /* the fixed buffers a captured step reads */
         s = alloc_f32(p, max_batch, &p->idx_step);
         if (s == GC_OK) s = alloc_f32(p, 2, &p->dyn);

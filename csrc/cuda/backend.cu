@@ -367,6 +367,7 @@ extern "C" gc_status gc_cuda_register_all(void)
         GC_OP_LIST(GC_X_CUDA_SLOT)
 #undef GC_X_CUDA_SLOT
         be->capture_begin = cu_capture_begin;
+        be->optim_multi = gc_cuda_optim_multi_f32;
         be->capture_end = cu_capture_end;
         be->graph_launch = cu_graph_launch;
         be->graph_destroy = cu_graph_destroy;

@@ -103,21 +103,16 @@ int32_t *gc_cuda_err_flag(const gc_backend *be);
 #define GC_CUDA_SCRATCH_BYTES ((size_t)4 << 20)
 void *gc_cuda_scratch(const gc_backend *be);
 
-/* Fused optimizer update over many tensors in one launch (the plan's "fused Adam").
- * slots_dev: device array of n_slots slots, all of storage dtype `dtype`;
- * adam uses s1 = m, s2 = v; sgd uses s1 = m (NULL or momentum 0: plain SGD); rmsprop
- * uses s1 = v. hp_dev: a gc_opt_hparams in device memory (kind, lr, betas, epsilon,
- * momentum, nesterov, rho, t), read by the kernel, so a captured graph replays with the
- * values written there before each launch. max_n: the largest slot's n (sizes the
- * grid). Same arithmetic as the per-tensor ops, bit for bit. */
-typedef struct {
-    void *w;
-    const void *g;
-    void *s1, *s2;
-    int64_t n;
-} gc_cuda_opt_slot;
-gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, const gc_cuda_opt_slot *slots_dev,
-                              int n_slots, int64_t max_n, const gc_opt_hparams *hp_dev);
+/* The fused multi-tensor optimizer step (optim.cu; the backend's optim_multi hook):
+ * every slot (gpucmp.h, gc_opt_slot) of one storage dtype updated in one launch with
+ * the per-tensor ops' arithmetic, bit for bit. hp: host struct, passed by value; dyn /
+ * skip: device memory as for the per-tensor ops (a captured graph replays with the lr,
+ * t and skip flag written there). max_n: the largest slot's n (sizes the grid). */
+typedef gc_opt_slot gc_cuda_opt_slot;
+gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, const gc_opt_slot *slots_dev, int n_slots,
+                              int64_t max_n, const gc_opt_hparams *hp, const float *dyn, const float *skip);
+gc_status gc_cuda_optim_multi_f32(const gc_backend *be, const gc_opt_hparams *hp, const float *dyn,
+                                  const float *skip, const gc_opt_slot *slots_dev, int n_slots, int64_t max_n);
 
 /* The backend of device i registered by gc_cuda_register_all (NULL when none). */
 const gc_backend *gc_cuda_backend(int device_index);

@@ -189,23 +189,32 @@ extern "C" gc_status gc_cuda_op_rmsprop(const gc_backend *be, const gc_op_call *
 }
 
 /* ------------------------------------------------------------------ fused variant */
+/* Every slot in one launch: all threads stride over slot 0, then slot 1, ... (the
+ * plan's tensors are small: one launch instead of one per tensor is the gain). alpha /
+ * lr as the per-tensor kernels get them: from dyn when given (thread 0 of each block,
+ * in double), else from hp. */
 template <typename T>
-__global__ void __launch_bounds__(256) optim_multi_kernel(const gc_cuda_opt_slot *slots, int n_slots,
-                                                          const gc_opt_hparams *hpd)
+__global__ void __launch_bounds__(256) optim_multi_kernel(const gc_opt_slot *slots, int n_slots,
+                                                          const gc_opt_hparams hp, const float *dyn,
+                                                          const float *skip)
 {
-    __shared__ float sh_alpha;
-    const gc_opt_hparams hp = *hpd;
-    if (threadIdx.x == 0 && hp.kind == GC_OPT_ADAM) {
-        double t = (double)hp.t;
-        sh_alpha = (float)((double)hp.lr * sqrt(1.0 - pow((double)hp.beta_2, t)) / (1.0 - pow((double)hp.beta_1, t)));
+    __shared__ float sh_alpha, sh_lr;
+    if (skipped(skip)) return;
+    if (threadIdx.x == 0) {
+        const double t = dyn ? (double)dyn[1] : (double)hp.t;
+        const float lr = dyn ? dyn[0] : hp.lr;
+        sh_lr = lr;
+        sh_alpha = hp.kind != GC_OPT_ADAM ? 0.0f
+                   : t >= 1.0 ? (float)((double)lr * sqrt(1.0 - pow((double)hp.beta_2, t)) / (1.0 - pow((double)hp.beta_1, t)))
+                              : __int_as_float(0x7fc00000);
     }
     __syncthreads();
-    const float alpha = sh_alpha;
+    const float alpha = sh_alpha, lr = sh_lr;
     const float omb1 = 1.0f - hp.beta_1, omb2 = 1.0f - hp.beta_2, omr = 1.0f - hp.rho;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (int s = 0; s < n_slots; s++) {
-        gc_cuda_opt_slot sl = slots[s];
+        const gc_opt_slot sl = slots[s];
         T *w = (T *)sl.w, *m = (T *)sl.s1, *v = (T *)sl.s2;
         const T *g = (const T *)sl.g;
         const int use_m = hp.kind == GC_OPT_SGD && hp.momentum != 0.0f && m;
@@ -218,11 +227,11 @@ __global__ void __launch_bounds__(256) optim_multi_kernel(const gc_cuda_opt_slot
                 v[i] = gc_from_f<T>(vv);
             } else if (hp.kind == GC_OPT_RMSPROP) {
                 float vv = gc_to_f(m[i]); /* rmsprop's one state is slot s1 */
-                rmsprop_one(gv, wv, vv, hp.lr, hp.rho, omr, hp.epsilon);
+                rmsprop_one(gv, wv, vv, lr, hp.rho, omr, hp.epsilon);
                 m[i] = gc_from_f<T>(vv);
             } else {
                 float mv = use_m ? gc_to_f(m[i]) : 0.0f;
-                sgd_one(gv, wv, mv, use_m, hp.lr, hp.momentum, hp.nesterov);
+                sgd_one(gv, wv, mv, use_m, lr, hp.momentum, hp.nesterov);
                 if (use_m) m[i] = gc_from_f<T>(mv);
             }
             w[i] = gc_from_f<T>(wv);
@@ -230,14 +239,17 @@ __global__ void __launch_bounds__(256) optim_multi_kernel(const gc_cuda_opt_slot
     }
 }
 
-extern "C" gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, const gc_cuda_opt_slot *slots_dev,
-                                         int n_slots, int64_t max_n, const gc_opt_hparams *hp_dev)
+extern "C" gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, const gc_opt_slot *slots_dev,
+                                         int n_slots, int64_t max_n, const gc_opt_hparams *hp, const float *dyn,
+                                         const float *skip)
 {
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     if (n_slots <= 0 || max_n <= 0) return GC_OK;
-    if (!slots_dev || !hp_dev)
-        return gc_fail(GC_ERR_INVALID_ARG, "optim_multi: slots and hyper-parameters must be device pointers");
+    if (!slots_dev || !hp)
+        return gc_fail(GC_ERR_INVALID_ARG, "optim_multi: needs the slots (device memory) and the hyper-parameters");
+    if ((unsigned)hp->kind >= GC_OPT_COUNT)
+        return gc_fail(GC_ERR_INVALID_ARG, "optim_multi: unknown optimizer %d", (int)hp->kind);
     if (dtype != GC_F32 && dtype != GC_F16 && dtype != GC_BF16)
         return gc_fail(GC_ERR_DTYPE, "optim_multi: weights must be float32, float16 or bfloat16");
     int64_t b = (max_n + 255) / 256;
@@ -245,6 +257,15 @@ extern "C" gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, c
     if (b > cap) b = cap;
     if (b < 1) b = 1;
     cudaStream_t s = gc_cuda_stream(be);
-    GC_CUDA_DISPATCH_FLOAT(dtype, T, optim_multi_kernel<T><<<(unsigned)b, 256, 0, s>>>(slots_dev, n_slots, hp_dev));
+    GC_CUDA_DISPATCH_FLOAT(dtype, T,
+                           optim_multi_kernel<T><<<(unsigned)b, 256, 0, s>>>(slots_dev, n_slots, *hp, dyn, skip));
     return gc_cuda_launch_check("optim_multi");
+}
+
+/* the backend's optim_multi hook (gpucmp.h): float32 tensors */
+extern "C" gc_status gc_cuda_optim_multi_f32(const gc_backend *be, const gc_opt_hparams *hp, const float *dyn,
+                                             const float *skip, const gc_opt_slot *slots_dev, int n_slots,
+                                             int64_t max_n)
+{
+    return gc_cuda_optim_multi(be, GC_F32, slots_dev, n_slots, max_n, hp, dyn, skip);
 }

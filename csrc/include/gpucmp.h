@@ -229,6 +229,9 @@ typedef struct {
 typedef struct gc_backend gc_backend;
 typedef gc_status (*gc_op_fn)(const gc_backend *be, const gc_op_call *call);
 
+struct gc_opt_hparams; /* below, with the plan */
+struct gc_opt_slot;
+
 struct gc_backend {
     const char *name;          /* "cpu", "cuda" */
     int device_index;
@@ -248,8 +251,25 @@ struct gc_backend {
     gc_status (*capture_end)(const gc_backend *be, void **graph);
     gc_status (*graph_launch)(const gc_backend *be, void *graph);
     void (*graph_destroy)(const gc_backend *be, void *graph);
+    /* Optional (NULL on the CPU): one optimizer step over many float32 tensors in one
+     * launch -- the plan's fused multi-tensor update. slots: BACKEND memory holding
+     * n_slots gc_opt_slot; max_n: the largest slot's n; hp: the static hyper-parameters
+     * (kind, lr, betas, epsilon, momentum, nesterov, rho, t), with dyn / skip as for the
+     * per-tensor ops. Bit for bit what the per-tensor ops give. */
+    gc_status (*optim_multi)(const gc_backend *be, const struct gc_opt_hparams *hp, const float *dyn,
+                             const float *skip, const struct gc_opt_slot *slots, int n_slots,
+                             int64_t max_n);
     void *impl;                /* backend private state */
 };
+
+/* One tensor of a fused optimizer step: w and g, the state (adam: s1 = m, s2 = v; sgd:
+ * s1 = momentum or NULL; rmsprop: s1 = v), n elements. */
+typedef struct gc_opt_slot {
+    void *w;
+    const void *g;
+    void *s1, *s2;
+    int64_t n;
+} gc_opt_slot;
 
 /* Registry: the CPU backend is always registered; CUDA registers itself when built
  * and a device is usable. name is "cpu", "cuda" or "cuda:N". */
@@ -346,7 +366,7 @@ typedef enum {
 typedef enum { GC_OPT_SGD = 0, GC_OPT_ADAM, GC_OPT_RMSPROP, GC_OPT_COUNT } gc_opt_kind;
 
 /* Per-step optimizer hyper-parameters (the learning rate may change between steps). */
-typedef struct {
+typedef struct gc_opt_hparams {
     gc_opt_kind kind;
     float lr, beta_1, beta_2, epsilon, momentum, rho;
     int nesterov;
@@ -423,6 +443,10 @@ gc_status gc_plan_train_steps(gc_plan *plan, const int32_t *idx, int64_t n_rows,
 void gc_plan_use_graphs(gc_plan *plan, int on);
 /* Number of steps replayed from a captured graph so far (for tests and benchmarks). */
 int64_t gc_plan_graph_replays(const gc_plan *plan);
+/* The optimizer step as one fused launch over every tensor (default where the backend
+ * has optim_multi) or one op per tensor (on = 0); returns what is in effect. The
+ * results are the same bit for bit (tests compare both). */
+int gc_plan_use_fused_optimizer(gc_plan *plan, int on);
 
 #ifdef __cplusplus
 }

@@ -1277,6 +1277,13 @@ static PyObject *plan_use_graphs(PlanObject *p, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *plan_use_fused_optimizer(PlanObject *p, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    return PyBool_FromLong(gc_plan_use_fused_optimizer(p->plan, on));
+}
+
 static PyObject *plan_get_graph_replays(PlanObject *p, void *c)
 {
     (void)c;
@@ -1305,6 +1312,8 @@ static PyMethodDef plan_methods[] = {
     {"train_steps", (PyCFunction)(void (*)(void))plan_train_steps, METH_VARARGS | METH_KEYWORDS,
      "train_steps(indices, batch_size, hparams, lrs=None, seeds=None) -> dict of sums over all the steps"},
     {"use_graphs", (PyCFunction)plan_use_graphs, METH_O, "use_graphs(bool): capture and replay the step (GPU)"},
+    {"use_fused_optimizer", (PyCFunction)plan_use_fused_optimizer, METH_O,
+     "use_fused_optimizer(bool) -> bool: one launch for the whole optimizer step (GPU) or one op per tensor"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef plan_getset[] = {

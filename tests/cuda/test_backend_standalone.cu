@@ -819,13 +819,11 @@ static void test_fused_optim()
                 slots[k].s1 = kind == GC_OPT_RMSPROP ? dv.p : dm.p;
                 slots[k].s2 = kind == GC_OPT_ADAM ? dv.p : NULL;
             }
-            void *slots_d = NULL, *hp_d = NULL;
+            void *slots_d = NULL;
             GPU->alloc(GPU, sizeof(gc_cuda_opt_slot) * K, &slots_d);
-            GPU->alloc(GPU, sizeof hp, &hp_d);
             GPU->upload(GPU, slots_d, slots.data(), sizeof(gc_cuda_opt_slot) * K);
-            GPU->upload(GPU, hp_d, &hp, sizeof hp);
-            gc_status st = gc_cuda_optim_multi(GPU, dt, (const gc_cuda_opt_slot *)slots_d, K, 77777,
-                                               (const gc_opt_hparams *)hp_d);
+            gc_status st = gc_cuda_optim_multi(GPU, dt, (const gc_cuda_opt_slot *)slots_d, K, 77777, &hp,
+                                               NULL, NULL);
             if (st == GC_OK) st = GPU->sync(GPU);
             bool same = st == GC_OK;
             for (int k = 0; k < K && same; k++) {
@@ -837,7 +835,6 @@ static void test_fused_optim()
                    "%s", st ? gc_last_error() : "");
             for (Dev &d : all) GPU->release(GPU, d.p);
             GPU->release(GPU, slots_d);
-            GPU->release(GPU, hp_d);
         }
 }
 
