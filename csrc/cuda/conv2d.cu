@@ -804,24 +804,27 @@ static __global__ void __launch_bounds__(256) conv_bias_act_kernel(T *y, int64_t
  * 32 consecutive outputs, 8 lanes over z (lane y sums z = y, y+8, ... in order), then
  * lane 0 adds the 8 lane sums in order: a fixed summation order, so deterministic. */
 template <typename T>
-static __global__ void __launch_bounds__(256) conv_splitk_reduce_kernel(const float *part, int S, int64_t stride,
+static __global__ void __launch_bounds__(1024) conv_splitk_reduce_kernel(const float *part, int S, int64_t stride,
                                                             int64_t n, int64_t ncols, const T *bias,
                                                             int act, T *out)
 {
-    __shared__ float red[8][33];
+    /* blockDim = (32, RY): RY = 8, or 32 when S is large (hundreds of pixel ranges of a
+     * weight gradient): the sum over S is a chain of dependent L2 loads per thread, so
+     * more threads per output shorten it. Fixed order for a given S: deterministic. */
+    __shared__ float red[32][33];
+    const int RY = blockDim.y;
     const int64_t i = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
     if (i < n) {
         const float *p = part + i;
 #pragma unroll 4
-        for (int z = threadIdx.y; z < S; z += 8) s += p[(int64_t)z * stride];
+        for (int z = threadIdx.y; z < S; z += RY) s += p[(int64_t)z * stride];
     }
     red[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && i < n) {
         float v = red[0][threadIdx.x];
-#pragma unroll
-        for (int k = 1; k < 8; k++) v += red[k][threadIdx.x];
+        for (int k = 1; k < RY; k++) v += red[k][threadIdx.x];
         if (bias) v += gc_to_f(bias[i % ncols]);
         out[i] = gc_from_f<T>(conv_act(v, act));
     }
@@ -881,7 +884,7 @@ static gc_status splitk_reduce(const gc_backend *be, gc_dtype dt, const float *p
                                gc_act act, void *out)
 {
     if (n <= 0) return GC_OK;
-    dim3 grid((unsigned)((n + 31) / 32)), block(32, 8);
+    dim3 grid((unsigned)((n + 31) / 32)), block(32, S >= 128 ? 32 : 8);
     GC_CUDA_DISPATCH_FLOAT(dt, T,
         conv_splitk_reduce_kernel<T><<<grid, block, 0, gc_cuda_stream(be)>>>(
             part, S, stride, n, ncols > 0 ? ncols : 1, (const T *)bias, (int)act, (T *)out));

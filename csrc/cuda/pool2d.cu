@@ -4,8 +4,9 @@
  * Same rules as csrc/cpu/pool2d.c: windows are clipped to the image, so padded cells
  * never win a max and are not counted in an average (TensorFlow's rule); max backward
  * routes dy to the FIRST maximal cell of each window in row-major (kh, kw) order.
- * One thread per output element (forward) or per input element (backward), channel
- * index fastest so neighbouring threads touch neighbouring addresses. Backward is a
+ * One thread per output element (forward; 32-bit index math when sizes allow) or per
+ * input element (backward), channel index fastest so neighbouring threads touch
+ * neighbouring addresses. Backward is a
  * gather: each input element visits the windows that contain it (in (oh, ow) order,
  * the CPU's accumulation order) and, for max, recomputes each window's arg-max, so no
  * atomics are needed, every element of dx is written, and results are deterministic
@@ -66,31 +67,34 @@ __device__ __forceinline__ void out_range(int64_t h, int pad, int k, int s, int6
     if (hi > O - 1) hi = O - 1;
 }
 
-template <typename T, int IS_MAX>
+/* I: the index type -- int when every offset fits in 31 bits (the usual case: 64-bit
+ * division and modulo are emulated and cost more than the loads), else int64_t */
+template <typename T, int IS_MAX, typename I>
 __global__ void __launch_bounds__(256) pool_fwd_kernel(pool_dims d, const T *x, T *y)
 {
-    const int64_t total = d.N * d.OH * d.OW * d.C;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, q = i / d.C;
-        int64_t ow = q % d.OW;
-        q /= d.OW;
-        int64_t oh = q % d.OH, n = q / d.OH;
-        int64_t h0, h1, w0, w1;
-        window(d, oh, ow, h0, h1, w0, w1);
-        const T *xn = x + n * d.H * d.W * d.C + c;
+    const I C = (I)d.C, W = (I)d.W, H = (I)d.H, OW = (I)d.OW, OH = (I)d.OH;
+    const I total = (I)d.N * OH * OW * C;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I c = i % C, q = i / C;
+        I ow = q % OW;
+        q /= OW;
+        I oh = q % OH, n = q / OH;
+        I hs = oh * d.sh - d.pt, ws = ow * d.sw - d.pl; /* the clipped window, as window() */
+        I h1 = hs + d.PH > H ? H : hs + d.PH, w1 = ws + d.PW > W ? W : ws + d.PW;
+        I h0 = hs < 0 ? 0 : hs, w0 = ws < 0 ? 0 : ws;
+        const T *xn = x + n * H * W * C + c;
         float acc;
         if (IS_MAX) {
-            acc = gc_to_f(xn[(h0 * d.W + w0) * d.C]);
-            for (int64_t h = h0; h < h1; h++)
-                for (int64_t w = w0; w < w1; w++) {
-                    float v = gc_to_f(xn[(h * d.W + w) * d.C]);
+            acc = gc_to_f(xn[(h0 * W + w0) * C]);
+            for (I h = h0; h < h1; h++)
+                for (I w = w0; w < w1; w++) {
+                    float v = gc_to_f(xn[(h * W + w) * C]);
                     acc = v > acc ? v : acc;
                 }
         } else {
             acc = 0.0f;
-            for (int64_t h = h0; h < h1; h++)
-                for (int64_t w = w0; w < w1; w++) acc += gc_to_f(xn[(h * d.W + w) * d.C]);
+            for (I h = h0; h < h1; h++)
+                for (I w = w0; w < w1; w++) acc += gc_to_f(xn[(h * W + w) * C]);
             acc = __fmul_rn(acc, 1.0f / (float)((h1 - h0) * (w1 - w0)));
         }
         y[i] = gc_from_f<T>(acc);
@@ -251,13 +255,19 @@ static gc_status pool_fwd(const gc_backend *be, const gc_op_call *call, int is_m
     void *y = call->out[0]->data;
     cudaStream_t s = gc_cuda_stream(be);
     unsigned grid = grid_for(be, n);
+    /* 32-bit indices when the input, the output and the grid's stride all fit */
+    const int small = d.N * d.H * d.W * d.C < ((int64_t)1 << 30) && n < ((int64_t)1 << 30) &&
+                      (int64_t)grid * 256 < ((int64_t)1 << 30);
+#define POOL_FWD(MX)                                                                                        \
+    GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,                                                         \
+                           if (small) pool_fwd_kernel<T, MX, int><<<grid, 256, 0, s>>>(d, (const T *)x, (T *)y); \
+                           else pool_fwd_kernel<T, MX, int64_t><<<grid, 256, 0, s>>>(d, (const T *)x, (T *)y))
     if (is_max) {
-        GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
-                               pool_fwd_kernel<T, 1><<<grid, 256, 0, s>>>(d, (const T *)x, (T *)y));
+        POOL_FWD(1);
     } else {
-        GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
-                               pool_fwd_kernel<T, 0><<<grid, 256, 0, s>>>(d, (const T *)x, (T *)y));
+        POOL_FWD(0);
     }
+#undef POOL_FWD
     return gc_cuda_launch_check(what);
 }
 
