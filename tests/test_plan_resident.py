@@ -134,12 +134,13 @@ def test_graph_replay_gives_the_weights_of_eager_steps(backend):
 
 
 def test_fit_on_resident_data_matches_one_call_per_step(monkeypatch):
-    """Keras-level: fit with the data set on the device (several steps per call) gives
-    the history and weights of fit with one train_step call per batch."""
+    """Keras-level: fit with the data set on the device (several steps per call), and
+    with it streamed through the device in windows of 2 batches (as when it does not
+    fit), gives the history and weights of fit with one train_step call per batch."""
     from gpucmp import keras
     from gpucmp.keras.models import trainer
 
-    def run(resident):
+    def run(mode):
         keras.utils.set_random_seed(123)
         model = keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(5,)),
                                   keras.layers.Dropout(0.3),
@@ -157,20 +158,28 @@ def test_fit_on_resident_data_matches_one_call_per_step(monkeypatch):
             return real(plan, idx, batch, k, *rest)
 
         with monkeypatch.context() as m:
-            if not resident:
-                m.setattr(trainer, "_upload", lambda *args: False)
+            if mode == "one":
+                m.setattr(trainer._ResidentData, "make", classmethod(lambda cls, *args: None))
+            if mode == "windows":
+                m.setattr(trainer, "MAX_RESIDENT_ROWS", 32)
             m.setattr(trainer, "_train_steps", counted)
             # several steps per call even on a fast machine
             m.setattr(trainer._ChunkSizer, "next", lambda self, step: min(3, self.steps - step))
             history = model.fit(x, y, batch_size=16, epochs=3, verbose=0)
         return history.history, model.get_weights(), model.optimizer.iterations, calls
 
-    h_res, w_res, it_res, calls_res = run(True)
-    h_one, w_one, it_one, calls_one = run(False)
-    assert calls_res == [3, 2] * 3 and calls_one == [], (calls_res, calls_one)
-    assert it_res == it_one == 15
-    assert h_res.keys() == h_one.keys()
+    h_res, w_res, it_res, calls_res = run("resident")
+    h_win, w_win, it_win, calls_win = run("windows")
+    h_one, w_one, it_one, calls_one = run("one")
+    # 70 rows, batch 16: 5 steps; windows of 32 rows hold 2, 2 and 1 of them
+    assert calls_res == [3, 2] * 3 and calls_win == [2, 2, 1] * 3 and calls_one == [], \
+        (calls_res, calls_win, calls_one)
+    assert it_res == it_win == it_one == 15
+    assert h_res.keys() == h_one.keys() == h_win.keys()
     for key in h_res:
         np.testing.assert_allclose(h_res[key], h_one[key], rtol=1e-6, err_msg=key)
+        np.testing.assert_allclose(h_win[key], h_one[key], rtol=1e-6, err_msg=key)
+    for a, b in zip(w_win, w_one):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     for a, b in zip(w_res, w_one):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

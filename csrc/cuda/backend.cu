@@ -12,7 +12,10 @@
  * call from this thread fails the capture rather than silently syncing) and replayed
  * with one launch. The growable workspace is never freed while a graph exists (a
  * graph holds its address); outgrown buffers are kept until the last graph goes.
- * Host memory is pageable, so upload and download synchronise the stream.
+ * Host memory is pageable, so upload and download synchronise the stream; an upload
+ * of >= 2 MB (a training set, a window of one) is streamed through two page-locked
+ * 8 MB buffers, the host copy into one overlapping the DMA out of the other, which
+ * runs at the link's pinned rate instead of the driver's pageable path.
  */
 #include "common.cuh"
 
@@ -36,6 +39,9 @@ typedef struct {
     int live_graphs;
     int32_t *err_flag;         /* 16 int32 */
     void *scratch;             /* GC_CUDA_SCRATCH_BYTES */
+    void *pinned[2];           /* upload staging (page-locked), made on the first big upload */
+    cudaEvent_t pinned_done[2];
+    int pinned_state;          /* 0 not tried, 1 ready, -1 unavailable (direct copies) */
     pthread_mutex_t mu;
 } cuda_state;
 
@@ -204,14 +210,60 @@ static gc_status no_capture(const gc_backend *be, const char *what)
     return GC_OK;
 }
 
+#define PINNED_CHUNK ((size_t)8 << 20)
+#define PINNED_MIN ((size_t)2 << 20)
+
+/* the two staging buffers, once; on failure (no page-locked memory) uploads stay direct */
+static int pinned_ready(cuda_state *cs)
+{
+    if (cs->pinned_state) return cs->pinned_state > 0;
+    cs->pinned_state = -1;
+    for (int i = 0; i < 2; i++) {
+        if (cudaHostAlloc(&cs->pinned[i], PINNED_CHUNK, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&cs->pinned_done[i], cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0; /* what was made stays until exit: at most 16 MB */
+        }
+    }
+    cs->pinned_state = 1;
+    return 1;
+}
+
 static gc_status cu_upload(const gc_backend *be, void *dst, const void *host_src, size_t nbytes)
 {
     gc_status st = gc_cuda_set_device(be);
     if (st || (st = no_capture(be, "upload"))) return st;
     if (!nbytes) return GC_OK;
     cudaStream_t s = gc_cuda_stream(be);
-    GC_CUDA_TRY(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, s));
-    GC_CUDA_TRY(cudaStreamSynchronize(s));
+    cuda_state *cs = st_of(be);
+    int staged = 0;
+    if (nbytes >= PINNED_MIN) {
+        pthread_mutex_lock(&cs->mu);
+        staged = pinned_ready(cs); /* keeps the lock when staging */
+        if (!staged) pthread_mutex_unlock(&cs->mu);
+    }
+    if (!staged) {
+        GC_CUDA_TRY(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, s));
+        GC_CUDA_TRY(cudaStreamSynchronize(s));
+        return GC_OK;
+    }
+    /* chunk i: wait until buffer i % 2 is free (its copy two chunks ago is done), fill
+     * it on the host, queue its DMA; the next fill overlaps this DMA. One upload at a
+     * time uses the buffers (the state's lock). */
+    cudaError_t e = cudaSuccess;
+    for (size_t off = 0, i = 0; off < nbytes && e == cudaSuccess; off += PINNED_CHUNK, i++) {
+        const size_t len = nbytes - off < PINNED_CHUNK ? nbytes - off : PINNED_CHUNK;
+        const int b = (int)(i & 1);
+        if (i >= 2) e = cudaEventSynchronize(cs->pinned_done[b]);
+        if (e != cudaSuccess) break;
+        memcpy(cs->pinned[b], (const char *)host_src + off, len);
+        e = cudaMemcpyAsync((char *)dst + off, cs->pinned[b], len, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaEventRecord(cs->pinned_done[b], s);
+    }
+    cudaError_t e2 = cudaStreamSynchronize(s); /* the buffers are free again after this */
+    pthread_mutex_unlock(&cs->mu);
+    GC_CUDA_TRY(e);
+    GC_CUDA_TRY(e2);
     return GC_OK;
 }
 

@@ -261,8 +261,10 @@ class Trainer:
         cbs, history = callbacks_mod.configure(callbacks, self, verbose_level, params)
         wants_batches = cbs.wants_batches
         # the data set goes to the device once; batches are gathered there and several
-        # steps run per call (DESIGN.md, "The execution plan"); else one call per step
-        resident = shuffle != "batch" and _upload(plan, x_arr, y_arr)
+        # steps run per call (DESIGN.md, "The execution plan"); a set too large for the
+        # device is streamed through it in windows of whole batches; shuffle="batch"
+        # (or a device too full for one batch) takes one call per step
+        resident = _ResidentData.make(plan, x_arr, y_arr, batch_size) if shuffle != "batch" else None
         chunks = _ChunkSizer(steps, every_step=cbs.wants_every_batch)
         self.stop_training = False
         self.history = history
@@ -276,9 +278,9 @@ class Trainer:
             step = 0
             while step < steps:
                 if resident:
-                    k = chunks.next(step)
+                    k = resident.clip(step, chunks.next(step))
                     lo, hi = step * batch_size, min((step + k) * batch_size, n)
-                    idx = order[lo:hi] if order is not None else np.arange(lo, hi)
+                    idx = resident.indices(order, lo, hi)
                     if wants_batches:
                         cbs.on_train_batch_begin(step)
                     t0 = time.perf_counter()
@@ -318,7 +320,7 @@ class Trainer:
             if self.stop_training:
                 break
         if resident:
-            plan.set_data(None, None)  # give the device memory back
+            resident.release()  # give the device memory back
         cbs.on_train_end(epoch_logs)
         return history
 
@@ -446,14 +448,61 @@ class Trainer:
         return self._in_output_dtype(np.asarray(self._infer_plan(len(x_arr)).predict(x_arr), dtype=np.float32))
 
 
-def _upload(plan, x_arr, y_arr):
-    """Puts the whole training set on the plan's device; False when it does not fit
-    (fit then feeds one batch per call)."""
-    try:
-        plan.set_data(x_arr, y_arr)
-        return True
-    except MemoryError:
-        return False
+# Rows of the training set resident on the device at once; None: as many as fit. A
+# smaller value streams the set through the device in windows (tests and tuning).
+MAX_RESIDENT_ROWS = None
+
+
+class _ResidentData:
+    """The training set on the plan's device, whole when it fits, else a window of whole
+    batches at a time: the rows [w0, w0 + window) of the epoch's order are gathered on
+    the host and uploaded in one transfer (pinned, chunked and overlapped by the CUDA
+    backend), and the steps over them run from device memory as for a resident set. The
+    batches and their order are the same either way, so the results are too."""
+
+    def __init__(self, plan, x, y, batch, window):
+        self.plan, self.x, self.y, self.n, self.batch = plan, x, y, len(x), batch
+        self.window = window       # rows on the device at once: n, or a multiple of batch
+        self.w0 = 0 if window >= self.n else None   # epoch row where the loaded window starts
+        self.order = None          # the epoch order the loaded window was gathered with
+
+    @classmethod
+    def make(cls, plan, x, y, batch):
+        """None when not even one batch fits (fit then feeds one batch per call)."""
+        n = len(x)
+        window = n if MAX_RESIDENT_ROWS is None else max(batch, MAX_RESIDENT_ROWS // batch * batch)
+        while True:
+            window = min(window, n)
+            try:
+                plan.set_data(x[:window], y[:window])  # the whole set, or a probe of the size
+                break
+            except MemoryError:
+                if window <= batch:
+                    return None
+                window = max(batch, (window // 2) // batch * batch)
+        return cls(plan, x, y, batch, window)
+
+    def clip(self, step, k):
+        """At most k steps from `step`, none past the end of the window holding it."""
+        if self.window >= self.n:
+            return k
+        per = self.window // self.batch
+        return min(k, per - step % per)
+
+    def indices(self, order, lo, hi):
+        """Device-side row indices of epoch rows [lo, hi), loading their window first."""
+        if self.window >= self.n:
+            return order[lo:hi] if order is not None else np.arange(lo, hi)
+        w0 = lo // self.window * self.window
+        if w0 != self.w0 or order is not self.order:
+            w1 = min(w0 + self.window, self.n)
+            rows = order[w0:w1] if order is not None else np.arange(w0, w1)
+            self.plan.set_data(np.take(self.x, rows, axis=0), np.take(self.y, rows, axis=0))
+            self.w0, self.order = w0, order
+        return np.arange(lo - w0, hi - w0)
+
+    def release(self):
+        self.plan.set_data(None, None)
 
 
 def _train_steps(plan, idx, batch, k, opt, hp, seed):
