@@ -468,13 +468,18 @@ def max_pool2d(x, pool_size=(2, 2), strides=None, padding="valid", *, backend=No
 
 
 def max_pool2d_backward(x, dy, pool_size=(2, 2), strides=None, padding="valid", *,
-                        backend=None, dtype=None):
-    """dx: each dy goes to the first maximum (row-major) of its window of x."""
+                        activation="linear", backend=None, dtype=None):
+    """dx: each dy goes to the first maximum (row-major) of its window of x.
+    activation='relu': x is a ReLU's output and dx comes out times relu'(x) (the ReLU's
+    backward folded in: dy passes only where the window's max is > 0)."""
     x = _array(x, "x", ndim=4)
     dy = _array(dy, "dy", ndim=4)
     dt = _infer_dtype(dtype, x)
     be = _resolve_backend(backend)
     params = _pool_params(pool_size, strides, padding)
+    if activation not in ("linear", "relu"):
+        raise ValueError(f"activation: expected 'linear' or 'relu', got {activation!r}")
+    params["act"] = activation
     want = pool2d_output_shape(x.shape, pool_size, strides, padding)
     if dy.shape != want:
         raise ValueError(f"dy: shape {dy.shape}, expected {want} for x {x.shape}")

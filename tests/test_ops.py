@@ -430,6 +430,13 @@ def case_maxpool2d_bwd(c):
         c.check("dx", dx, ref.max_pool2d_backward(x, dy, g["P"], g["s"], g["pad"]),
                 k=_pool_overlap(g),
                 terms=ref.max_pool2d_backward(x, abs(dy), g["P"], g["s"], g["pad"]))
+        # the ReLU backward folded in: the same routing, times relu'(x) = (x > 0)
+        c.what += " act=relu"
+        dxr = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], g["pad"], activation="relu",
+                                      **c.kw)
+        c.check("dx (relu)", dxr, ref.max_pool2d_backward(x, dy, g["P"], g["s"], g["pad"]) * (x > 0),
+                k=_pool_overlap(g),
+                terms=ref.max_pool2d_backward(x, abs(dy), g["P"], g["s"], g["pad"]) * (x > 0))
         if c.dtype == "float32" and not ties:
             xd = c.rng.permutation(x.size).reshape(shape) * 0.01  # distinct, 0.01 apart
             dxd = ops.max_pool2d_backward(xd, dy, g["P"], g["s"], g["pad"], backend=c.backend)

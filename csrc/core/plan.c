@@ -51,6 +51,8 @@ typedef struct {
     void *wc, *bc;                /* the weights cast to dt (dt != f32) */
     void *dw32, *db32;            /* float32 weight gradients for the optimizer (dw, db
                                    * themselves when they are float32 already) */
+    int fold_relu;                /* max pool after a ReLU layer: its backward applies relu' */
+    int gout_masked;              /* a ReLU layer whose gout already holds dz (fold_relu above) */
 } plan_layer;
 
 struct gc_plan {
@@ -452,7 +454,7 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
         case GC_LAYER_DENSE:
         case GC_LAYER_CONV2D: {
             gc_tensor dz = gy;
-            if (act != GC_ACT_LINEAR) {
+            if (act != GC_ACT_LINEAR && !l->gout_masked) {
                 gc_act_params ap = {act};
                 dz = btd(p->scratch, dt, rows, d->out_shape, d->out_ndim);
                 TRY(run(p, GC_OP_ACT_BWD, &ap, &y, &gy, NULL, &dz, NULL, NULL));
@@ -492,9 +494,12 @@ static gc_status backward(gc_plan *p, int64_t rows, uint64_t seed)
             }
             break;
         }
-        case GC_LAYER_MAXPOOL2D:
-            TRY(run(p, GC_OP_MAXPOOL2D_BWD, &d->pool, &x, &gy, NULL, &gx, NULL, NULL));
+        case GC_LAYER_MAXPOOL2D: {
+            gc_pool2d_params pp = d->pool;
+            pp.act = l->fold_relu ? GC_ACT_RELU : GC_ACT_LINEAR;
+            TRY(run(p, GC_OP_MAXPOOL2D_BWD, &pp, &x, &gy, NULL, &gx, NULL, NULL));
             break;
+        }
         case GC_LAYER_AVGPOOL2D:
             TRY(run(p, GC_OP_AVGPOOL2D_BWD, &d->pool, &gy, NULL, NULL, &gx, NULL, NULL));
             break;
@@ -1155,6 +1160,16 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int 
         s = alloc_f32(p, p->scratch_numel, &p->scratch);
     }
     if (s == GC_OK && p->training) s = setup_train(p, train);
+    /* conv / dense + ReLU followed by a max pool: the pool's backward applies relu' (one
+     * pass over the activations instead of two); needs both in one dtype */
+    for (int i = 1; i < n_layers && s == GC_OK && p->training; i++) {
+        plan_layer *l = &p->L[i], *prev = &p->L[i - 1];
+        if (l->d.kind == GC_LAYER_MAXPOOL2D && has_weights(&prev->d) && prev->d.act == GC_ACT_RELU &&
+            !l->xc && l->dt == prev->dt) {
+            l->fold_relu = 1;
+            prev->gout_masked = 1;
+        }
+    }
     if (s == GC_OK && p->training && be->optim_multi) s = build_opt_slots(p);
     if (s == GC_OK && p->training) { /* the fixed buffers a captured step reads */
         s = alloc_f32(p, max_batch, &p->idx_step);

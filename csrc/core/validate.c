@@ -223,9 +223,19 @@ static gc_status pool_geom(const gc_op_call *c, const gc_tensor *x, const char *
     return GC_OK;
 }
 
+/* pooling's `act`: relu is the folded ReLU backward of maxpool2d_bwd, linear elsewhere */
+static gc_status pool_act(const gc_op_call *c)
+{
+    const gc_act a = ((const gc_pool2d_params *)c->params)->act;
+    if (a == GC_ACT_LINEAR || (a == GC_ACT_RELU && c->op == GC_OP_MAXPOOL2D_BWD)) return GC_OK;
+    return gc_fail(GC_ERR_INVALID_ARG, "%s: act %d is not supported (linear%s)", gc_op_name(c->op), (int)a,
+                   c->op == GC_OP_MAXPOOL2D_BWD ? " or relu" : "");
+}
+
 static gc_status v_pool_fwd(const gc_op_call *c)
 {
     gc_pool2d_geom g;
+    TRY(pool_act(c));
     TRY(need(c, c->in[0], "x")); TRY(need(c, c->out[0], "y"));
     TRY(pool_geom(c, c->in[0], "x", &g));
     TRY(want4(c, c->out[0], "y", g.N, g.OH, g.OW, g.C));
@@ -235,6 +245,7 @@ static gc_status v_pool_fwd(const gc_op_call *c)
 static gc_status v_maxpool2d_bwd(const gc_op_call *c)
 {
     gc_pool2d_geom g;
+    TRY(pool_act(c));
     TRY(need(c, c->in[0], "x")); TRY(need(c, c->in[1], "dy")); TRY(need(c, c->out[0], "dx"));
     TRY(pool_geom(c, c->in[0], "x", &g));
     TRY(want4(c, c->in[1], "dy", g.N, g.OH, g.OW, g.C));
@@ -245,6 +256,7 @@ static gc_status v_maxpool2d_bwd(const gc_op_call *c)
 static gc_status v_avgpool2d_bwd(const gc_op_call *c)
 {
     gc_pool2d_geom g;
+    TRY(pool_act(c));
     TRY(need(c, c->in[0], "dy")); TRY(need(c, c->out[0], "dx"));
     TRY(pool_geom(c, c->out[0], "dx", &g));
     TRY(want4(c, c->in[0], "dy", g.N, g.OH, g.OW, g.C));

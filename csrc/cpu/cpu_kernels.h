@@ -84,7 +84,7 @@ gc_status gc_cpu_conv2d_bwd_filter(const gc_conv2d_geom *g, const float *x, cons
 
 /* ---- pool2d.c */
 gc_status gc_cpu_maxpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y);
-gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const float *dy,
+gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, int relu, const float *x, const float *dy,
                                float *dx);
 gc_status gc_cpu_avgpool2d_fwd(const gc_pool2d_geom *g, const float *x, float *y);
 gc_status gc_cpu_avgpool2d_bwd(const gc_pool2d_geom *g, const float *dy, float *dx);

@@ -73,7 +73,7 @@ POOL_AVX512 static void maxpool2x2_row_avx512(const gc_pool2d_geom *g, const flo
 
 /* The windows of one sample, 2x2 / 2 backward (maxpool_bwd_sample_disjoint): the first
  * cell holding the max (strict > in scan order) takes dy, the other three 0. */
-POOL_AVX512 static void maxpool2x2_bwd_sample_avx512(const gc_pool2d_geom *g,
+POOL_AVX512 static void maxpool2x2_bwd_sample_avx512(const gc_pool2d_geom *g, int relu,
                                                      const float *restrict xn,
                                                      const float *restrict dyn,
                                                      float *restrict dxn)
@@ -95,9 +95,13 @@ POOL_AVX512 static void maxpool2x2_bwd_sample_avx512(const gc_pool2d_geom *g,
                 best = _mm512_mask_mov_ps(best, m2, v2);
                 const __m512 v3 = _mm512_loadu_ps(x1 + o + C + c);
                 const __mmask16 m3 = _mm512_cmp_ps_mask(v3, best, _CMP_GT_OQ);
-                const __mmask16 s3 = m3, s2 = (__mmask16)(m2 & ~m3);
-                const __mmask16 s1 = (__mmask16)(m1 & ~(m2 | m3));
-                const __mmask16 s0 = (__mmask16)~(m1 | m2 | m3);
+                best = _mm512_mask_mov_ps(best, m3, v3);
+                /* folded ReLU backward: the window's max must be > 0 to pass dy */
+                const __mmask16 on = relu ? _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ)
+                                          : (__mmask16)0xFFFF;
+                const __mmask16 s3 = (__mmask16)(m3 & on), s2 = (__mmask16)(m2 & ~m3 & on);
+                const __mmask16 s1 = (__mmask16)(m1 & ~(m2 | m3) & on);
+                const __mmask16 s0 = (__mmask16)(~(m1 | m2 | m3) & on);
                 const __m512 dv = _mm512_loadu_ps(dr + ow * C + c);
                 _mm512_storeu_ps(d0 + o + c, _mm512_maskz_mov_ps(s0, dv));
                 _mm512_storeu_ps(d0 + o + C + c, _mm512_maskz_mov_ps(s1, dv));
@@ -194,7 +198,7 @@ static inline void window_argmax(const gc_pool2d_geom *g, const float *restrict 
 /* Max backward for output row (n, oh): dx += dy at each window's first arg-max.
  * best / idx are scratch arrays of C elements; idx holds the window-local cell number
  * (int32 like the floats, so the select vectorises). */
-static void maxpool_bwd_row(const gc_pool2d_geom *g, const float *restrict xn,
+static void maxpool_bwd_row(const gc_pool2d_geom *g, int relu, const float *restrict xn,
                             const float *dyrow, int64_t oh, float *dxn,
                             float *restrict best, int32_t *restrict idx)
 {
@@ -207,7 +211,7 @@ static void maxpool_bwd_row(const gc_pool2d_geom *g, const float *restrict xn,
         const float *dy = dyrow + ow * C;
         for (int64_t c = 0; c < C; c++) {
             int64_t cell = (h0 + idx[c] / ww) * W + w0 + idx[c] % ww;
-            dxn[cell * C + c] += dy[c];
+            if (!relu || best[c] > 0.0f) dxn[cell * C + c] += dy[c];
         }
     }
 }
@@ -256,7 +260,7 @@ static void zero_uncovered(const gc_pool2d_geom *g, const unsigned char *rowm,
 /* Max backward of one sample, non-overlapping windows: per window and channel the first
  * cell holding the max (strict > in scan order), then every cell written once: dy at
  * that cell, 0 elsewhere. best / idx are scratch arrays of C elements. */
-static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *restrict xn,
+static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, int relu, const float *restrict xn,
                                         const float *restrict dyn, float *restrict dxn,
                                         float *restrict best, int32_t *restrict idx)
 {
@@ -267,6 +271,8 @@ static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *re
             window(g, oh, ow, &h0, &h1, &w0, &w1);
             const float *d = dyn + (oh * g->OW + ow) * C;
             window_argmax(g, xn, h0, h1, w0, w1, best, idx);
+            if (relu) /* folded ReLU backward: a window whose max is <= 0 passes nothing */
+                for (int64_t c = 0; c < C; c++) idx[c] = best[c] > 0.0f ? idx[c] : -1;
             int32_t k = 0;
             for (int64_t h = h0; h < h1; h++)
                 for (int64_t w = w0; w < w1; w++, k++) {
@@ -279,7 +285,7 @@ static void maxpool_bwd_sample_disjoint(const gc_pool2d_geom *g, const float *re
         }
 }
 
-gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const float *dy,
+gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, int relu, const float *x, const float *dy,
                                float *dx)
 {
     const int64_t N = g->N, OH = g->OH, C = g->C, HWC = g->H * g->W * C, OWC = g->OW * C;
@@ -315,16 +321,16 @@ gc_status gc_cpu_maxpool2d_bwd(const gc_pool2d_geom *g, const float *x, const fl
                 zero_uncovered(g, mask, mask + g->H, cols_all, dxn);
 #ifdef GC_POOL_HAVE_AVX512
                 if (fast) {
-                    maxpool2x2_bwd_sample_avx512(g, x + n * HWC, dy + n * OH * OWC, dxn);
+                    maxpool2x2_bwd_sample_avx512(g, relu, x + n * HWC, dy + n * OH * OWC, dxn);
                     continue;
                 }
 #endif
-                maxpool_bwd_sample_disjoint(g, x + n * HWC, dy + n * OH * OWC, dxn, best, idx);
+                maxpool_bwd_sample_disjoint(g, relu, x + n * HWC, dy + n * OH * OWC, dxn, best, idx);
                 continue;
             }
             memset(dxn, 0, (size_t)HWC * sizeof(float));
             for (int64_t oh = 0; oh < OH; oh++)
-                maxpool_bwd_row(g, x + n * HWC, dy + (n * OH + oh) * OWC, oh, dxn, best, idx);
+                maxpool_bwd_row(g, relu, x + n * HWC, dy + (n * OH + oh) * OWC, oh, dxn, best, idx);
         }
         free(best);
         free(idx);
@@ -437,7 +443,8 @@ gc_status gc_cpu_op_maxpool2d_bwd(const gc_backend *be, const gc_op_call *call)
     if (st || g.N == 0) return st;
     if (!has_data(call->in[0]) || !has_data(call->in[1]) || !has_data(call->out[0]))
         return gc_fail(GC_ERR_INVALID_ARG, "maxpool2d_bwd: missing tensor data");
-    return gc_cpu_maxpool2d_bwd(&g, (const float *)call->in[0]->data,
+    const int relu = ((const gc_pool2d_params *)call->params)->act == GC_ACT_RELU;
+    return gc_cpu_maxpool2d_bwd(&g, relu, (const float *)call->in[0]->data,
                                 (const float *)call->in[1]->data, (float *)call->out[0]->data);
 }
 

@@ -33,6 +33,8 @@ typedef struct {
     int64_t N, H, W, C, OH, OW;
     int PH, PW, sh, sw, pt, pl;
     int disjoint; /* stride >= pool on both axes: each cell lies in at most one window */
+    int relu;     /* maxpool2d_bwd with the ReLU backward folded in: pass dy only where the
+                   * window's max (the ReLU output) is > 0 */
 } pool_dims;
 
 static pool_dims dims_of(const gc_pool2d_geom *g)
@@ -42,6 +44,7 @@ static pool_dims dims_of(const gc_pool2d_geom *g)
     d.PH = (int)g->PH; d.PW = (int)g->PW; d.sh = g->sh; d.sw = g->sw;
     d.pt = g->pad_top; d.pl = g->pad_left;
     d.disjoint = g->sh >= g->PH && g->sw >= g->PW;
+    d.relu = 0;
     return d;
 }
 
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(256) maxpool_bwd_kernel(pool_dims d, const T *
                             bw = ww;
                         }
                     }
-                if (bh == h && bw == w) {
+                if (bh == h && bw == w && (!d.relu || best > 0.0f)) {
                     float v = gc_to_f(dyn[(oh * d.OW + ow) * d.C]);
                     acc = d.disjoint ? v : acc + v; /* the CPU writes, or adds to a zeroed dx */
                 }
@@ -189,7 +192,8 @@ __global__ void __launch_bounds__(256) maxpool_bwd_tiled_kernel(pool_dims d, con
                 P o;
 #pragma unroll
                 for (int j = 0; j < V; j++)
-                    o.v[j] = gc_from_f<T>(bi[j] == h * W + w ? gc_to_f(g.v[j]) : 0.0f);
+                    o.v[j] = gc_from_f<T>(bi[j] == h * W + w && (!d.relu || best[j] > 0.0f) ? gc_to_f(g.v[j])
+                                                                                              : 0.0f);
                 *(P *)(dx + (size_t)(img + h * W + w) * C + c) = o;
             }
     }
@@ -288,6 +292,7 @@ extern "C" gc_status gc_cuda_op_maxpool2d_bwd(const gc_backend *be, const gc_op_
     gc_pool2d_geom g;
     if ((st = geom("maxpool2d_bwd", call->in[0], call->params, &g))) return st;
     pool_dims d = dims_of(&g);
+    d.relu = ((const gc_pool2d_params *)call->params)->act == GC_ACT_RELU;
     int64_t n = d.N * d.H * d.W * d.C;
     if (n == 0) return GC_OK;
     const void *x = call->in[0]->data, *dy = call->in[1]->data;

@@ -92,8 +92,11 @@ typedef struct { int stride_h, stride_w, dil_h, dil_w; gc_padding padding; gc_ac
 
 /* maxpool2d_fwd / avgpool2d_fwd: in x out y; maxpool2d_bwd: in x, dy out dx;
  * avgpool2d_bwd: in dy out dx (shape of x taken from dx).  Padded cells never win a
- * max and are not counted in an average (TensorFlow's rule). */
-typedef struct { int pool_h, pool_w, stride_h, stride_w; gc_padding padding; } gc_pool2d_params;
+ * max and are not counted in an average (TensorFlow's rule).
+ * act: linear, or for maxpool2d_bwd relu: x is the output of a ReLU, and dx comes out
+ * multiplied by relu'(x) -- the backward of ReLU folded in (the plan uses it for the
+ * conv + relu + max-pool pattern: one pass over the activations instead of two). */
+typedef struct { int pool_h, pool_w, stride_h, stride_w; gc_padding padding; gc_act act; } gc_pool2d_params;
 
 /* act_fwd: in x out y; act_bwd: in y (the forward output), dy out dx.
  * Softmax works over the last axis. */

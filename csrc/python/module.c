@@ -290,6 +290,8 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
             P->pool.stride_w = P->pool.pool_w;
         }
         P->pool.padding = (gc_padding)b;
+        if (p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e)) return -1;
+        P->pool.act = (gc_act)e;
         return 0;
     case GC_OP_ACT_FWD:
     case GC_OP_ACT_BWD:

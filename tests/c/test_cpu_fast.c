@@ -177,7 +177,7 @@ static void pool_case(int64_t N, int64_t H, int64_t W, int64_t C, gc_padding pad
             for (int64_t i = 0; i < XN; i++) dx[v][i] = 12345.0f;
             gc_cpu_sgemm_force_variant(v == 0 ? "avx512" : "generic");
             gc_status s1 = gc_cpu_maxpool2d_fwd(&g, x, y[v]);
-            gc_status s2 = gc_cpu_maxpool2d_bwd(&g, x, dy, dx[v]);
+            gc_status s2 = gc_cpu_maxpool2d_bwd(&g, 0, x, dy, dx[v]);
             CHECK(s1 == GC_OK && s2 == GC_OK, "pool status");
         }
         gc_cpu_sgemm_force_variant("auto");

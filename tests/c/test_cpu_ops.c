@@ -446,7 +446,7 @@ static void test_pool_case(int64_t N, int64_t H, int64_t W, int64_t C, int ph, i
         for (int64_t i = 0; i < ny; i++) y[i] = NAN;
         CHECK(gc_cpu_maxpool2d_fwd(&g, x, y) == GC_OK && rel_err(y, rmax, ny) == 0.0, "%s max fwd", name);
         for (int64_t i = 0; i < nx; i++) dx[i] = NAN;
-        CHECK(gc_cpu_maxpool2d_bwd(&g, x, dy, dx) == GC_OK && rel_err(dx, rdmax, nx) < 1e-6,
+        CHECK(gc_cpu_maxpool2d_bwd(&g, 0, x, dy, dx) == GC_OK && rel_err(dx, rdmax, nx) < 1e-6,
               "%s max bwd %g", name, rel_err(dx, rdmax, nx));
         for (int64_t i = 0; i < ny; i++) y[i] = NAN;
         CHECK(gc_cpu_avgpool2d_fwd(&g, x, y) == GC_OK && rel_err(y, ravg, ny) < 1e-6, "%s avg fwd", name);
