@@ -62,9 +62,11 @@
 #endif
 
 /* Test hooks (tests/cuda/test_conv.cu): ring depth override (0 = as many stages as fit,
- * at most CW_MAX_STAGES). */
-extern "C" int gc_conv2d_debug_wgmma_stages;
-int gc_conv2d_debug_wgmma_stages = 0;
+ * at most CW_MAX_STAGES); cap on the blocks per column tile (0 = one per SM), so that
+ * small problems also give each block several tiles (ring wrap-around, the consumers'
+ * hand-over, staging reuse). */
+extern "C" int gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks;
+int gc_conv2d_debug_wgmma_stages = 0, gc_conv2d_debug_wgmma_blocks = 0;
 
 namespace {
 
@@ -604,6 +606,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     int gm = sms / prm.tiles_n;
     if (gm < 1) gm = 1;
     if (gm > prm.tiles_m) gm = prm.tiles_m;
+    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
     prm.gm = gm;
     prm.stages = stages;
     prm.act = (int)act;

@@ -28,7 +28,8 @@
 #include <vector>
 
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
-    gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_last_path;
+    gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
+    gc_conv2d_debug_last_path;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -541,8 +542,8 @@ static void test_graph(gc_dtype dt, int tf32)
  * Forced path 4 (conv2d_wgmma.cu) on the shapes it takes, f16 and bf16, against the
  * float64 reference (every output when the reference is cheap, else the first and last
  * two tiles and every 61st row), against the mma.sync path (every output, both
- * NaN-poisoned), against itself with a 3-stage ring (bitwise: same summation order), and
- * captured into a graph (bitwise). Shapes it must refuse come back GC_ERR_UNSUPPORTED. */
+ * NaN-poisoned), against itself with a 3-stage ring on 3 blocks per column tile
+ * (bitwise: same summation order), and captured into a graph (bitwise). Shapes it must refuse come back GC_ERR_UNSUPPORTED. */
 static const conv_case g_wg_cases[] = {
     /* N  H   W    C  KH KW  F  sh sw dh dw  pad           act             bias db */
     {2, 56, 56, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},      /* bench layer, batch 2: 49 tiles */
@@ -615,19 +616,21 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
     char what[96];
     snprintf(what, sizeof what, "%dx%dx%dx%d k%dx%d F%d %s", k.N, k.H, k.W, k.C, k.KH, k.KW, k.F,
              k.pad == GC_PAD_SAME ? "same" : "valid");
-    auto run = [&](dbuf &y, int path, int stages) -> gc_status {
+    auto run = [&](dbuf &y, int path, int stages, int blocks) -> gc_status {
         gc_tensor ty = gc_tensor_make(y.p, dt, 4, sy);
         gc_tensor *fout[1] = {&ty};
         y.poison();
         gc_conv2d_debug_path = path;
         gc_conv2d_debug_wgmma_stages = stages;
+        gc_conv2d_debug_wgmma_blocks = blocks;
         gc_status st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
         gc_conv2d_debug_path = 0;
         gc_conv2d_debug_wgmma_stages = 0;
+        gc_conv2d_debug_wgmma_blocks = 0;
         if (st == GC_OK) CK(cudaDeviceSynchronize());
         return st;
     };
-    gc_status st = run(y4, 4, 0);
+    gc_status st = run(y4, 4, 0, 0);
     if (st) {
         printf("  FAIL wgmma case %2d %-4s %s: %s: %s\n", ci, dn, what, gc_status_name(st), gc_last_error());
         g_fail++;
@@ -659,7 +662,7 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
         report(dn, ci, "wgmma-ref", e, 1e-2, buf);
         worst[0] = std::max(worst[0], e);
         /* the mma.sync path on the same inputs, every output */
-        if ((st = run(y2, 2, 0))) {
+        if ((st = run(y2, 2, 0, 0))) {
             printf("  FAIL wgmma case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
             g_fail++;
         } else {
@@ -671,16 +674,17 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             report(dn, ci, "wgmma-vs-mma", e2, 1e-2, what);
             worst[1] = std::max(worst[1], e2);
         }
-        /* 3-stage ring: the same sums in the same order */
-        if ((st = run(y3, 4, 3))) {
-            printf("  FAIL wgmma case %2d %-4s %s: 3 stages: %s\n", ci, dn, what, gc_last_error());
+        /* 3-stage ring, 3 blocks per column tile (several tiles per block: ring wrap,
+         * consumer hand-over, staging reuse): the same sums in the same order */
+        if ((st = run(y3, 4, 3, 3))) {
+            printf("  FAIL wgmma case %2d %-4s %s: 3 stages, 3 blocks: %s\n", ci, dn, what, gc_last_error());
             g_fail++;
         } else {
             std::vector<uint8_t> a = y4.down(), c = y3.down();
-            report(dn, ci, "wgmma-3stg", memcmp(a.data(), c.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
+            report(dn, ci, "wgmma-3stg3b", memcmp(a.data(), c.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
         }
         /* auto dispatch takes wgmma where it is wanted (big enough) */
-        if ((st = run(y3, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
+        if ((st = run(y3, 0, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
             report(dn, ci, "auto->wgmma", gc_conv2d_debug_last_path == 4 ? 0.0 : 1.0, 0.0, what);
         }
         /* graph capture of the forced path, replayed == eager */
@@ -1139,6 +1143,7 @@ static void run_bench(void)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a time-boxed run killed midway keeps its log */
     const char *mode = argc > 1 ? argv[1] : "test";
     g_rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + (uint64_t)clock();
     if (getenv("SEED")) g_rng = strtoull(getenv("SEED"), NULL, 10);
