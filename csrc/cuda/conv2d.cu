@@ -44,6 +44,12 @@
  * tiny channel counts go to the SIMT kernels for the backward passes. A 1x1 stride-1
  * convolution needs no special kernel: with one tap the gather is a plain row read and
  * the implicit GEMM is an ordinary GEMM.
+ *
+ * Hopper: on a compute capability 9.0 device with sm_90a code, a 16-bit forward with
+ * stride 1, dilation 1, C and F multiples of 64 and at least one 128-row tile per SM
+ * goes to conv2d_wgmma.cu (TMA im2col + wgmma, persistent, weights resident in shared
+ * memory); when that kernel does not apply (GC_ERR_UNSUPPORTED before any launch) the
+ * mma.sync kernel here runs instead.
  */
 #include "conv2d_internal.cuh"
 
@@ -51,9 +57,13 @@
 #include <stdint.h>
 
 /* Test hook (tests/cuda/test_conv.cu): 0 = automatic choice, 1 = SIMT reference,
- * 2 = Tensor Core implicit GEMM wherever it applies, 3 = direct small-C forward. */
-extern "C" int gc_conv2d_debug_path;
-int gc_conv2d_debug_path = 0;
+ * 2 = Tensor Core implicit GEMM wherever it applies, 3 = direct small-C forward,
+ * 4 = the Hopper wgmma forward (conv2d_wgmma.cu; the forward returns its
+ * GC_ERR_UNSUPPORTED where it does not apply; the backward passes choose as with 0).
+ * gc_conv2d_debug_last_path: the forward kernel the last own forward ran (1 SIMT,
+ * 2 mma.sync implicit GEMM, 3 direct, 4 wgmma). */
+extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path;
+int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0;
 
 /* ------------------------------------------------------------------ PTX helpers */
 static __device__ __forceinline__ uint32_t cv_smem(const void *p)
@@ -1057,11 +1067,28 @@ static int use_simt(gc_dtype dt)
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* Worth trying the Hopper kernel (cheap pre-checks; gc_conv2d_wgmma_check has the rest):
+ * 16-bit storage on a compute capability 9.0 device, its shape rules, and enough 128-row
+ * tiles for one per SM (below that the mma.sync kernel's 128 x 64 blocks, several per
+ * SM and split K, fill the GPU better). */
+static int wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
+{
+    const int64_t sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;
+    return (dt == GC_F16 || dt == GC_BF16) && gc_cuda_cc(be) == 90 && g->C % 64 == 0 && g->F % 64 == 0 &&
+           g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->N * g->OH * g->OW >= 128 * sms;
+}
+
 static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, const void *x,
                          const void *w, const void *bias, gc_act act, void *y)
 {
     int path = gc_conv2d_debug_path;
+    if (path == 4) {
+        gc_conv2d_debug_last_path = 4;
+        return gc_conv2d_wgmma_fwd(be, g, dt, x, w, bias, act, y);
+    }
+    gc_conv2d_debug_last_path = 1;
     if (path == 1 || !fits_int(g)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
+    gc_conv2d_debug_last_path = 3;
     if (path == 3 || (path != 2 && g->C < 8)) {
         const int FG = (int)((g->F + DC_FB - 1) / DC_FB);
         const int64_t total = g->N * g->OH * g->OW * FG;
@@ -1071,7 +1098,15 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
                 *g, (const T *)x, (const T *)w, (const T *)bias, (int)act, (T *)y, total, FG, vec));
         return gc_cuda_launch_check("conv2d_fwd: direct kernel");
     }
+    gc_conv2d_debug_last_path = 1;
     if (use_simt(dt)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
+    if (path == 0 && wgmma_wanted(be, g, dt)) {
+        gc_conv2d_debug_last_path = 4;
+        gc_status st = gc_conv2d_wgmma_fwd(be, g, dt, x, w, bias, act, y);
+        if (st != GC_ERR_UNSUPPORTED) return st;
+        gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
+    }
+    gc_conv2d_debug_last_path = 2;
 
     const int64_t KC = g->KH * g->KW * g->C;
     ig_args a;

@@ -8,6 +8,9 @@
  *   test_conv bench      TFLOP/s of the seeds' CNN layers (batch 128) and a 3x3 64->64
  *                        56x56 batch-64 'same' layer, ours vs cuDNN, fp16 / bf16 / tf32
  *   test_conv all        both
+ *   test_conv wgtest     only the Hopper wgmma forward checks (also part of 'test')
+ *   test_conv wgbench    only the 3x3 64->64 56x56 b64 forward: wgmma vs mma.sync vs cuDNN
+ *                        (also printed at the end of 'bench')
  *
  * The ops run through gc_op_run (core validation) on a minimal fake CUDA backend that
  * implements the few common.cuh services the conv sources use (stream, workspace,
@@ -25,7 +28,8 @@
 #include <vector>
 
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
-    gc_conv2d_debug_nosplit;
+    gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
+    gc_conv2d_debug_last_path;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -534,6 +538,249 @@ static void test_graph(gc_dtype dt, int tf32)
     gdw.release(); gdb.release();
 }
 
+/* ------------------------------------------------------------------ Hopper wgmma forward
+ * Forced path 4 (conv2d_wgmma.cu) on the shapes it takes, f16 and bf16, against the
+ * float64 reference (every output when the reference is cheap, else the first and last
+ * two tiles and every 61st row), against the mma.sync path (every output, both
+ * NaN-poisoned), against itself with a 3-stage ring on 3 blocks per column tile
+ * (bitwise: same summation order), and captured into a graph (bitwise). Shapes it must refuse come back GC_ERR_UNSUPPORTED. */
+static const conv_case g_wg_cases[] = {
+    /* N  H   W    C  KH KW  F  sh sw dh dw  pad           act             bias db */
+    {2, 56, 56, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},      /* bench layer, batch 2: 49 tiles */
+    {2, 33, 30, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},      /* M = 1980: tiles across rows/images, tail */
+    {3, 20, 17, 64, 3, 3, 128, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 1, 0},  /* F = 128: 2 column tiles, M = 810 */
+    {2, 15, 13, 128, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_SIGMOID, 1, 0},  /* C = 128: 2 chunks per tap */
+    {2, 9, 11, 128, 3, 3, 128, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_TANH, 0, 0},     /* C = F = 128, no bias, 3 stages */
+    {2, 12, 10, 64, 1, 1, 64, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 0},     /* 1x1 */
+    {2, 14, 16, 64, 1, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},      /* KH != KW: H and W box corners differ */
+    {3, 7, 40, 64, 5, 3, 64, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 0},      /* 5x3 valid: upper corners -4 (H), -2 (W) */
+    {2, 11, 9, 64, 2, 2, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 1, 0},     /* even kernel: padding after only */
+    {1, 8, 8, 64, 3, 3, 192, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},       /* 3 column tiles, one partial row tile */
+    {64, 56, 56, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},     /* the bench layer (sampled reference) */
+};
+
+/* reference rows (all F outputs of each listed output pixel) */
+static void ref_fwd_rows(const gc_conv2d_geom &g, const float *x, const float *w, const float *b, gc_act act,
+                         const std::vector<int64_t> &rows, std::vector<double> &y)
+{
+    y.assign(rows.size() * (size_t)g.F, 0.0);
+    for (size_t i = 0; i < rows.size(); i++) {
+        const int64_t m = rows[i], ow = m % g.OW, oh = (m / g.OW) % g.OH, n = m / (g.OW * g.OH);
+        double *yo = &y[i * (size_t)g.F];
+        for (int64_t kh = 0; kh < g.KH; kh++) {
+            int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int64_t kw = 0; kw < g.KW; kw++) {
+                int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
+                if (iw < 0 || iw >= g.W) continue;
+                const float *xp = x + ((n * g.H + ih) * g.W + iw) * g.C;
+                for (int64_t c = 0; c < g.C; c++) {
+                    const float *wp = w + ((kh * g.KW + kw) * g.C + c) * g.F;
+                    double xv = xp[c];
+                    for (int64_t f = 0; f < g.F; f++) yo[f] += xv * wp[f];
+                }
+            }
+        }
+        for (int64_t f = 0; f < g.F; f++) yo[f] = ref_act(yo[f] + (b ? b[f] : 0.0), act);
+    }
+}
+
+static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *worst)
+{
+    const char *dn = gc_dtype_name(dt);
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN};
+    gc_conv2d_geom g;
+    if (gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g) != GC_OK) {
+        printf("  FAIL wgmma case %d: geometry: %s\n", ci, gc_last_error());
+        g_fail++;
+        return;
+    }
+    gc_set_allow_tf32(1);
+    const size_t es = gc_dtype_size(dt);
+    const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
+    const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F), nb = (size_t)g.F;
+    const int64_t M = g.N * g.OH * g.OW;
+    std::vector<uint8_t> bx, bw, bb;
+    std::vector<float> x = rand_tensor(nx, dt, bx, 1.0f), w = rand_tensor(nw, dt, bw, 0.5f);
+    std::vector<float> b = rand_tensor(nb, dt, bb, 1.0f);
+    dbuf gx, gw, gb, y4, y2, y3;
+    gx.alloc(nx * es); gx.up(bx);
+    gw.alloc(nw * es); gw.up(bw);
+    gb.alloc(nb * es); gb.up(bb);
+    y4.alloc(ny * es); y2.alloc(ny * es); y3.alloc(ny * es);
+    int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F};
+    int64_t sb[1] = {g.F};
+    gc_tensor tx = gc_tensor_make(gx.p, dt, 4, sx), tw = gc_tensor_make(gw.p, dt, 4, sw);
+    gc_tensor tb = gc_tensor_make(k.bias ? gb.p : NULL, dt, 1, sb);
+    const gc_tensor *fin[3] = {&tx, &tw, &tb};
+    char what[96];
+    snprintf(what, sizeof what, "%dx%dx%dx%d k%dx%d F%d %s", k.N, k.H, k.W, k.C, k.KH, k.KW, k.F,
+             k.pad == GC_PAD_SAME ? "same" : "valid");
+    auto run = [&](dbuf &y, int path, int stages, int blocks) -> gc_status {
+        gc_tensor ty = gc_tensor_make(y.p, dt, 4, sy);
+        gc_tensor *fout[1] = {&ty};
+        y.poison();
+        gc_conv2d_debug_path = path;
+        gc_conv2d_debug_wgmma_stages = stages;
+        gc_conv2d_debug_wgmma_blocks = blocks;
+        gc_status st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
+        gc_conv2d_debug_path = 0;
+        gc_conv2d_debug_wgmma_stages = 0;
+        gc_conv2d_debug_wgmma_blocks = 0;
+        if (st == GC_OK) CK(cudaDeviceSynchronize());
+        return st;
+    };
+    gc_status st = run(y4, 4, 0, 0);
+    if (st) {
+        printf("  FAIL wgmma case %2d %-4s %s: %s: %s\n", ci, dn, what, gc_status_name(st), gc_last_error());
+        g_fail++;
+    } else {
+        std::vector<float> out4 = to_float(y4.down(), ny, dt);
+        /* float64 reference */
+        double e;
+        const char *note;
+        if ((double)M * g.F * g.KH * g.KW * g.C <= 4e8) {
+            std::vector<double> ry;
+            ref_fwd(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, ry);
+            e = rel_err(out4, ry);
+            note = "all outputs";
+        } else {
+            std::vector<int64_t> rows;
+            for (int64_t m = 0; m < M; m++)
+                if (m < 256 || m >= M - 256 || m % 61 == 0) rows.push_back(m);
+            std::vector<double> ry;
+            ref_fwd_rows(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, rows, ry);
+            std::vector<float> sel(ry.size());
+            for (size_t i = 0; i < rows.size(); i++)
+                for (int64_t f = 0; f < g.F; f++)
+                    sel[i * (size_t)g.F + f] = out4[(size_t)(rows[i] * g.F + f)];
+            e = rel_err(sel, ry);
+            note = "sampled rows";
+        }
+        char buf[160];
+        snprintf(buf, sizeof buf, "%s (%s)", what, note);
+        report(dn, ci, "wgmma-ref", e, 1e-2, buf);
+        worst[0] = std::max(worst[0], e);
+        /* the mma.sync path on the same inputs, every output */
+        if ((st = run(y2, 2, 0, 0))) {
+            printf("  FAIL wgmma case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
+            g_fail++;
+        } else {
+            std::vector<float> out2 = to_float(y2.down(), ny, dt);
+            std::vector<double> r2(out2.begin(), out2.end());
+            for (float v : out2)
+                if (!isfinite(v)) { r2.assign(1, NAN); break; }
+            double e2 = r2.size() == ny ? rel_err(out4, r2) : INFINITY;
+            report(dn, ci, "wgmma-vs-mma", e2, 1e-2, what);
+            worst[1] = std::max(worst[1], e2);
+        }
+        /* 3-stage ring, 3 blocks per column tile (several tiles per block: ring wrap,
+         * consumer hand-over, staging reuse): the same sums in the same order */
+        if ((st = run(y3, 4, 3, 3))) {
+            printf("  FAIL wgmma case %2d %-4s %s: 3 stages, 3 blocks: %s\n", ci, dn, what, gc_last_error());
+            g_fail++;
+        } else {
+            std::vector<uint8_t> a = y4.down(), c = y3.down();
+            report(dn, ci, "wgmma-3stg3b", memcmp(a.data(), c.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
+        }
+        /* auto dispatch takes wgmma where it is wanted (big enough) */
+        if ((st = run(y3, 0, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
+            report(dn, ci, "auto->wgmma", gc_conv2d_debug_last_path == 4 ? 0.0 : 1.0, 0.0, what);
+        }
+        /* graph capture of the forced path, replayed == eager */
+        if (ci == 1) {
+            y3.poison();
+            gc_tensor ty = gc_tensor_make(y3.p, dt, 4, sy);
+            gc_tensor *fout[1] = {&ty};
+            cudaGraph_t graph = NULL;
+            cudaGraphExec_t exec = NULL;
+            int ok = 0;
+            gc_conv2d_debug_path = 4;
+            CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+            st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
+            cudaError_t ce = cudaStreamEndCapture(g_stream, &graph);
+            gc_conv2d_debug_path = 0;
+            if (st == GC_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+                CK(cudaGraphLaunch(exec, g_stream));
+                CK(cudaStreamSynchronize(g_stream));
+                std::vector<uint8_t> a = y4.down(), c = y3.down();
+                ok = !memcmp(a.data(), c.data(), ny * es);
+            } else {
+                printf("  wgmma graph capture failed: %s / %s\n", gc_last_error(), cudaGetErrorString(ce));
+                (void)cudaGetLastError();
+            }
+            if (exec) cudaGraphExecDestroy(exec);
+            if (graph) cudaGraphDestroy(graph);
+            report(dn, ci, "wgmma-graph", ok ? 0.0 : 1.0, 0.0, what);
+        }
+    }
+    gx.release(); gw.release(); gb.release(); y4.release(); y2.release(); y3.release();
+}
+
+/* shapes / dtypes the wgmma kernel must refuse (status, no launch) */
+static void test_wgmma_refusals(void)
+{
+    struct { conv_case k; gc_dtype dt; const char *why; } bad[] = {
+        {{2, 8, 8, 32, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_F16, "C = 32"},
+        {{2, 8, 8, 64, 3, 3, 48, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_F16, "F = 48"},
+        {{2, 8, 8, 64, 3, 3, 64, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_F16, "stride 2"},
+        {{2, 8, 8, 64, 3, 3, 64, 1, 1, 2, 2, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_BF16, "dilation 2"},
+        {{2, 8, 8, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_F32, "float32"},
+        {{1, 8, 8, 256, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_F16, "weight slice too big"},
+    };
+    for (auto &t : bad) {
+        gc_conv2d_params p = {t.k.sh, t.k.sw, t.k.dh, t.k.dw, t.k.pad, t.k.act, GC_IMPL_OWN};
+        gc_conv2d_geom g;
+        gc_conv2d_geometry(t.k.N, t.k.H, t.k.W, t.k.C, t.k.KH, t.k.KW, t.k.F, &p, &g);
+        const size_t es = gc_dtype_size(t.dt);
+        const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
+        const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F);
+        dbuf gx, gw, gy;
+        gx.alloc(nx * es); gw.alloc(nw * es); gy.alloc(ny * es);
+        int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                sb[1] = {g.F};
+        gc_tensor tx = gc_tensor_make(gx.p, t.dt, 4, sx), tw = gc_tensor_make(gw.p, t.dt, 4, sw),
+                  ty = gc_tensor_make(gy.p, t.dt, 4, sy), tb = gc_tensor_make(NULL, t.dt, 1, sb);
+        const gc_tensor *in[3] = {&tx, &tw, &tb};
+        gc_tensor *out[1] = {&ty};
+        gc_set_allow_tf32(1);
+        gc_conv2d_debug_path = 4;
+        gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
+        gc_conv2d_debug_path = 0;
+        (void)cudaGetLastError();
+        g_checks++;
+        const int ok = st == GC_ERR_UNSUPPORTED && cudaDeviceSynchronize() == cudaSuccess;
+        if (!ok) g_fail++;
+        printf("  %-4s wgmma refuses %-20s: %s\n", ok ? "ok" : "FAIL", t.why, st ? gc_last_error() : "ran");
+        gx.release(); gw.release(); gy.release();
+    }
+}
+
+static void run_wgmma_tests(void)
+{
+    /* does this device / binary have the kernel at all? */
+    gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, GC_IMPL_OWN};
+    gc_conv2d_geom g;
+    gc_conv2d_geometry(2, 56, 56, 64, 3, 3, 64, &p, &g);
+    if (gc_conv2d_wgmma_check(&g_be, &g, GC_F16) != GC_OK) {
+        printf("wgmma forward: skipped: %s\n", gc_last_error());
+        return;
+    }
+    const int n = (int)(sizeof g_wg_cases / sizeof g_wg_cases[0]);
+    printf("wgmma forward (forced path 4): %d cases x f16, bf16; vs float64 reference, vs mma.sync, "
+           "3-stage ring, graph\n", n);
+    const gc_dtype dts[2] = {GC_F16, GC_BF16};
+    for (gc_dtype dt : dts) {
+        double worst[2] = {0, 0};
+        int before = g_fail;
+        for (int i = 0; i < n; i++) test_wgmma_case(i, g_wg_cases[i], dt, worst);
+        printf("  wgmma %-4s worst rel err: vs float64 %.2e, vs mma.sync %.2e (tol 1e-02)%s\n", gc_dtype_name(dt),
+               worst[0], worst[1], g_fail > before ? "  FAILURES" : "");
+        fflush(stdout);
+    }
+    test_wgmma_refusals();
+}
+
 static int g_quick; /* 'quick' mode: own kernels in f16 / tf32 only (for compute-sanitizer) */
 
 static void run_tests(void)
@@ -553,6 +800,7 @@ static void run_tests(void)
                worst[0], worst[1], worst[2], worst[3], g_configs[c].tol, g_fail > before ? "  FAILURES" : "");
     }
     if (g_quick) return;
+    run_wgmma_tests();
     test_graph(GC_F16, 1);
     test_graph(GC_F32, 1);
     test_graph(GC_F32, 0);
@@ -662,12 +910,14 @@ static void sweep_stages(gc_dtype dt, double flops, F1 &fwd, F2 &bwdd, F3 &bwdf)
 {
     const char *dn = dt == GC_F32 ? "tf32" : (dt == GC_F16 ? "f16" : "bf16");
     printf("  stage sweep (IG_KB=%d) %s:", IG_KB_BUILD, dn);
+    gc_conv2d_debug_path = 2; /* the mma.sync kernel (auto takes wgmma for this layer on Hopper) */
     for (int st = 3; st <= 6; st++) {
         if ((size_t)st * (128 + 64) * (IG_KB_BUILD + 16) > g_optin) break;
         gc_conv2d_debug_stages = st;
         double vf = time_ms(fwd, 10), vd = time_ms(bwdd, 10);
         printf("  ig%d fwd %.0f bwdD %.0f TF;", st, flops / vf / 1e9, flops / vd / 1e9);
     }
+    gc_conv2d_debug_path = 0;
     gc_conv2d_debug_stages = 0;
     for (int st = 3; st <= 6; st++) {
         gc_conv2d_debug_wg_stages = st;
@@ -676,6 +926,93 @@ static void sweep_stages(gc_dtype dt, double flops, F1 &fwd, F2 &bwdd, F3 &bwdf)
     }
     gc_conv2d_debug_wg_stages = 0;
     printf("\n");
+    fflush(stdout);
+}
+
+/* The forward of the 3x3 64->64 56x56 batch-64 'same' layer (no bias, linear) through
+ * each path: wgmma (forced path 4, then its ring depths), mma.sync (forced path 2), what
+ * the automatic choice runs, and cuDNN; f16 and bf16. The last lines are the summary. */
+static void run_wgmma_bench(void)
+{
+    const layer &L = g_layers[3];
+    gc_conv2d_params p0 = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+    gc_conv2d_geom g;
+    gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p0, &g);
+    const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
+    printf("\nforward paths, %s batch %d (median of 15 graph replays, %d input sets):\n", L.name, L.N, NSETS);
+    char summary[2][256];
+    const gc_dtype dts[2] = {GC_F16, GC_BF16};
+    for (int di = 0; di < 2; di++) {
+        const gc_dtype dt = dts[di];
+        const char *dn = gc_dtype_name(dt);
+        gc_set_allow_tf32(1);
+        const size_t es = gc_dtype_size(dt);
+        const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
+                     ny = (size_t)(g.N * g.OH * g.OW * g.F);
+        dbuf x[NSETS], y[NSETS], w;
+        for (int s = 0; s < NSETS; s++) {
+            x[s].alloc(nx * es); dev_rand(x[s], dt, nx, 1);
+            y[s].alloc(ny * es);
+        }
+        w.alloc(nw * es); dev_rand(w, dt, nw, 0.1f);
+        int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                sb[1] = {g.F};
+        gc_tensor tw = gc_tensor_make(w.p, dt, 4, sw), tnb = gc_tensor_make(NULL, dt, 1, sb);
+        gc_conv2d_params p = p0;
+        gc_status err = GC_OK;
+        auto fwd = [&](int i) {
+            int s = i % NSETS;
+            gc_tensor tx = gc_tensor_make(x[s].p, dt, 4, sx), ty = gc_tensor_make(y[s].p, dt, 4, sy);
+            const gc_tensor *in[3] = {&tx, &tw, &tnb};
+            gc_tensor *out[1] = {&ty};
+            gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
+            if (st && !err) err = st;
+        };
+        auto timed = [&](int path, gc_impl impl, int stages, double *tf) -> int {
+            err = GC_OK;
+            p.impl = impl;
+            gc_conv2d_debug_path = path;
+            gc_conv2d_debug_wgmma_stages = stages;
+            double t = time_ms(fwd, 15);
+            gc_conv2d_debug_path = 0;
+            gc_conv2d_debug_wgmma_stages = 0;
+            p.impl = GC_IMPL_OWN;
+            if (err) {
+                printf("  %-5s path %d impl %d: error: %s\n", dn, path, (int)impl, gc_last_error());
+                gc_clear_error();
+                return 0;
+            }
+            *tf = flops / t / 1e9;
+            char label[48];
+            if (impl == GC_IMPL_VENDOR) snprintf(label, sizeof label, "cuDNN");
+            else if (path == 4 && stages) snprintf(label, sizeof label, "wgmma, <= %d stages", stages);
+            else if (path == 4) snprintf(label, sizeof label, "wgmma");
+            else if (path == 2) snprintf(label, sizeof label, "mma.sync");
+            else snprintf(label, sizeof label, "auto");
+            printf("  %-5s %-22s %8.1f us %7.1f TFLOP/s\n", dn, label, t * 1e3, *tf);
+            fflush(stdout);
+            return 1;
+        };
+        double twg = 0, tmma = 0, tauto = 0, tcd = 0;
+        timed(4, GC_IMPL_OWN, 0, &twg);
+        timed(2, GC_IMPL_OWN, 0, &tmma);
+        timed(0, GC_IMPL_OWN, 0, &tauto);
+        fwd(0);
+        CK(cudaStreamSynchronize(g_stream));
+        const int auto_path = gc_conv2d_debug_last_path;
+        if (gc_conv2d_vendor_available()) timed(0, GC_IMPL_VENDOR, 0, &tcd);
+        for (int st = 3; st <= 8 && twg > 0; st++) {
+            double t = 0;
+            timed(4, GC_IMPL_OWN, st, &t);
+        }
+        snprintf(summary[di], sizeof summary[di],
+                 "%-5s fwd TFLOP/s: wgmma %.1f | mma.sync %.1f | auto (path %d) %.1f | cuDNN %.1f | wgmma/cuDNN %.2f",
+                 dn, twg, tmma, auto_path, tauto, tcd, tcd > 0 ? twg / tcd : 0.0);
+        for (int s = 0; s < NSETS; s++) { x[s].release(); y[s].release(); }
+        w.release();
+    }
+    printf("summary (%s, target wgmma >= 0.70 x cuDNN):\n", L.name);
+    for (int di = 0; di < 2; di++) printf("  %s\n", summary[di]);
     fflush(stdout);
 }
 
@@ -800,11 +1137,13 @@ static void run_bench(void)
         x.release(); w.release(); y.release(); dy.release(); dx.release(); dw.release(); db.release();
     }
     gc_set_allow_tf32(1);
+    if (!g_sweep_only) run_wgmma_bench();
     printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
 }
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a time-boxed run killed midway keeps its log */
     const char *mode = argc > 1 ? argv[1] : "test";
     g_rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + (uint64_t)clock();
     if (getenv("SEED")) g_rng = strtoull(getenv("SEED"), NULL, 10);
@@ -816,6 +1155,14 @@ int main(int argc, char **argv)
         run_tests();
         printf("correctness: %d of %d checks passed%s\n", g_checks - g_fail, g_checks,
                g_fail ? "  -- FAILURES" : "");
+    }
+    if (!strcmp(mode, "wgtest")) {
+        run_wgmma_tests();
+        printf("correctness: %d of %d checks passed%s\n", g_checks - g_fail, g_checks, g_fail ? "  -- FAILURES" : "");
+    }
+    if (!strcmp(mode, "wgbench")) {
+        run_wgmma_bench();
+        printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
     }
     g_sweep_only = !strcmp(mode, "sweep");
     if (!strcmp(mode, "bench") || !strcmp(mode, "all") || g_sweep_only) run_bench();

@@ -1,0 +1,637 @@
+/* conv2d_wgmma.cu -- Hopper (sm_90a) forward convolution: implicit GEMM on TMA im2col +
+ * wgmma, warp-specialised and persistent.
+ *
+ * What: gc_conv2d_wgmma_fwd computes y = act(conv(x, w) + bias) for NHWC f16 / bf16
+ * storage with fp32 accumulation, stride 1, dilation 1, C % 64 == 0, F % 64 == 0 (any
+ * kernel size up to 256, 'same' or 'valid' padding), on an H100 / H200. Everything
+ * else returns GC_ERR_UNSUPPORTED before anything is launched, and conv2d.cu's own_fwd
+ * falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
+ *
+ * Why this design. The GEMM is M = N*OH*OW pixels, N = F, K = KH*KW*C ordered (kh, kw,
+ * c), so one K-block of 64 halves (128 bytes) is one tap's 64-channel slice: the A
+ * block of 128 output pixels is one TMA copy in im2col mode (cp.async.bulk.tensor.4d
+ * ... .im2col) of the NHWC input seen as a (C, W, H, N) tensor: the coordinates name
+ * the first pixel's filter corner (q - pad_left, p - pad_top, n), the im2col offsets
+ * the tap (kw, kh), the box corners of the tensor map bound the filter corners of the
+ * output pixels (lower = -pad, upper = OW - W - pad_left, ...), and the copy walks
+ * 128 pixels along W, then H, then N (tiles that cross rows, images and the end of the
+ * batch need nothing special; padding and the rows past M arrive as zeros). The
+ * 128-byte swizzle of the copy is the wgmma canonical K-major layout. The weights are
+ * small (64 x 576 halves = 72 KB for the 3x3 64->64 layer), so each block keeps its
+ * 64-column slice of W^T (F, KH*KW*C) resident in shared memory for the whole launch
+ * (loaded once by tiled TMA): the pipeline ring carries A only, and L2 -> SM traffic is
+ * the 9 x 16 KB im2col blocks per tile and nothing else.
+ *   - Block of 3 warpgroups, one per SM, persistent: block b owns the column tile
+ *     tn = b % tiles_n (its B slice and bias stay put) and walks the row tiles
+ *     tm = b / tiles_n, + gm, + 2 gm, ... (adjacent blocks on adjacent tiles: the halo
+ *     rows they share are read from L2 while hot).
+ *   - Warpgroup 0, one thread: the producer. B slice once, then for every tile and
+ *     K-block one 16 KB im2col copy into a ring of 3..8 stages (full / empty mbarriers).
+ *   - Warpgroups 1 and 2: consumers in ping-pong (CUTLASS's "pingpong" schedule).
+ *     Consumer w takes the block's tiles w, w+2, w+4, ... whole (128 x 64: two
+ *     m64n64k16 accumulators of 32 floats); their mainloops take turns (named-barrier
+ *     hand-over), so one runs its epilogue while the other multiplies, and a consumer
+ *     never waits on a stage whose previous fill is still pending (see the kernel).
+ *     Each retires a ring stage as soon as the wgmma group that read it has completed
+ *     (one group in flight).
+ *   - Epilogue: bias (held in registers for the launch) + activation in fp32, rounding
+ *     to the storage type, written into a per-consumer 16 KB staging tile in the same
+ *     128-byte swizzle (conflict-free 4-byte stores), then one TMA tensor store per tile
+ *     (rows past M are clipped by the copy engine), asynchronous: the staging tile is
+ *     reused once that store has read it.
+ * Device code exists only for sm_90a (GC_CW_DEVICE); other targets compile an empty
+ * kernel and gc_conv2d_wgmma_fwd reports GC_ERR_UNSUPPORTED (probe kernel, as in
+ * gemm_wgmma.cu). The PTX wrappers are this file's own (prefix cw_), so that the conv
+ * sources build and link without the GEMM files (tests/cuda/conv.mk).
+ *
+ * Measured (H200, tests/cuda/test_conv.cu wgbench, 3x3 64->64 56x56 batch 64 'same'):
+ *   f16  wgmma ___ TFLOP/s, mma.sync ___, cuDNN ___   (to be filled in by the lead)
+ *   bf16 wgmma ___ TFLOP/s, mma.sync ___, cuDNN ___
+ */
+#include "conv2d_internal.cuh"
+
+#include <limits.h>
+#include <string.h>
+
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GC_CW_DEVICE 1
+#else
+#define GC_CW_DEVICE 0
+#endif
+
+/* Test hooks (tests/cuda/test_conv.cu): ring depth override (0 = as many stages as fit,
+ * at most CW_MAX_STAGES); cap on the blocks per column tile (0 = one per SM), so that
+ * small problems also give each block several tiles (ring wrap-around, the consumers'
+ * hand-over, staging reuse). */
+extern "C" int gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks;
+int gc_conv2d_debug_wgmma_stages = 0, gc_conv2d_debug_wgmma_blocks = 0;
+
+namespace {
+
+constexpr int CW_BM = 128;         /* output pixels per tile (one consumer warpgroup) */
+constexpr int CW_BN = 64;          /* output channels per tile */
+constexpr int CW_BK = 64;          /* K elements per block: 128 bytes of 16-bit values */
+constexpr int CW_THREADS = 384;    /* producer + 2 consumer warpgroups */
+constexpr int CW_A_BYTES = CW_BM * 128;     /* 16 KB: one im2col box */
+constexpr int CW_B_BLOCK = CW_BN * 128;     /* 8 KB: one K-block of the B slice */
+constexpr int CW_OUT_BYTES = CW_BM * CW_BN * 2; /* 16 KB staging tile per consumer */
+constexpr int CW_MAX_STAGES = 8;
+constexpr int CW_BAR_BYTES = 256;  /* full[8], empty[8], bfull */
+
+/* dynamic shared memory of a launch: alignment slack + ring + B slice + staging + barriers */
+size_t cw_smem_bytes(int stages, int nk)
+{
+    return 1024 + (size_t)stages * CW_A_BYTES + (size_t)nk * CW_B_BLOCK + 2 * CW_OUT_BYTES + CW_BAR_BYTES;
+}
+
+struct cw_params {
+    int M;            /* N*OH*OW */
+    int OH, OW;
+    int pad_top, pad_left;
+    int KW, cchunks;  /* taps per row of the kernel, C / 64 */
+    int nk;           /* K-blocks: KH*KW*C / 64 */
+    int tiles_m, tiles_n, gm; /* gm: blocks per column tile */
+    int stages;
+    int act;
+    const void *bias; /* F values or NULL */
+};
+
+#if GC_CW_DEVICE
+__device__ __forceinline__ uint32_t cw_smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cw_mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cw_mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cw_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* GC_CONV_WATCHDOG (cycles): trap instead of hanging when a barrier never completes (a
+ * bad tensor map, say); 0 (off) unless the build sets it. */
+#ifndef GC_CONV_WATCHDOG
+#define GC_CONV_WATCHDOG 0
+#endif
+__device__ __forceinline__ void cw_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+#if GC_CONV_WATCHDOG
+    const long long t0 = clock64();
+#endif
+    do {
+#if GC_CONV_WATCHDOG
+        if (clock64() - t0 > (long long)GC_CONV_WATCHDOG) __trap();
+#endif
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* tiled 2-D box (c0 inner) -> shared memory, completion counted in bytes on bar */
+__device__ __forceinline__ void cw_tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                               int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* im2col box of the (C, W, H, N) tensor: channels [c, c + channelsPerPixel) of
+ * pixelsPerColumn pixels whose filter corners start at (w, h, n), each read at
+ * (corner + (off_w, off_h)); padding and pixels past the tensor read as zeros. */
+__device__ __forceinline__ void cw_tma_load_im2col(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                   int c, int w, int h, int n, uint16_t off_w,
+                                                   uint16_t off_h)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(off_w), "h"(off_h)
+                 : "memory");
+}
+/* shared -> global tiled 2-D box (bulk async group of the issuing thread) */
+__device__ __forceinline__ void cw_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     (uint64_t)map),
+                 "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void cw_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* the issuing thread's stores have finished reading shared memory */
+__device__ __forceinline__ void cw_bulk_wait_read0()
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* ... and are complete (written to global memory) */
+__device__ __forceinline__ void cw_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* generic-proxy shared-memory writes made visible to the async proxy (TMA store) */
+__device__ __forceinline__ void cw_fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* barrier among the 128 threads of one consumer warpgroup (ids 1 and 2; 0 is __syncthreads) */
+__device__ __forceinline__ void cw_wg_bar(int id)
+{
+    asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+/* the mainloop hand-over between the two consumer warpgroups (ids 3 and 4): one
+ * warpgroup arrives (does not wait), the other waits for those 128 arrivals */
+__device__ __forceinline__ void cw_turn_wait(int id)
+{
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void cw_turn_give(int id)
+{
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void cw_st_shared_u32(uint32_t addr, uint32_t v)
+{
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void cw_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cw_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cw_wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* keeps the compiler from moving accumulator reads / writes across the async region */
+__device__ __forceinline__ void cw_fence_regs(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* shared-memory matrix descriptor, 128-byte swizzle (K-major: LBO unused, SBO = 1024
+ * bytes between 8-row groups) */
+__device__ __forceinline__ uint64_t cw_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+#define CW_D32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define CW_DOUT32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define CW_MMA(instr)                                                                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" instr " {" CW_D32        \
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                     \
+                 : CW_DOUT32                                                            \
+                 : "l"(da), "l"(db), "r"(scale_d))
+
+/* d (64 x 64 per warpgroup, fp32) += A (64 x 16, K-major) * B (16 x 64, stored N x K) */
+template <typename T> struct cw_mma;
+template <> struct cw_mma<__half> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { CW_MMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"); }
+};
+template <> struct cw_mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { CW_MMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"); }
+};
+#undef CW_MMA
+
+__device__ __forceinline__ uint32_t cw_bits(__half v) { return (uint32_t)__half_as_ushort(v); }
+__device__ __forceinline__ uint32_t cw_bits(__nv_bfloat16 v) { return (uint32_t)__bfloat16_as_ushort(v); }
+/* two results rounded to T, the first in the low half (lower address) */
+template <typename T> __device__ __forceinline__ uint32_t cw_pack2(float a, float b)
+{
+    return cw_bits(gc_from_f<T>(a)) | (cw_bits(gc_from_f<T>(b)) << 16);
+}
+#endif /* GC_CW_DEVICE */
+
+/* ------------------------------------------------------------------ the kernel
+ * Shared memory (from a 1024-aligned base): ring [stages][16 KB] | B slice [nk][8 KB]
+ * (64 rows of W^T x 128 bytes per K-block) | staging [2][16 KB] | barriers. */
+template <typename T>
+__global__ void __launch_bounds__(CW_THREADS, 1)
+gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW,
+                     const __grid_constant__ CUtensorMap tmY, const cw_params p)
+{
+#if GC_CW_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = (cw_smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
+    const int S = p.stages, nk = p.nk;
+    const uint32_t bslice = base + (uint32_t)S * CW_A_BYTES;
+    const uint32_t stage_out = bslice + (uint32_t)nk * CW_B_BLOCK;
+    const uint32_t full0 = stage_out + 2 * CW_OUT_BYTES, empty0 = full0 + 8 * CW_MAX_STAGES;
+    const uint32_t bfull = empty0 + 8 * CW_MAX_STAGES;
+
+    const int tn = (int)blockIdx.x % p.tiles_n;  /* this block's column tile, fixed */
+    const int tm0 = (int)blockIdx.x / p.tiles_n; /* its first row tile; then + gm, + 2 gm, ... */
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            cw_mbar_init(full0 + 8 * s, 1);  /* the producer's expect_tx arrival */
+            cw_mbar_init(empty0 + 8 * s, 1); /* the consuming warpgroup's arrival */
+        }
+        cw_mbar_init(bfull, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmW) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmY) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* ---------------- producer: one thread */
+        if (tid == 0) {
+            /* the B slice: rows tn*64 .. +63 of W^T, all K-blocks, once */
+            cw_mbar_expect_tx(bfull, (uint32_t)nk * CW_B_BLOCK);
+            for (int kb = 0; kb < nk; kb++)
+                cw_tma_load_2d(bslice + (uint32_t)kb * CW_B_BLOCK, &tmW, bfull, kb * CW_BK, tn * CW_BN);
+            const int OHW = p.OH * p.OW;
+            int s = 0;
+            uint32_t phase = 0;
+            for (int tm = tm0; tm < p.tiles_m; tm += p.gm) {
+                /* filter corner of the tile's first pixel (inside the box by construction) */
+                const int m0 = tm * CW_BM;
+                const int n0 = m0 / OHW, r0 = m0 - n0 * OHW;
+                const int p0 = r0 / p.OW, q0 = r0 - p0 * p.OW;
+                const int w0 = q0 - p.pad_left, h0 = p0 - p.pad_top;
+                int cc = 0, kw = 0, kh = 0; /* K-block kb = ((kh * KW) + kw) * cchunks + cc */
+                for (int kb = 0; kb < nk; kb++) {
+                    cw_mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
+                    const uint32_t full = full0 + 8 * s;
+                    cw_mbar_expect_tx(full, CW_A_BYTES);
+                    cw_tma_load_im2col(base + (uint32_t)s * CW_A_BYTES, &tmX, full, cc * CW_BK, w0, h0, n0,
+                                       (uint16_t)kw, (uint16_t)kh);
+                    if (++cc == p.cchunks) {
+                        cc = 0;
+                        if (++kw == p.KW) {
+                            kw = 0;
+                            kh++;
+                        }
+                    }
+                    if (++s == S) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else { /* ---------------- consumers: warpgroup w takes the block's tiles w, w+2, ... */
+        const int w = wg - 1;
+        const int warp = tid >> 5, lane = tid & 31;
+        const int q = lane & 3, g = lane >> 2;
+        /* bias of this thread's columns (fixed for the launch): 8j + 2q + {0, 1} */
+        float bv[16];
+        const T *bias = (const T *)p.bias;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int c = tn * CW_BN + 8 * j + 2 * q;
+            bv[2 * j] = bias ? gc_to_f(bias[c]) : 0.0f;
+            bv[2 * j + 1] = bias ? gc_to_f(bias[c + 1]) : 0.0f;
+        }
+        const uint32_t out = stage_out + (uint32_t)w * CW_OUT_BYTES;
+        float d0[32], d1[32]; /* rows 0..63 and 64..127 of the tile */
+        const int ntiles = (p.tiles_m - tm0 + p.gm - 1) / p.gm; /* the block's tiles */
+        cw_mbar_wait(bfull, 0);
+        for (int i = w; i < ntiles; i += 2) {
+            const int tm = tm0 + i * p.gm;
+            /* Mainloops take turns (tile i starts after tile i-1's mainloop has passed its
+             * last full-barrier wait): a warpgroup then never waits on a ring stage whose
+             * previous fill (the other warpgroup's) has not completed, which the phase
+             * parity alone could not tell from this fill. The epilogue of one overlaps the
+             * mainloop of the other. */
+            if (i > 0) cw_turn_wait(3 + w);
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                d0[j] = 0.0f;
+                d1[j] = 0.0f;
+            }
+            cw_fence_regs(d0);
+            cw_fence_regs(d1);
+            int prev = -1;
+            int it = i * nk; /* ring position of the tile's first K-block */
+            for (int kb = 0; kb < nk; kb++, it++) {
+                const int s = it % S;
+                cw_mbar_wait(full0 + 8 * s, (uint32_t)(it / S) & 1u);
+                const uint32_t sa = base + (uint32_t)s * CW_A_BYTES;
+                const uint32_t sb = bslice + (uint32_t)kb * CW_B_BLOCK;
+                cw_wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < CW_BK / 16; kk++) { /* K steps of 32 bytes in the 128-byte rows */
+                    const uint64_t db = cw_desc(sb + kk * 32);
+                    cw_mma<T>::run(d0, cw_desc(sa + kk * 32), db, 1u);
+                    cw_mma<T>::run(d1, cw_desc(sa + 64 * 128 + kk * 32), db, 1u);
+                }
+                cw_wg_commit();
+                cw_wg_wait<1>(); /* the group before this one has retired: its stage is free */
+                if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
+                prev = s;
+            }
+            if (i + 1 < ntiles) cw_turn_give(3 + (1 - w)); /* tile i+1 (the other warpgroup's) may start */
+            cw_wg_wait<0>();
+            cw_fence_regs(d0);
+            cw_fence_regs(d1);
+            if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
+
+            /* epilogue. d[4j + {0,1}] is (row 16*warp + g, column 8j + 2q + {0,1}) of the
+             * m64 half, d[4j + {2,3}] the same 8 rows below. The staging tile is 128 rows
+             * of 128 bytes in the 128-byte swizzle of tmY: 16-byte chunk c of row r at
+             * r*128 + ((c ^ (r & 7)) * 16), and r & 7 == g here. */
+            if (tid == 0) cw_bulk_wait_read0(); /* the previous store has read the staging tile */
+            cw_wg_bar(1 + w);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float *d = h ? d1 : d0;
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int r = h * 64 + warp * 16 + g + 8 * half;
+                    const uint32_t row = out + (uint32_t)r * 128 + 4 * q;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const float v0 = conv_act(d[4 * j + 2 * half] + bv[2 * j], p.act);
+                        const float v1 = conv_act(d[4 * j + 2 * half + 1] + bv[2 * j + 1], p.act);
+                        cw_st_shared_u32(row + (uint32_t)((j ^ g) * 16), cw_pack2<T>(v0, v1));
+                    }
+                }
+            }
+            cw_fence_proxy_async(); /* each writer, before the barrier the store waits on */
+            cw_wg_bar(1 + w);
+            if (tid == 0) {
+                cw_tma_store_2d(&tmY, out, tn * CW_BN, tm * CW_BM);
+                cw_bulk_commit();
+            }
+        }
+        if (tid == 0) cw_bulk_wait0(); /* the last store is complete before the block exits */
+    }
+#endif
+}
+
+/* Holds 256 bytes of static shared memory in sm_90a code only: cudaFuncGetAttributes
+ * on it tells which image the driver picked for this device. */
+__global__ void gc_conv_wgmma_probe(int *p)
+{
+#if GC_CW_DEVICE
+    __shared__ int s[64];
+    s[threadIdx.x & 63] = (int)threadIdx.x;
+    __syncthreads();
+    if (p) p[threadIdx.x] = s[(threadIdx.x + 1) & 63];
+#endif
+}
+
+/* ------------------------------------------------------------------ host side */
+typedef CUresult (*cw_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                       const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                       const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+typedef CUresult (*cw_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                        const cuuint64_t *, const cuuint64_t *, const int *, const int *,
+                                        cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
+                                        CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+void *cw_driver_fn(const char *name)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else
+    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return fn;
+}
+
+struct cw_encoders {
+    cw_encode_tiled_fn tiled;
+    cw_encode_im2col_fn im2col;
+};
+
+const cw_encoders &cw_enc(void)
+{
+    static const cw_encoders e = {(cw_encode_tiled_fn)cw_driver_fn("cuTensorMapEncodeTiled"),
+                                   (cw_encode_im2col_fn)cw_driver_fn("cuTensorMapEncodeIm2col")};
+    return e; /* thread-safe static init */
+}
+
+int g_cw_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
+
+/* 1 when this binary holds sm_90a code for the running device and the driver has the
+ * tensor-map encoders. */
+int cw_compiled(const gc_backend *be)
+{
+    if (gc_cuda_cc(be) != 90) return 0; /* sm_90a code runs on compute capability 9.0 only */
+    const int dev = be->device_index;
+    if (dev >= 0 && dev < 64 && g_cw_compiled[dev]) return g_cw_compiled[dev] == 1;
+    cudaFuncAttributes fa;
+    int yes = 0;
+    if (cudaFuncGetAttributes(&fa, gc_conv_wgmma_probe) == cudaSuccess)
+        yes = fa.sharedSizeBytes >= 256;
+    else
+        (void)cudaGetLastError();
+    if (yes && (!cw_enc().tiled || !cw_enc().im2col)) yes = 0;
+    if (dev >= 0 && dev < 64) g_cw_compiled[dev] = yes ? 1 : 2;
+    return yes;
+}
+
+/* the largest dynamic shared-memory limit set so far, per device and dtype */
+size_t g_cw_smem_set[2][64];
+
+int cw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+} // namespace
+
+/* The conditions under which gc_conv2d_wgmma_fwd runs (everything but the pointers and
+ * the driver's tensor-map encoding): GC_OK, or GC_ERR_UNSUPPORTED with a message. */
+extern "C" gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
+{
+    const char *why = NULL;
+    const int64_t M = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
+    const int64_t nk = KC / CW_BK;
+    const size_t optin = gc_cuda_smem_optin(be);
+    const int lw = -g->pad_left, lh = -g->pad_top;
+    const int64_t uw = g->OW - g->W - g->pad_left, uh = g->OH - g->H - g->pad_top;
+    if (dt != GC_F16 && dt != GC_BF16) why = "float16 / bfloat16 storage only";
+    else if (!cw_compiled(be)) why = "no sm_90a code for this device, or no tensor-map encoder in the driver";
+    else if (g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
+    else if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) why = "stride 1 and dilation 1 only";
+    else if (g->KH > 256 || g->KW > 256) why = "kernel taps past the 8-bit im2col offsets";
+    else if (lw < -128 || lh < -128 || uw < -128 || uh < -128 || uw > 127 || uh > 127)
+        why = "padding past the 8-bit im2col box corners";
+    else if (M <= 0 || M > INT_MAX - CW_BM || g->N * g->H * g->W * g->C >= ((int64_t)1 << 40) ||
+             KC > INT_MAX / 64 || g->F > 65535)
+        why = "sizes past 32-bit tile indices";
+    else if (cw_smem_bytes(3, (int)nk) > optin)
+        why = "the weight slice (64 x KH*KW*C) does not fit in shared memory with 3 ring stages";
+    if (why)
+        return gc_fail(GC_ERR_UNSUPPORTED,
+                       "conv2d_fwd (wgmma): x (%lld, %lld, %lld, %lld), kernel %lldx%lld -> %lld, stride "
+                       "(%d, %d), dilation (%d, %d), %s: %s",
+                       (long long)g->N, (long long)g->H, (long long)g->W, (long long)g->C, (long long)g->KH,
+                       (long long)g->KW, (long long)g->F, g->sh, g->sw, g->dh, g->dw, gc_dtype_name(dt), why);
+    return GC_OK;
+}
+
+extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                         const void *x, const void *w, const void *bias, gc_act act, void *y)
+{
+    gc_status st = gc_conv2d_wgmma_check(be, g, dt);
+    if (st) return st;
+    if (!cw_aligned16(x) || !cw_aligned16(y))
+        return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): x and y must be 16-byte aligned");
+    const int64_t M = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
+    const int nk = (int)(KC / CW_BK);
+
+    /* ring depth: as many 16 KB stages as fit next to the B slice (3..8) */
+    const size_t optin = gc_cuda_smem_optin(be);
+    int stages = CW_MAX_STAGES;
+    while (stages > 3 && cw_smem_bytes(stages, nk) > optin) stages--;
+    if (gc_conv2d_debug_wgmma_stages >= 3 && gc_conv2d_debug_wgmma_stages < stages)
+        stages = gc_conv2d_debug_wgmma_stages;
+    const size_t smem = cw_smem_bytes(stages, nk);
+
+    /* W^T (F, KH*KW*C), K-major, in the workspace */
+    const size_t es = gc_dtype_size(dt);
+    void *wt = NULL;
+    if ((st = gc_cuda_workspace(be, (size_t)(KC * g->F) * es, &wt))) return st;
+
+    /* tensor maps (host only; a failure here still launches nothing) */
+    const CUtensorMapDataType tdt = dt == GC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    CUtensorMap tmX, tmW, tmY;
+    {
+        const cuuint64_t dims[4] = {(cuuint64_t)g->C, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)g->N};
+        const cuuint64_t strides[3] = {(cuuint64_t)(g->C * es), (cuuint64_t)(g->W * g->C * es),
+                                       (cuuint64_t)(g->H * g->W * g->C * es)};
+        /* box corners of the filter corner, W first (then H), as CUTLASS orders them */
+        const int lower[2] = {-g->pad_left, -g->pad_top};
+        const int upper[2] = {(int)(g->OW - g->W - g->pad_left), (int)(g->OH - g->H - g->pad_top)};
+        const cuuint32_t estr[4] = {1, 1, 1, 1};
+        CUresult r = cw_enc().im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, CW_BK, CW_BM, estr,
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED,
+                           "conv2d_fwd (wgmma): cuTensorMapEncodeIm2col failed (%d) for x (%lld, %lld, %lld, "
+                           "%lld), box corners (%d, %d) .. (%d, %d)",
+                           (int)r, (long long)g->N, (long long)g->H, (long long)g->W, (long long)g->C, lower[0],
+                           lower[1], upper[0], upper[1]);
+    }
+    {
+        const cuuint64_t dims[2] = {(cuuint64_t)KC, (cuuint64_t)g->F};
+        const cuuint64_t strides[1] = {(cuuint64_t)(KC * es)};
+        const cuuint32_t box[2] = {CW_BK, CW_BN}, estr[2] = {1, 1};
+        CUresult r = cw_enc().tiled(&tmW, tdt, 2, wt, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): cuTensorMapEncodeTiled failed (%d) for W^T (%lld, %lld)",
+                           (int)r, (long long)g->F, (long long)KC);
+    }
+    {
+        const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)M};
+        const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
+        const cuuint32_t box[2] = {CW_BN, CW_BM}, estr[2] = {1, 1};
+        CUresult r = cw_enc().tiled(&tmY, tdt, 2, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): cuTensorMapEncodeTiled failed (%d) for y (%lld, %lld)",
+                           (int)r, (long long)M, (long long)g->F);
+    }
+
+    cw_params prm;
+    prm.M = (int)M;
+    prm.OH = (int)g->OH;
+    prm.OW = (int)g->OW;
+    prm.pad_top = g->pad_top;
+    prm.pad_left = g->pad_left;
+    prm.KW = (int)g->KW;
+    prm.cchunks = (int)(g->C / CW_BK);
+    prm.nk = nk;
+    prm.tiles_m = (int)((M + CW_BM - 1) / CW_BM);
+    prm.tiles_n = (int)(g->F / CW_BN);
+    /* one block per SM (the shared memory says so), a whole number per column tile */
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    int gm = sms / prm.tiles_n;
+    if (gm < 1) gm = 1;
+    if (gm > prm.tiles_m) gm = prm.tiles_m;
+    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
+    prm.gm = gm;
+    prm.stages = stages;
+    prm.act = (int)act;
+    prm.bias = bias;
+    const int64_t grid = (int64_t)gm * prm.tiles_n;
+    if (grid > INT_MAX) return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): %lld blocks", (long long)grid);
+
+    /* launch: the weight transpose, then the kernel */
+    if ((st = gc_conv2d_transpose(be, dt, w, KC, g->F, wt))) return st;
+    const int di = be->device_index >= 0 && be->device_index < 64 ? be->device_index : 63;
+    cudaStream_t stream = gc_cuda_stream(be);
+    if (dt == GC_F16) {
+        if (g_cw_smem_set[0][di] < smem) {
+            GC_CUDA_TRY(cudaFuncSetAttribute(gc_conv_wgmma_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem));
+            g_cw_smem_set[0][di] = smem;
+        }
+        gc_conv_wgmma_kernel<__half><<<(unsigned)grid, CW_THREADS, smem, stream>>>(tmX, tmW, tmY, prm);
+    } else {
+        if (g_cw_smem_set[1][di] < smem) {
+            GC_CUDA_TRY(cudaFuncSetAttribute(gc_conv_wgmma_kernel<__nv_bfloat16>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            g_cw_smem_set[1][di] = smem;
+        }
+        gc_conv_wgmma_kernel<__nv_bfloat16><<<(unsigned)grid, CW_THREADS, smem, stream>>>(tmX, tmW, tmY, prm);
+    }
+    return gc_cuda_launch_check("conv2d_fwd (wgmma)");
+}
