@@ -83,6 +83,11 @@ class BuildExt(build_ext):
             ext.library_dirs = list(ext.library_dirs or []) + [d for d in libdirs if os.path.isdir(d)]
             # static runtime: importing never needs libcudart; the driver is found at run time
             ext.libraries = list(ext.libraries or []) + ["cudart_static", "dl", "rt", "pthread", "stdc++"]
+            if os.environ.get("GPUCMP_STATIC_CXX") == "1":
+                # experiment (tests/cuda/probe_ml_dtypes.sh): the C++ runtime that cudart
+                # needs linked in and hidden, so it cannot clash with another extension's
+                ext.extra_link_args = list(ext.extra_link_args or []) + [
+                    "-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL"]
         super().build_extension(ext)
 
     def compile_cuda(self, nvcc):

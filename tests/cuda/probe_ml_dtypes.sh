@@ -25,6 +25,6 @@ print(order, "ok:", m.backends(), ml_dtypes.__version__, np.zeros(2, ml_dtypes.b
 PY
   echo "$1 exit status $?"
 }
-probe ml_dtypes-first
-probe core-first
+probe ml_dtypes-first 2>&1 | tail -3
+probe core-first 2>&1 | tail -3
 strings "$so" | grep -E "^GLIBCXX_[0-9.]+$" | sort -V | tail -2
