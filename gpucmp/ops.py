@@ -252,6 +252,40 @@ def _int(v, name, lo=None, hi=None):
     return v
 
 
+def _impl(impl, vendor):
+    """'own' -> 'own'; the vendor library's name ('cublas' for GEMM, 'cudnn' for
+    convolution) or 'vendor' -> 'vendor' (the core's baseline implementation)."""
+    if impl == "own":
+        return "own"
+    if impl in (vendor, "vendor"):
+        return "vendor"
+    raise ValueError(f"impl: expected 'own' or {vendor!r}, got {impl!r}")
+
+
+_VENDOR_OK = {}
+
+
+def vendor_available(name, backend=None):
+    """Whether the baseline library `name` ('cublas' or 'cudnn') can run on `backend`: a
+    GPU backend and the library found at run time (dlopen). Checked once per backend by
+    a tiny call; False on the CPU or where the library is missing."""
+    if name not in ("cublas", "cudnn"):
+        raise ValueError(f"vendor_available: expected 'cublas' or 'cudnn', got {name!r}")
+    be = _resolve_backend(backend)
+    key = (name, be)
+    if key not in _VENDOR_OK:
+        x = np.ones((8, 8), np.float32)
+        try:
+            if name == "cublas":
+                gemm(x, x, impl="cublas", backend=be)
+            else:
+                conv2d(x.reshape(1, 8, 8, 1), np.ones((3, 3, 1, 8), np.float32), impl="cudnn", backend=be)
+            _VENDOR_OK[key] = True
+        except NotImplementedError:
+            _VENDOR_OK[key] = False
+    return _VENDOR_OK[key]
+
+
 def _run(name, backend, inputs, outputs, params):
     _core.run_op(name, backend, tuple(inputs), tuple(outputs), params)
 
@@ -268,13 +302,15 @@ def _out_extent(size, k, stride, dilation, padding):
 # =====================================================================================
 
 def gemm(a, b, bias=None, c=None, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
-         activation="linear", backend=None, dtype=None):
+         activation="linear", impl="own", backend=None, dtype=None):
     """C = act(alpha * op(A) @ op(B) + beta * C + bias[None, :]), a new array.
 
     op(A) is `a` (M, K) or, with trans_a, `a.T` of an `a` stored (K, M); likewise
     op(B) is `b` (K, N) or `b.T`. `c` (M, N) is read only when beta != 0 and is never
     modified. `activation` must be elementwise ('linear', 'relu', 'tanh', 'sigmoid').
-    Returns an (M, N) array of the call's dtype."""
+    Returns an (M, N) array of the call's dtype. impl: 'own' (gpucmp's kernels) or
+    'cublas' (cuBLASLt, loaded at run time: the baseline; GPU backends only)."""
+    impl = _impl(impl, "cublas")
     a = _array(a, "a", ndim=2, allow_empty=True)
     b = _array(b, "b", ndim=2, allow_empty=True)
     dt = _infer_dtype(dtype, a)
@@ -307,17 +343,17 @@ def gemm(a, b, bias=None, c=None, *, trans_a=False, trans_b=False, alpha=1.0, be
         out = _storage(c, dt).copy()
     else:
         out = _poisoned((m, n), dt)
-    params = dict(trans_a=bool(trans_a), trans_b=bool(trans_b), alpha=alpha, beta=beta, act=act)
+    params = dict(trans_a=bool(trans_a), trans_b=bool(trans_b), alpha=alpha, beta=beta, act=act, impl=impl)
     _run("gemm", be, (_storage(a, dt), _storage(b, dt), bias), (out,), params)
     return _result(out, dt)
 
 
-def matmul(a, b, *, bias=None, activation="linear", backend=None, dtype=None):
+def matmul(a, b, *, bias=None, activation="linear", impl="own", backend=None, dtype=None):
     """act(a @ b + bias) for `a` of shape (..., K) and `b` (K, N): the leading axes of
-    `a` are batch axes (a Dense layer). Returns (..., N)."""
+    `a` are batch axes (a Dense layer). Returns (..., N). impl: as for gemm."""
     a = _array(a, "a", min_ndim=1)
     lead = a.shape[:-1]
-    out = gemm(a.reshape(-1, a.shape[-1]), b, bias, activation=activation, backend=backend,
+    out = gemm(a.reshape(-1, a.shape[-1]), b, bias, activation=activation, impl=impl, backend=backend,
                dtype=_infer_dtype(dtype, a))
     return out.reshape(lead + (out.shape[-1],))
 
@@ -354,12 +390,14 @@ def _check_channels(x_shape, kernel_shape, xname):
 
 
 def conv2d(x, kernel, bias=None, *, strides=(1, 1), padding="valid", dilation_rate=(1, 1),
-           activation="linear", backend=None, dtype=None):
+           activation="linear", impl="own", backend=None, dtype=None):
     """y = act(conv2d(x, kernel) + bias), Keras Conv2D forward.
 
     x (N, H, W, C), kernel (KH, KW, C, F), bias (F,) or None; strides / dilation_rate
-    an int or a pair; padding 'valid' or 'same'; activation elementwise.
+    an int or a pair; padding 'valid' or 'same'; activation elementwise; impl 'own' or
+    'cudnn' (cuDNN loaded at run time: the baseline; GPU backends only).
     Returns (N, OH, OW, F)."""
+    impl = _impl(impl, "cudnn")
     x = _array(x, "x", ndim=4)
     kernel = _array(kernel, "kernel", ndim=4)
     dt = _infer_dtype(dtype, x)
@@ -367,6 +405,7 @@ def conv2d(x, kernel, bias=None, *, strides=(1, 1), padding="valid", dilation_ra
     _check_channels(x.shape, kernel.shape, "x")
     act = _activation_name(activation, allow_softmax=False, what="conv2d activation")
     params = _conv_params(strides, padding, dilation_rate, act)
+    params["impl"] = impl
     shape = conv2d_output_shape(x.shape, kernel.shape, strides, padding, dilation_rate)
     if bias is not None:
         bias = _array(bias, "bias", ndim=1)
@@ -390,7 +429,7 @@ def _shape4(shape, name):
 
 
 def conv2d_backward_data(dy, kernel, input_shape, *, strides=(1, 1), padding="valid",
-                         dilation_rate=(1, 1), backend=None, dtype=None):
+                         dilation_rate=(1, 1), impl="own", backend=None, dtype=None):
     """dx (input_shape) = gradient of sum(dy * conv2d(x, kernel)) with respect to x.
 
     dy (N, OH, OW, F) must already be multiplied by the activation's derivative."""
@@ -401,6 +440,7 @@ def conv2d_backward_data(dy, kernel, input_shape, *, strides=(1, 1), padding="va
     input_shape = _shape4(input_shape, "input_shape")
     _check_channels(input_shape, kernel.shape, "input_shape")
     params = _conv_params(strides, padding, dilation_rate)
+    params["impl"] = _impl(impl, "cudnn")
     params.pop("act")
     want = conv2d_output_shape(input_shape, kernel.shape, strides, padding, dilation_rate)
     if dy.shape != want:
@@ -412,7 +452,7 @@ def conv2d_backward_data(dy, kernel, input_shape, *, strides=(1, 1), padding="va
 
 
 def conv2d_backward_filter(x, dy, kernel_size, *, strides=(1, 1), padding="valid",
-                           dilation_rate=(1, 1), with_bias=True, backend=None, dtype=None):
+                           dilation_rate=(1, 1), with_bias=True, impl="own", backend=None, dtype=None):
     """(dw, db): gradients of sum(dy * (conv2d(x, w) + b)) with respect to the kernel
     (KH, KW, C, F) and, when with_bias, the bias (F,) (else db is None)."""
     x = _array(x, "x", ndim=4)
@@ -421,6 +461,7 @@ def conv2d_backward_filter(x, dy, kernel_size, *, strides=(1, 1), padding="valid
     be = _resolve_backend(backend)
     kh, kw = _pair(kernel_size, "kernel_size")
     params = _conv_params(strides, padding, dilation_rate)
+    params["impl"] = _impl(impl, "cudnn")
     params.pop("act")
     kshape = (kh, kw, x.shape[3], dy.shape[3])
     want = conv2d_output_shape(x.shape, kshape, strides, padding, dilation_rate)

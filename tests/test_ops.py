@@ -305,6 +305,22 @@ def case_gemm(c):
             _core.cuda_gemm_force_path("auto")
 
 
+def _vendor_cross_check(c, what, run, want, terms, k):
+    """On a GPU with the vendor library present: the same call with impl='cublas' /
+    'cudnn' against the oracle too (the baselines are only worth comparing with when
+    they are right)."""
+    lib = "cublas" if what == "gemm" else "cudnn"
+    if c.backend == "cpu" or not ops.vendor_available(lib, c.backend):
+        return
+    c.what += f" impl={lib}"
+    try:
+        out = run(lib)
+    except NotImplementedError as e:  # cuDNN has no asymmetric padding (Keras 'same', odd total)
+        assert "asymmetric" in str(e), c.msg(f"{lib} refused: {e}")
+        return
+    c.check(f"{what} ({lib})", out, want, k=k, terms=terms)
+
+
 def _case_gemm(c, path):
     r = c.rng
     shapes = [(1, 1, 1), (3, 5, 0), (67, 45, 129), (64, 64, 64), (17, 33, 9)]
@@ -327,6 +343,11 @@ def _case_gemm(c, path):
                 if path not in ("", "auto") and m * n and k:
                     assert _core.cuda_gemm_last_path() == path, c.msg(
                         f"ran {_core.cuda_gemm_last_path()!r}, not the forced {path!r}")
+                if path == "auto" and i == 2:
+                    _vendor_cross_check(c, "gemm", lambda lib: ops.gemm(
+                        c.arg(a), c.arg(b), None if bias is None else c.arg(bias),
+                        None if cm is None else c.arg(cm), trans_a=trans_a, trans_b=trans_b, alpha=alpha,
+                        beta=beta, activation=act, impl=lib, **c.kw), want, terms, k)
                 want = ref.gemm(a, b, bias, cm, trans_a, trans_b, alpha, beta, act)
                 terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), trans_a, trans_b,
                                  abs(alpha), abs(beta))
@@ -350,6 +371,9 @@ def case_conv2d_fwd(c):
         want = ref.conv2d(x, w, bias, g["s"], g["pad"], g["d"], act)
         terms = ref.conv2d(abs(x), abs(w), _abs(bias), g["s"], g["pad"], g["d"])
         c.check("y", y, want, k=g["KH"] * g["KW"] * g["C"], terms=terms)
+        _vendor_cross_check(c, "conv2d_fwd", lambda lib: ops.conv2d(
+            c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"], padding=g["pad"],
+            dilation_rate=g["d"], activation=act, impl=lib, **c.kw), want, terms, g["KH"] * g["KW"] * g["C"])
 
 
 def _conv_fwd_f64(c, g, x, w, bias=None):
@@ -371,6 +395,9 @@ def case_conv2d_bwd_data(c):
         want = ref.conv2d_backward_data(dy, w, xshape, g["s"], g["pad"], g["d"])
         terms = ref.conv2d_backward_data(abs(dy), abs(w), xshape, g["s"], g["pad"], g["d"])
         c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+        _vendor_cross_check(c, "conv2d_bwd_data", lambda lib: ops.conv2d_backward_data(
+            c.arg(dy), c.arg(w), xshape, strides=g["s"], padding=g["pad"], dilation_rate=g["d"], impl=lib,
+            **c.kw), want, terms, g["KH"] * g["KW"] * g["F"])
         if c.dtype == "float32":
             x = c.normal(xshape)
             fd_check(c, "dx", lambda t: _dot64(dy, _conv_fwd_f64(c, g, t, w)), x,
@@ -394,6 +421,9 @@ def case_conv2d_bwd_filter(c):
                                                       g["s"], g["pad"], g["d"])
         rows = yshape[0] * yshape[1] * yshape[2]
         c.check("dw", dw, want_w, k=rows, terms=terms_w)
+        _vendor_cross_check(c, "conv2d_bwd_filter", lambda lib: ops.conv2d_backward_filter(
+            c.arg(x), c.arg(dy), (g["KH"], g["KW"]), strides=g["s"], padding=g["pad"], dilation_rate=g["d"],
+            with_bias=False, impl=lib, **c.kw)[0], want_w, terms_w, rows)
         if with_bias:
             c.check("db", db, want_b, k=rows, terms=terms_b)
         else:

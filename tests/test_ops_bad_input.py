@@ -332,3 +332,21 @@ def test_embedding_index_out_of_range_in_the_core(backend):
     out = f32(2, 3)
     _core.run_op("embedding_fwd", backend, (table, np.array([4, 0], np.int32)), (out,), {})
     assert np.array_equal(out, table[[4, 0]])
+
+
+def test_vendor_impls_are_named_and_unavailable_on_the_cpu():
+    """impl='cublas' / 'cudnn' select the vendor baselines; on the CPU they do not exist:
+    NotImplementedError naming the cause, and vendor_available says False. A wrong name
+    for the op is a ValueError."""
+    a = f32(4, 4)
+    with pytest.raises(NotImplementedError, match="vendor.*GPU backend"):
+        ops.gemm(a, a, impl="cublas", backend="cpu")
+    with pytest.raises(NotImplementedError, match="vendor.*GPU backend"):
+        ops.conv2d(X, K, impl="cudnn", backend="cpu")
+    with pytest.raises(ValueError, match="impl: expected 'own' or 'cudnn'"):
+        ops.conv2d(X, K, impl="cublas", backend="cpu")
+    with pytest.raises(ValueError, match="impl: expected 'own' or 'cublas'"):
+        ops.gemm(a, a, impl="cudnn", backend="cpu")
+    assert not ops.vendor_available("cublas", "cpu") and not ops.vendor_available("cudnn", "cpu")
+    with pytest.raises(ValueError, match="vendor_available"):
+        ops.vendor_available("mkl", "cpu")
