@@ -27,23 +27,13 @@
  *     rows they share are read from L2 while hot).
  *   - Warpgroup 0, one thread: the producer. B slice once, then for every tile and
  *     K-block one 16 KB im2col copy into a ring of 3..8 stages (full / empty mbarriers).
- *   - Warpgroups 1 and 2: consumers. Consumer w takes the block's tiles w, w+2, w+4,
- *     ... whole (128 x 64: two m64n64k16 accumulators of 32 floats). Two schedules
- *     (template parameter SCHED of the kernel; default CW_SCHEDULE, run-time test hook
- *     gc_conv2d_debug_wgmma_schedule):
- *       1 ping-pong (CUTLASS's "pingpong"): one ring in tile order; the mainloops take
- *         turns (named-barrier hand-over), so one runs its epilogue while the other
- *         multiplies, and a consumer never waits on a stage whose previous fill is
- *         still pending (see the kernel). Only one warpgroup issues wgmma at a time.
- *       2 concurrent: the ring is split into one ring per consumer (stages [0, R0) and
- *         [R0, S), R0 = ceil(S/2), S >= 4; with only 3 stages it falls back to 1); the
- *         producer polls both rings' empty barriers and fills whichever has room, so
- *         both consumers multiply at the same time with no hand-over and no phase
- *         aliasing between them.
- *     Each retires a ring stage as soon as the wgmma group that read it has completed:
- *     one group in flight, or two (CW_INFLIGHT / gc_conv2d_debug_wgmma_inflight = 2;
- *     needs >= 3 stages in the consumer's ring). Every variant sums an output tile in
- *     the same order: the results are bitwise equal.
+ *   - Warpgroups 1 and 2: consumers in ping-pong (CUTLASS's "pingpong" schedule).
+ *     Consumer w takes the block's tiles w, w+2, w+4, ... whole (128 x 64: two
+ *     m64n64k16 accumulators of 32 floats); their mainloops take turns (named-barrier
+ *     hand-over), so one runs its epilogue while the other multiplies, and a consumer
+ *     never waits on a stage whose previous fill is still pending (see the kernel).
+ *     Each retires a ring stage as soon as the wgmma group that read it has completed
+ *     (one group in flight).
  *   - Epilogue: bias (held in registers for the launch) + activation in fp32, rounding
  *     to the storage type, written into a per-consumer 16 KB staging tile in the same
  *     128-byte swizzle (conflict-free 4-byte stores), then one TMA tensor store per tile
@@ -55,9 +45,8 @@
  * sources build and link without the GEMM files (tests/cuda/conv.mk).
  *
  * Measured (H200, tests/cuda/test_conv.cu wgbench, 3x3 64->64 56x56 batch 64 'same'):
- *   f16  ping-pong 209 TFLOP/s (70.8 us, any ring depth 3..8), cuDNN 345
- *   concurrent ___ (to be filled in by the lead), 2 groups in flight ___
- *   bf16 ___
+ *   f16  wgmma ___ TFLOP/s, mma.sync ___, cuDNN ___   (to be filled in by the lead)
+ *   bf16 wgmma ___ TFLOP/s, mma.sync ___, cuDNN ___
  */
 #include "conv2d_internal.cuh"
 
@@ -78,20 +67,6 @@
  * hand-over, staging reuse). */
 extern "C" int gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks;
 int gc_conv2d_debug_wgmma_stages = 0, gc_conv2d_debug_wgmma_blocks = 0;
-/* Schedule of the consumers (see the kernel): 1 ping-pong, 2 concurrent. CW_SCHEDULE
- * picks the default at compile time; the test hook gc_conv2d_debug_wgmma_schedule (0 =
- * the default, 1, 2) overrides it at run time, gc_conv2d_debug_wgmma_inflight (0 = the
- * default CW_INFLIGHT, 1, 2) the wgmma groups kept in flight per consumer. The schedule
- * a launch actually ran is left in gc_conv2d_debug_wgmma_last_schedule (concurrent needs
- * >= 4 ring stages and falls back to ping-pong when only 3 fit). */
-#ifndef CW_SCHEDULE
-#define CW_SCHEDULE 1
-#endif
-#ifndef CW_INFLIGHT
-#define CW_INFLIGHT 1
-#endif
-extern "C" int gc_conv2d_debug_wgmma_schedule, gc_conv2d_debug_wgmma_inflight, gc_conv2d_debug_wgmma_last_schedule;
-int gc_conv2d_debug_wgmma_schedule = 0, gc_conv2d_debug_wgmma_inflight = 0, gc_conv2d_debug_wgmma_last_schedule = 0;
 
 namespace {
 
@@ -119,7 +94,6 @@ struct cw_params {
     int nk;           /* K-blocks: KH*KW*C / 64 */
     int tiles_m, tiles_n, gm; /* gm: blocks per column tile */
     int stages;
-    int inflight;     /* wgmma groups in flight per consumer: 1 or 2 */
     int act;
     const void *bias; /* F values or NULL */
 };
@@ -283,52 +257,8 @@ template <typename T> __device__ __forceinline__ uint32_t cw_pack2(float a, floa
 
 /* ------------------------------------------------------------------ the kernel
  * Shared memory (from a 1024-aligned base): ring [stages][16 KB] | B slice [nk][8 KB]
- * (64 rows of W^T x 128 bytes per K-block) | staging [2][16 KB] | barriers.
- *
- * SCHED 1 (ping-pong): one ring of S stages in the order of the block's tiles; the
- * consumers' mainloops take turns (named barriers 3 / 4).
- * SCHED 2 (concurrent): the ring is split in two, stages [0, R0) for consumer 0 and
- * [R0, S) for consumer 1 (R0 = ceil(S / 2), S >= 4 so that each has >= 2); each consumer
- * has its own fill order (its tiles only), so both multiply at the same time and no
- * hand-over is needed. The producer serves whichever ring has a free stage (non-blocking
- * polls), so the consumers drift apart freely (one's epilogue under the other's MMAs).
- * In both, p.inflight (1 or 2) wgmma groups stay in flight per consumer: with 2, a stage
- * is retired two K-blocks later (needs >= 3 stages in the consumer's ring, else 1). The
- * summation order of an output tile is the same in every variant (bitwise-equal results). */
-#if GC_CW_DEVICE
-/* non-blocking: 1 when the phase of the given parity has completed */
-__device__ __forceinline__ uint32_t cw_mbar_test(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return done;
-}
-/* the im2col copy of K-block kb of row tile tm into ring stage s (one 16 KB box) */
-__device__ __forceinline__ void cw_issue_a(const CUtensorMap *tmX, const cw_params &p, uint32_t base,
-                                           uint32_t full0, int s, int tm, int kb)
-{
-    const int OHW = p.OH * p.OW;
-    /* filter corner of the tile's first pixel (inside the box by construction) */
-    const int m0 = tm * CW_BM;
-    const int n0 = m0 / OHW, r0 = m0 - n0 * OHW;
-    const int p0 = r0 / p.OW, q0 = r0 - p0 * p.OW;
-    const int w0 = q0 - p.pad_left, h0 = p0 - p.pad_top;
-    /* kb = ((kh * KW) + kw) * cchunks + cc */
-    const int cc = kb % p.cchunks, t = kb / p.cchunks;
-    const int kw = t % p.KW, kh = t / p.KW;
-    const uint32_t full = full0 + 8 * s;
-    cw_mbar_expect_tx(full, CW_A_BYTES);
-    cw_tma_load_im2col(base + (uint32_t)s * CW_A_BYTES, tmX, full, cc * CW_BK, w0, h0, n0, (uint16_t)kw,
-                       (uint16_t)kh);
-}
-#endif
-
-template <typename T, int SCHED>
+ * (64 rows of W^T x 128 bytes per K-block) | staging [2][16 KB] | barriers. */
+template <typename T>
 __global__ void __launch_bounds__(CW_THREADS, 1)
 gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW,
                      const __grid_constant__ CUtensorMap tmY, const cw_params p)
@@ -337,7 +267,6 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = (cw_smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
     const int S = p.stages, nk = p.nk;
-    const int R0 = SCHED == 2 ? (S + 1) / 2 : S; /* consumer 0's ring (concurrent); the whole ring (ping-pong) */
     const uint32_t bslice = base + (uint32_t)S * CW_A_BYTES;
     const uint32_t stage_out = bslice + (uint32_t)nk * CW_B_BLOCK;
     const uint32_t full0 = stage_out + 2 * CW_OUT_BYTES, empty0 = full0 + 8 * CW_MAX_STAGES;
@@ -346,7 +275,6 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
     const int tn = (int)blockIdx.x % p.tiles_n;  /* this block's column tile, fixed */
     const int tm0 = (int)blockIdx.x / p.tiles_n; /* its first row tile; then + gm, + 2 gm, ... */
     const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-    const int ntiles = (p.tiles_m - tm0 + p.gm - 1) / p.gm; /* the block's tiles */
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
@@ -367,51 +295,32 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
             cw_mbar_expect_tx(bfull, (uint32_t)nk * CW_B_BLOCK);
             for (int kb = 0; kb < nk; kb++)
                 cw_tma_load_2d(bslice + (uint32_t)kb * CW_B_BLOCK, &tmW, bfull, kb * CW_BK, tn * CW_BN);
-            if (SCHED != 2) {
-                int s = 0;
-                uint32_t phase = 0;
-                for (int tm = tm0; tm < p.tiles_m; tm += p.gm) {
-                    for (int kb = 0; kb < nk; kb++) {
-                        cw_mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
-                        cw_issue_a(&tmX, p, base, full0, s, tm, kb);
-                        if (++s == S) {
-                            s = 0;
-                            phase ^= 1;
+            const int OHW = p.OH * p.OW;
+            int s = 0;
+            uint32_t phase = 0;
+            for (int tm = tm0; tm < p.tiles_m; tm += p.gm) {
+                /* filter corner of the tile's first pixel (inside the box by construction) */
+                const int m0 = tm * CW_BM;
+                const int n0 = m0 / OHW, r0 = m0 - n0 * OHW;
+                const int p0 = r0 / p.OW, q0 = r0 - p0 * p.OW;
+                const int w0 = q0 - p.pad_left, h0 = p0 - p.pad_top;
+                int cc = 0, kw = 0, kh = 0; /* K-block kb = ((kh * KW) + kw) * cchunks + cc */
+                for (int kb = 0; kb < nk; kb++) {
+                    cw_mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
+                    const uint32_t full = full0 + 8 * s;
+                    cw_mbar_expect_tx(full, CW_A_BYTES);
+                    cw_tma_load_im2col(base + (uint32_t)s * CW_A_BYTES, &tmX, full, cc * CW_BK, w0, h0, n0,
+                                       (uint16_t)kw, (uint16_t)kh);
+                    if (++cc == p.cchunks) {
+                        cc = 0;
+                        if (++kw == p.KW) {
+                            kw = 0;
+                            kh++;
                         }
                     }
-                }
-            } else {
-                /* two rings: consumer w's tiles w, w+2, ... into stages rb[w] .. rb[w] + R[w] - 1 */
-                const int R[2] = {R0, S - R0}, rb[2] = {0, R0};
-                int ti[2] = {0, 1}, kbw[2] = {0, 0}, cnt[2] = {0, 0};
-#if GC_CONV_WATCHDOG
-                long long t0 = clock64();
-#endif
-                while (ti[0] < ntiles || ti[1] < ntiles) {
-                    int progressed = 0;
-#pragma unroll
-                    for (int w = 0; w < 2; w++) {
-                        if (ti[w] >= ntiles) continue;
-                        const int s = rb[w] + cnt[w] % R[w];
-                        const uint32_t phase = (uint32_t)(cnt[w] / R[w]) & 1u;
-                        if (!cw_mbar_test(empty0 + 8 * s, phase ^ 1)) continue; /* first pass: free */
-                        cw_issue_a(&tmX, p, base, full0, s, tm0 + ti[w] * p.gm, kbw[w]);
-                        cnt[w]++;
-                        if (++kbw[w] == nk) {
-                            kbw[w] = 0;
-                            ti[w] += 2;
-                        }
-                        progressed = 1;
-                    }
-                    if (!progressed) {
-                        __nanosleep(20);
-#if GC_CONV_WATCHDOG
-                        if (clock64() - t0 > (long long)GC_CONV_WATCHDOG) __trap();
-#endif
-                    } else {
-#if GC_CONV_WATCHDOG
-                        t0 = clock64();
-#endif
+                    if (++s == S) {
+                        s = 0;
+                        phase ^= 1;
                     }
                 }
             }
@@ -420,10 +329,6 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
         const int w = wg - 1;
         const int warp = tid >> 5, lane = tid & 31;
         const int q = lane & 3, g = lane >> 2;
-        /* this consumer's ring: stages rb .. rb + R - 1 */
-        const int R = SCHED == 2 ? (w ? S - R0 : R0) : S;
-        const int rb = SCHED == 2 && w ? R0 : 0;
-        const bool deep = p.inflight == 2 && R >= 3; /* two wgmma groups in flight */
         /* bias of this thread's columns (fixed for the launch): 8j + 2q + {0, 1} */
         float bv[16];
         const T *bias = (const T *)p.bias;
@@ -435,15 +340,16 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
         }
         const uint32_t out = stage_out + (uint32_t)w * CW_OUT_BYTES;
         float d0[32], d1[32]; /* rows 0..63 and 64..127 of the tile */
+        const int ntiles = (p.tiles_m - tm0 + p.gm - 1) / p.gm; /* the block's tiles */
         cw_mbar_wait(bfull, 0);
         for (int i = w; i < ntiles; i += 2) {
             const int tm = tm0 + i * p.gm;
-            /* Ping-pong: mainloops take turns (tile i starts after tile i-1's mainloop has
-             * passed its last full-barrier wait): a warpgroup then never waits on a ring
-             * stage whose previous fill (the other warpgroup's) has not completed, which
-             * the phase parity alone could not tell from this fill. The epilogue of one
-             * overlaps the mainloop of the other. Concurrent: own ring, no hand-over. */
-            if (SCHED != 2 && i > 0) cw_turn_wait(3 + w);
+            /* Mainloops take turns (tile i starts after tile i-1's mainloop has passed its
+             * last full-barrier wait): a warpgroup then never waits on a ring stage whose
+             * previous fill (the other warpgroup's) has not completed, which the phase
+             * parity alone could not tell from this fill. The epilogue of one overlaps the
+             * mainloop of the other. */
+            if (i > 0) cw_turn_wait(3 + w);
 #pragma unroll
             for (int j = 0; j < 32; j++) {
                 d0[j] = 0.0f;
@@ -451,12 +357,11 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
             }
             cw_fence_regs(d0);
             cw_fence_regs(d1);
-            int prev = -1, prev2 = -1; /* stages of the groups still in flight (newest, older) */
-            /* ring position of the tile's first K-block */
-            int it = SCHED == 2 ? (i >> 1) * nk : i * nk;
+            int prev = -1;
+            int it = i * nk; /* ring position of the tile's first K-block */
             for (int kb = 0; kb < nk; kb++, it++) {
-                const int s = rb + it % R;
-                cw_mbar_wait(full0 + 8 * s, (uint32_t)(it / R) & 1u);
+                const int s = it % S;
+                cw_mbar_wait(full0 + 8 * s, (uint32_t)(it / S) & 1u);
                 const uint32_t sa = base + (uint32_t)s * CW_A_BYTES;
                 const uint32_t sb = bslice + (uint32_t)kb * CW_B_BLOCK;
                 cw_wg_fence();
@@ -467,24 +372,15 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
                     cw_mma<T>::run(d1, cw_desc(sa + 64 * 128 + kk * 32), db, 1u);
                 }
                 cw_wg_commit();
-                if (deep) {
-                    cw_wg_wait<2>(); /* the group two before this one has retired: its stage is free */
-                    if (prev2 >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev2);
-                    prev2 = prev;
-                } else {
-                    cw_wg_wait<1>(); /* the group before this one has retired: its stage is free */
-                    if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
-                }
+                cw_wg_wait<1>(); /* the group before this one has retired: its stage is free */
+                if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
                 prev = s;
             }
-            if (SCHED != 2 && i + 1 < ntiles) cw_turn_give(3 + (1 - w)); /* tile i+1 (the other's) may start */
+            if (i + 1 < ntiles) cw_turn_give(3 + (1 - w)); /* tile i+1 (the other warpgroup's) may start */
             cw_wg_wait<0>();
             cw_fence_regs(d0);
             cw_fence_regs(d1);
-            if (tid == 0) {
-                if (prev2 >= 0) cw_mbar_arrive(empty0 + 8 * prev2);
-                if (prev >= 0) cw_mbar_arrive(empty0 + 8 * prev);
-            }
+            if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
 
             /* epilogue. d[4j + {0,1}] is (row 16*warp + g, column 8j + 2q + {0,1}) of the
              * m64 half, d[4j + {2,3}] the same 8 rows below. The staging tile is 128 rows
@@ -590,20 +486,7 @@ int cw_compiled(const gc_backend *be)
 }
 
 /* the largest dynamic shared-memory limit set so far, per device and dtype */
-size_t g_cw_smem_set[2][2][64]; /* [dtype][schedule] */
-
-template <typename T, int SCHED>
-gc_status cw_launch(int di, int dti, size_t smem, int64_t grid, cudaStream_t stream, const CUtensorMap &tmX,
-                    const CUtensorMap &tmW, const CUtensorMap &tmY, const cw_params &prm)
-{
-    if (g_cw_smem_set[dti][SCHED - 1][di] < smem) {
-        GC_CUDA_TRY(cudaFuncSetAttribute(gc_conv_wgmma_kernel<T, SCHED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem));
-        g_cw_smem_set[dti][SCHED - 1][di] = smem;
-    }
-    gc_conv_wgmma_kernel<T, SCHED><<<(unsigned)grid, CW_THREADS, smem, stream>>>(tmX, tmW, tmY, prm);
-    return GC_OK;
-}
+size_t g_cw_smem_set[2][64];
 
 int cw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
@@ -656,19 +539,6 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     while (stages > 3 && cw_smem_bytes(stages, nk) > optin) stages--;
     if (gc_conv2d_debug_wgmma_stages >= 3 && gc_conv2d_debug_wgmma_stages < stages)
         stages = gc_conv2d_debug_wgmma_stages;
-    int sched = gc_conv2d_debug_wgmma_schedule == 1 || gc_conv2d_debug_wgmma_schedule == 2
-                    ? gc_conv2d_debug_wgmma_schedule
-                    : (CW_SCHEDULE == 2 ? 2 : 1);
-    if (sched == 2 && stages < 4) { /* two rings of >= 2 stages each */
-        if (cw_smem_bytes(4, nk) <= optin)
-            stages = 4;
-        else
-            sched = 1;
-    }
-    const int inflight = gc_conv2d_debug_wgmma_inflight == 1 || gc_conv2d_debug_wgmma_inflight == 2
-                             ? gc_conv2d_debug_wgmma_inflight
-                             : (CW_INFLIGHT == 2 ? 2 : 1);
-    gc_conv2d_debug_wgmma_last_schedule = sched;
     const size_t smem = cw_smem_bytes(stages, nk);
 
     /* W^T (F, KH*KW*C), K-major, in the workspace */
@@ -739,7 +609,6 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
     prm.gm = gm;
     prm.stages = stages;
-    prm.inflight = inflight;
     prm.act = (int)act;
     prm.bias = bias;
     const int64_t grid = (int64_t)gm * prm.tiles_n;
@@ -749,12 +618,20 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     if ((st = gc_conv2d_transpose(be, dt, w, KC, g->F, wt))) return st;
     const int di = be->device_index >= 0 && be->device_index < 64 ? be->device_index : 63;
     cudaStream_t stream = gc_cuda_stream(be);
-    if (dt == GC_F16)
-        st = sched == 2 ? cw_launch<__half, 2>(di, 0, smem, grid, stream, tmX, tmW, tmY, prm)
-                        : cw_launch<__half, 1>(di, 0, smem, grid, stream, tmX, tmW, tmY, prm);
-    else
-        st = sched == 2 ? cw_launch<__nv_bfloat16, 2>(di, 1, smem, grid, stream, tmX, tmW, tmY, prm)
-                        : cw_launch<__nv_bfloat16, 1>(di, 1, smem, grid, stream, tmX, tmW, tmY, prm);
-    if (st) return st;
+    if (dt == GC_F16) {
+        if (g_cw_smem_set[0][di] < smem) {
+            GC_CUDA_TRY(cudaFuncSetAttribute(gc_conv_wgmma_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem));
+            g_cw_smem_set[0][di] = smem;
+        }
+        gc_conv_wgmma_kernel<__half><<<(unsigned)grid, CW_THREADS, smem, stream>>>(tmX, tmW, tmY, prm);
+    } else {
+        if (g_cw_smem_set[1][di] < smem) {
+            GC_CUDA_TRY(cudaFuncSetAttribute(gc_conv_wgmma_kernel<__nv_bfloat16>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            g_cw_smem_set[1][di] = smem;
+        }
+        gc_conv_wgmma_kernel<__nv_bfloat16><<<(unsigned)grid, CW_THREADS, smem, stream>>>(tmX, tmW, tmY, prm);
+    }
     return gc_cuda_launch_check("conv2d_fwd (wgmma)");
 }

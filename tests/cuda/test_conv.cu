@@ -9,7 +9,7 @@
  *                        56x56 batch-64 'same' layer, ours vs cuDNN, fp16 / bf16 / tf32
  *   test_conv all        both
  *   test_conv wgtest     only the Hopper wgmma forward checks (also part of 'test')
- *   test_conv wgbench    only the 3x3 64->64 56x56 b64 forward: wgmma (each schedule) vs mma.sync vs cuDNN
+ *   test_conv wgbench    only the 3x3 64->64 56x56 b64 forward: wgmma vs mma.sync vs cuDNN
  *                        (also printed at the end of 'bench')
  *
  * The ops run through gc_op_run (core validation) on a minimal fake CUDA backend that
@@ -29,8 +29,7 @@
 
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
     gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
-    gc_conv2d_debug_last_path, gc_conv2d_debug_wgmma_schedule, gc_conv2d_debug_wgmma_inflight,
-    gc_conv2d_debug_wgmma_last_schedule;
+    gc_conv2d_debug_last_path;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -543,10 +542,8 @@ static void test_graph(gc_dtype dt, int tf32)
  * Forced path 4 (conv2d_wgmma.cu) on the shapes it takes, f16 and bf16, against the
  * float64 reference (every output when the reference is cheap, else the first and last
  * two tiles and every 61st row), against the mma.sync path (every output, both
- * NaN-poisoned), under each consumer schedule (g_wg_variants: ping-pong, concurrent,
- * each with 1 or 2 wgmma groups in flight; bitwise equal to ping-pong), each against
- * itself with a 3-stage ring (4 for concurrent) on 3 blocks per column tile (bitwise:
- * same summation order), and captured into a graph (bitwise). Shapes it must refuse come back GC_ERR_UNSUPPORTED. */
+ * NaN-poisoned), against itself with a 3-stage ring on 3 blocks per column tile
+ * (bitwise: same summation order), and captured into a graph (bitwise). Shapes it must refuse come back GC_ERR_UNSUPPORTED. */
 static const conv_case g_wg_cases[] = {
     /* N  H   W    C  KH KW  F  sh sw dh dw  pad           act             bias db */
     {2, 56, 56, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},      /* bench layer, batch 2: 49 tiles */
@@ -588,13 +585,6 @@ static void ref_fwd_rows(const gc_conv2d_geom &g, const float *x, const float *w
     }
 }
 
-/* the schedule variants every case runs under (conv2d_wgmma.cu: 1 ping-pong, 2
- * concurrent; wgmma groups in flight per consumer) */
-struct wg_variant { int sched, inflight; const char *name; };
-static const wg_variant g_wg_variants[] = {
-    {1, 1, "pp"}, {2, 1, "conc"}, {2, 2, "conc-2"}, {1, 2, "pp-2"},
-};
-
 static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *worst)
 {
     const char *dn = gc_dtype_name(dt);
@@ -626,97 +616,79 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
     char what[96];
     snprintf(what, sizeof what, "%dx%dx%dx%d k%dx%d F%d %s", k.N, k.H, k.W, k.C, k.KH, k.KW, k.F,
              k.pad == GC_PAD_SAME ? "same" : "valid");
-    auto run = [&](dbuf &y, int path, int stages, int blocks, int sched, int inflight) -> gc_status {
+    auto run = [&](dbuf &y, int path, int stages, int blocks) -> gc_status {
         gc_tensor ty = gc_tensor_make(y.p, dt, 4, sy);
         gc_tensor *fout[1] = {&ty};
         y.poison();
         gc_conv2d_debug_path = path;
         gc_conv2d_debug_wgmma_stages = stages;
         gc_conv2d_debug_wgmma_blocks = blocks;
-        gc_conv2d_debug_wgmma_schedule = sched;
-        gc_conv2d_debug_wgmma_inflight = inflight;
         gc_status st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
         gc_conv2d_debug_path = 0;
         gc_conv2d_debug_wgmma_stages = 0;
         gc_conv2d_debug_wgmma_blocks = 0;
-        gc_conv2d_debug_wgmma_schedule = 0;
-        gc_conv2d_debug_wgmma_inflight = 0;
         if (st == GC_OK) CK(cudaDeviceSynchronize());
         return st;
     };
-
-    /* float64 reference: every output when cheap, else sampled rows */
-    const bool all = (double)M * g.F * g.KH * g.KW * g.C <= 4e8;
-    const char *note = all ? "all outputs" : "sampled rows";
-    std::vector<int64_t> rows;
-    std::vector<double> ry;
-    if (all) {
-        ref_fwd(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, ry);
-    } else {
-        for (int64_t m = 0; m < M; m++)
-            if (m < 256 || m >= M - 256 || m % 61 == 0) rows.push_back(m);
-        ref_fwd_rows(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, rows, ry);
-    }
-    auto err_ref = [&](const std::vector<float> &out) -> double {
-        if (all) return rel_err(out, ry);
-        std::vector<float> sel(ry.size());
-        for (size_t i = 0; i < rows.size(); i++)
-            for (int64_t f = 0; f < g.F; f++) sel[i * (size_t)g.F + f] = out[(size_t)(rows[i] * g.F + f)];
-        return rel_err(sel, ry);
-    };
-
-    /* the mma.sync path on the same inputs, every output (once) */
-    std::vector<double> r2;
-    gc_status st = run(y2, 2, 0, 0, 0, 0);
+    gc_status st = run(y4, 4, 0, 0);
     if (st) {
-        printf("  FAIL wgmma case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
+        printf("  FAIL wgmma case %2d %-4s %s: %s: %s\n", ci, dn, what, gc_status_name(st), gc_last_error());
         g_fail++;
     } else {
-        std::vector<float> out2 = to_float(y2.down(), ny, dt);
-        r2.assign(out2.begin(), out2.end());
-        for (float v : out2)
-            if (!isfinite(v)) { r2.assign(1, NAN); break; }
-    }
-
-    std::vector<uint8_t> first; /* the first variant's output: every variant must match it bitwise */
-    const int nv = (int)(sizeof g_wg_variants / sizeof g_wg_variants[0]);
-    for (int vi = 0; vi < nv; vi++) {
-        const wg_variant &v = g_wg_variants[vi];
-        char cfg[24], buf[200];
-        snprintf(cfg, sizeof cfg, "%s/%s", dn, v.name);
-        if ((st = run(y4, 4, 0, 0, v.sched, v.inflight))) {
-            printf("  FAIL wgmma case %2d %-11s %s: %s: %s\n", ci, cfg, what, gc_status_name(st), gc_last_error());
-            g_fail++;
-            continue;
+        std::vector<float> out4 = to_float(y4.down(), ny, dt);
+        /* float64 reference */
+        double e;
+        const char *note;
+        if ((double)M * g.F * g.KH * g.KW * g.C <= 4e8) {
+            std::vector<double> ry;
+            ref_fwd(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, ry);
+            e = rel_err(out4, ry);
+            note = "all outputs";
+        } else {
+            std::vector<int64_t> rows;
+            for (int64_t m = 0; m < M; m++)
+                if (m < 256 || m >= M - 256 || m % 61 == 0) rows.push_back(m);
+            std::vector<double> ry;
+            ref_fwd_rows(g, x.data(), w.data(), k.bias ? b.data() : NULL, k.act, rows, ry);
+            std::vector<float> sel(ry.size());
+            for (size_t i = 0; i < rows.size(); i++)
+                for (int64_t f = 0; f < g.F; f++)
+                    sel[i * (size_t)g.F + f] = out4[(size_t)(rows[i] * g.F + f)];
+            e = rel_err(sel, ry);
+            note = "sampled rows";
         }
-        const int ran = gc_conv2d_debug_wgmma_last_schedule;
-        std::vector<uint8_t> a = y4.down();
-        std::vector<float> out4 = to_float(a, ny, dt);
-        snprintf(buf, sizeof buf, "%s (%s; ran schedule %d)", what, note, ran);
-        const double e = err_ref(out4);
-        report(cfg, ci, "wgmma-ref", e, 1e-2, buf);
+        char buf[160];
+        snprintf(buf, sizeof buf, "%s (%s)", what, note);
+        report(dn, ci, "wgmma-ref", e, 1e-2, buf);
         worst[0] = std::max(worst[0], e);
-        /* the requested schedule ran (concurrent may fall back to ping-pong only when 4 stages do not fit) */
-        if (v.sched == 1) report(cfg, ci, "wgmma-sched", ran == 1 ? 0.0 : 1.0, 0.0, buf);
-        else if (ran != 2) printf("  note case %2d %-11s: concurrent fell back to ping-pong (ring of 3)\n", ci, cfg);
-        if (r2.size()) {
-            const double e2 = r2.size() == ny ? rel_err(out4, r2) : INFINITY;
-            report(cfg, ci, "wgmma-vs-mma", e2, 1e-2, what);
-            worst[1] = std::max(worst[1], e2);
-        }
-        if (vi == 0) first = a;
-        else report(cfg, ci, "wgmma-vs-pp", memcmp(a.data(), first.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
-        /* 3-stage ring (4 for concurrent), 3 blocks per column tile (several tiles per
-         * block: ring wrap, consumer hand-over, staging reuse): the same sums in the same order */
-        if ((st = run(y3, 4, 3, 3, v.sched, v.inflight))) {
-            printf("  FAIL wgmma case %2d %-11s %s: 3 stages, 3 blocks: %s\n", ci, cfg, what, gc_last_error());
+        /* the mma.sync path on the same inputs, every output */
+        if ((st = run(y2, 2, 0, 0))) {
+            printf("  FAIL wgmma case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
             g_fail++;
         } else {
-            std::vector<uint8_t> c = y3.down();
-            report(cfg, ci, "wgmma-3stg3b", memcmp(a.data(), c.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
+            std::vector<float> out2 = to_float(y2.down(), ny, dt);
+            std::vector<double> r2(out2.begin(), out2.end());
+            for (float v : out2)
+                if (!isfinite(v)) { r2.assign(1, NAN); break; }
+            double e2 = r2.size() == ny ? rel_err(out4, r2) : INFINITY;
+            report(dn, ci, "wgmma-vs-mma", e2, 1e-2, what);
+            worst[1] = std::max(worst[1], e2);
+        }
+        /* 3-stage ring, 3 blocks per column tile (several tiles per block: ring wrap,
+         * consumer hand-over, staging reuse): the same sums in the same order */
+        if ((st = run(y3, 4, 3, 3))) {
+            printf("  FAIL wgmma case %2d %-4s %s: 3 stages, 3 blocks: %s\n", ci, dn, what, gc_last_error());
+            g_fail++;
+        } else {
+            std::vector<uint8_t> a = y4.down(), c = y3.down();
+            report(dn, ci, "wgmma-3stg3b", memcmp(a.data(), c.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
+        }
+        /* auto dispatch takes wgmma where it is wanted (big enough) */
+        if ((st = run(y3, 0, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
+            report(dn, ci, "auto->wgmma", gc_conv2d_debug_last_path == 4 ? 0.0 : 1.0, 0.0, what);
         }
         /* graph capture of the forced path, replayed == eager */
-        if (ci == 1 && v.inflight == 1) {
+        if (ci == 1) {
             y3.poison();
             gc_tensor ty = gc_tensor_make(y3.p, dt, 4, sy);
             gc_tensor *fout[1] = {&ty};
@@ -724,16 +696,14 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             cudaGraphExec_t exec = NULL;
             int ok = 0;
             gc_conv2d_debug_path = 4;
-            gc_conv2d_debug_wgmma_schedule = v.sched;
             CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
             st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
             cudaError_t ce = cudaStreamEndCapture(g_stream, &graph);
             gc_conv2d_debug_path = 0;
-            gc_conv2d_debug_wgmma_schedule = 0;
             if (st == GC_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
                 CK(cudaGraphLaunch(exec, g_stream));
                 CK(cudaStreamSynchronize(g_stream));
-                std::vector<uint8_t> c = y3.down();
+                std::vector<uint8_t> a = y4.down(), c = y3.down();
                 ok = !memcmp(a.data(), c.data(), ny * es);
             } else {
                 printf("  wgmma graph capture failed: %s / %s\n", gc_last_error(), cudaGetErrorString(ce));
@@ -741,15 +711,7 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             }
             if (exec) cudaGraphExecDestroy(exec);
             if (graph) cudaGraphDestroy(graph);
-            report(cfg, ci, "wgmma-graph", ok ? 0.0 : 1.0, 0.0, what);
-        }
-    }
-    /* auto dispatch takes wgmma where it is wanted (big enough), with the default schedule */
-    if ((st = run(y3, 0, 0, 0, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
-        report(dn, ci, "auto->wgmma", gc_conv2d_debug_last_path == 4 ? 0.0 : 1.0, 0.0, what);
-        if (gc_conv2d_debug_last_path == 4 && first.size()) {
-            std::vector<uint8_t> c = y3.down();
-            report(dn, ci, "auto-vs-pp", memcmp(c.data(), first.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
+            report(dn, ci, "wgmma-graph", ok ? 0.0 : 1.0, 0.0, what);
         }
     }
     gx.release(); gw.release(); gb.release(); y4.release(); y2.release(); y3.release();
@@ -805,8 +767,8 @@ static void run_wgmma_tests(void)
         return;
     }
     const int n = (int)(sizeof g_wg_cases / sizeof g_wg_cases[0]);
-    printf("wgmma forward (forced path 4): %d cases x f16, bf16 x schedules pp, conc, conc-2, pp-2; vs float64 "
-           "reference, vs mma.sync, vs pp (bitwise), 3-stage ring, graph\n", n);
+    printf("wgmma forward (forced path 4): %d cases x f16, bf16; vs float64 reference, vs mma.sync, "
+           "3-stage ring, graph\n", n);
     const gc_dtype dts[2] = {GC_F16, GC_BF16};
     for (gc_dtype dt : dts) {
         double worst[2] = {0, 0};
@@ -978,7 +940,7 @@ static void run_wgmma_bench(void)
     gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p0, &g);
     const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
     printf("\nforward paths, %s batch %d (median of 15 graph replays, %d input sets):\n", L.name, L.N, NSETS);
-    char summary[2][320];
+    char summary[2][256];
     const gc_dtype dts[2] = {GC_F16, GC_BF16};
     for (int di = 0; di < 2; di++) {
         const gc_dtype dt = dts[di];
@@ -1006,18 +968,14 @@ static void run_wgmma_bench(void)
             gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
             if (st && !err) err = st;
         };
-        auto timed = [&](int path, gc_impl impl, int stages, double *tf, int sched = 0, int inflight = 0) -> int {
+        auto timed = [&](int path, gc_impl impl, int stages, double *tf) -> int {
             err = GC_OK;
             p.impl = impl;
             gc_conv2d_debug_path = path;
             gc_conv2d_debug_wgmma_stages = stages;
-            gc_conv2d_debug_wgmma_schedule = sched;
-            gc_conv2d_debug_wgmma_inflight = inflight;
             double t = time_ms(fwd, 15);
             gc_conv2d_debug_path = 0;
             gc_conv2d_debug_wgmma_stages = 0;
-            gc_conv2d_debug_wgmma_schedule = 0;
-            gc_conv2d_debug_wgmma_inflight = 0;
             p.impl = GC_IMPL_OWN;
             if (err) {
                 printf("  %-5s path %d impl %d: error: %s\n", dn, path, (int)impl, gc_last_error());
@@ -1025,23 +983,17 @@ static void run_wgmma_bench(void)
                 return 0;
             }
             *tf = flops / t / 1e9;
-            char label[64];
-            const char *sn = sched == 2 ? (inflight == 2 ? "conc-2" : "conc") : sched == 1 ? (inflight == 2 ? "pp-2" : "pp")
-                                                                                          : "default";
+            char label[48];
             if (impl == GC_IMPL_VENDOR) snprintf(label, sizeof label, "cuDNN");
-            else if (path == 4 && stages) snprintf(label, sizeof label, "wgmma %s, <= %d stages", sn, stages);
-            else if (path == 4) snprintf(label, sizeof label, "wgmma %s", sn);
+            else if (path == 4 && stages) snprintf(label, sizeof label, "wgmma, <= %d stages", stages);
+            else if (path == 4) snprintf(label, sizeof label, "wgmma");
             else if (path == 2) snprintf(label, sizeof label, "mma.sync");
             else snprintf(label, sizeof label, "auto");
-            printf("  %-5s %-28s %8.1f us %7.1f TFLOP/s\n", dn, label, t * 1e3, *tf);
+            printf("  %-5s %-22s %8.1f us %7.1f TFLOP/s\n", dn, label, t * 1e3, *tf);
             fflush(stdout);
             return 1;
         };
-        double twg = 0, tmma = 0, tauto = 0, tcd = 0, tpp = 0, tpp2 = 0, tcc = 0, tcc2 = 0;
-        timed(4, GC_IMPL_OWN, 0, &tpp, 1, 1);
-        timed(4, GC_IMPL_OWN, 0, &tcc, 2, 1);
-        timed(4, GC_IMPL_OWN, 0, &tcc2, 2, 2);
-        timed(4, GC_IMPL_OWN, 0, &tpp2, 1, 2);
+        double twg = 0, tmma = 0, tauto = 0, tcd = 0;
         timed(4, GC_IMPL_OWN, 0, &twg);
         timed(2, GC_IMPL_OWN, 0, &tmma);
         timed(0, GC_IMPL_OWN, 0, &tauto);
@@ -1049,17 +1001,13 @@ static void run_wgmma_bench(void)
         CK(cudaStreamSynchronize(g_stream));
         const int auto_path = gc_conv2d_debug_last_path;
         if (gc_conv2d_vendor_available()) timed(0, GC_IMPL_VENDOR, 0, &tcd);
-        /* ring depths of the concurrent schedule (each consumer gets half) */
-        for (int st = 4; st <= 8 && tcc > 0; st += 2) {
+        for (int st = 3; st <= 8 && twg > 0; st++) {
             double t = 0;
-            timed(4, GC_IMPL_OWN, st, &t, 2, 1);
-            if (tcc2 > 0) timed(4, GC_IMPL_OWN, st, &t, 2, 2);
+            timed(4, GC_IMPL_OWN, st, &t);
         }
-        const double best = std::max(std::max(tpp, tpp2), std::max(tcc, tcc2));
         snprintf(summary[di], sizeof summary[di],
-                 "%-5s fwd TFLOP/s: wgmma default %.1f | pp %.1f | pp-2 %.1f | conc %.1f | conc-2 %.1f | mma.sync %.1f | "
-                 "auto (path %d) %.1f | cuDNN %.1f | best wgmma/cuDNN %.2f",
-                 dn, twg, tpp, tpp2, tcc, tcc2, tmma, auto_path, tauto, tcd, tcd > 0 ? best / tcd : 0.0);
+                 "%-5s fwd TFLOP/s: wgmma %.1f | mma.sync %.1f | auto (path %d) %.1f | cuDNN %.1f | wgmma/cuDNN %.2f",
+                 dn, twg, tmma, auto_path, tauto, tcd, tcd > 0 ? twg / tcd : 0.0);
         for (int s = 0; s < NSETS; s++) { x[s].release(); y[s].release(); }
         w.release();
     }
