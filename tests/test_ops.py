@@ -343,15 +343,15 @@ def _case_gemm(c, path):
                 if path not in ("", "auto") and m * n and k:
                     assert _core.cuda_gemm_last_path() == path, c.msg(
                         f"ran {_core.cuda_gemm_last_path()!r}, not the forced {path!r}")
+                want = ref.gemm(a, b, bias, cm, trans_a, trans_b, alpha, beta, act)
+                terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), trans_a, trans_b,
+                                 abs(alpha), abs(beta))
+                c.check("c", out, want, k=k, terms=terms)
                 if path == "auto" and i == 2:
                     _vendor_cross_check(c, "gemm", lambda lib: ops.gemm(
                         c.arg(a), c.arg(b), None if bias is None else c.arg(bias),
                         None if cm is None else c.arg(cm), trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                         beta=beta, activation=act, impl=lib, **c.kw), want, terms, k)
-                want = ref.gemm(a, b, bias, cm, trans_a, trans_b, alpha, beta, act)
-                terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), trans_a, trans_b,
-                                 abs(alpha), abs(beta))
-                c.check("c", out, want, k=k, terms=terms)
     # matmul: batch axes in front of a (a Dense layer)
     a, b, bias = c.normal((2, 3, 7)), c.normal((7, 5)), c.normal(5)
     c.what = "matmul a (2, 3, 7) @ b (7, 5) + bias, relu"
