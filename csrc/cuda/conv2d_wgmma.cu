@@ -41,8 +41,9 @@
  *     reused once that store has read it.
  * Device code exists only for sm_90a (GC_CW_DEVICE); other targets compile an empty
  * kernel and gc_conv2d_wgmma_fwd reports GC_ERR_UNSUPPORTED (probe kernel, as in
- * gemm_wgmma.cu). The PTX wrappers are this file's own (prefix cw_), so that the conv
- * sources build and link without the GEMM files (tests/cuda/conv.mk).
+ * gemm_wgmma.cu). The PTX primitives both wgmma kernels use come from hopper_ptx.cuh
+ * (a header: the conv sources still build and link without the GEMM files); the ones
+ * only this kernel needs are its own (prefix cw_).
  *
  * Measured (H200, 2026-11-29, tests/cuda/test_conv.cu wgbench, 3x3 64->64 56x56 batch 64
  * 'same', graph-timed): f16 wgmma 209 TFLOP/s (70.8 us), mma.sync 159, cuDNN 345 (0.61);
@@ -57,6 +58,12 @@
 #include <string.h>
 
 #include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+
+/* the device test's watchdog (tests/cuda/conv_wgmma_device.sh) for the shared mbarrier wait */
+#if defined(GC_CONV_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
+#define GC_HOPPER_WATCHDOG GC_CONV_WATCHDOG
+#endif
+#include "hopper_ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GC_CW_DEVICE 1
@@ -102,54 +109,10 @@ struct cw_params {
 };
 
 #if GC_CW_DEVICE
-__device__ __forceinline__ uint32_t cw_smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cw_mbar_init(uint32_t bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void cw_mbar_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
+using namespace gc_hopper; /* smem_u32, mbar_*, tma_load_2d, wg_fence / commit / wait */
 __device__ __forceinline__ void cw_mbar_arrive(uint32_t bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/* GC_CONV_WATCHDOG (cycles): trap instead of hanging when a barrier never completes (a
- * bad tensor map, say); 0 (off) unless the build sets it. */
-#ifndef GC_CONV_WATCHDOG
-#define GC_CONV_WATCHDOG 0
-#endif
-__device__ __forceinline__ void cw_mbar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-#if GC_CONV_WATCHDOG
-    const long long t0 = clock64();
-#endif
-    do {
-#if GC_CONV_WATCHDOG
-        if (clock64() - t0 > (long long)GC_CONV_WATCHDOG) __trap();
-#endif
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-/* tiled 2-D box (c0 inner) -> shared memory, completion counted in bytes on bar */
-__device__ __forceinline__ void cw_tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                               int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
-                 : "memory");
 }
 /* im2col box of the (C, W, H, N) tensor: channels [c, c + channelsPerPixel) of
  * pixelsPerColumn pixels whose filter corners start at (w, h, n), each read at
@@ -202,12 +165,6 @@ __device__ __forceinline__ void cw_turn_give(int id)
 __device__ __forceinline__ void cw_st_shared_u32(uint32_t addr, uint32_t v)
 {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void cw_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cw_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cw_wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* keeps the compiler from moving accumulator reads / writes across the async region */
 __device__ __forceinline__ void cw_fence_regs(float *d)
@@ -268,7 +225,7 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
 {
 #if GC_CW_DEVICE
     extern __shared__ unsigned char smem_raw[];
-    const uint32_t base = (cw_smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
     const int S = p.stages, nk = p.nk;
     const uint32_t bslice = base + (uint32_t)S * CW_A_BYTES;
     const uint32_t stage_out = bslice + (uint32_t)nk * CW_B_BLOCK;
@@ -281,10 +238,10 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
-            cw_mbar_init(full0 + 8 * s, 1);  /* the producer's expect_tx arrival */
-            cw_mbar_init(empty0 + 8 * s, 1); /* the consuming warpgroup's arrival */
+            mbar_init(full0 + 8 * s, 1);  /* the producer's expect_tx arrival */
+            mbar_init(empty0 + 8 * s, 1); /* the consuming warpgroup's arrival */
         }
-        cw_mbar_init(bfull, 1);
+        mbar_init(bfull, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmW) : "memory");
@@ -295,9 +252,9 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
     if (wg == 0) { /* ---------------- producer: one thread */
         if (tid == 0) {
             /* the B slice: rows tn*64 .. +63 of W^T, all K-blocks, once */
-            cw_mbar_expect_tx(bfull, (uint32_t)nk * CW_B_BLOCK);
+            mbar_expect_tx(bfull, (uint32_t)nk * CW_B_BLOCK);
             for (int kb = 0; kb < nk; kb++)
-                cw_tma_load_2d(bslice + (uint32_t)kb * CW_B_BLOCK, &tmW, bfull, kb * CW_BK, tn * CW_BN);
+                tma_load_2d(bslice + (uint32_t)kb * CW_B_BLOCK, &tmW, bfull, kb * CW_BK, tn * CW_BN);
             const int OHW = p.OH * p.OW;
             int s = 0;
             uint32_t phase = 0;
@@ -309,9 +266,9 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
                 const int w0 = q0 - p.pad_left, h0 = p0 - p.pad_top;
                 int cc = 0, kw = 0, kh = 0; /* K-block kb = ((kh * KW) + kw) * cchunks + cc */
                 for (int kb = 0; kb < nk; kb++) {
-                    cw_mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
+                    mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
                     const uint32_t full = full0 + 8 * s;
-                    cw_mbar_expect_tx(full, CW_A_BYTES);
+                    mbar_expect_tx(full, CW_A_BYTES);
                     cw_tma_load_im2col(base + (uint32_t)s * CW_A_BYTES, &tmX, full, cc * CW_BK, w0, h0, n0,
                                        (uint16_t)kw, (uint16_t)kh);
                     if (++cc == p.cchunks) {
@@ -344,7 +301,7 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
         const uint32_t out = stage_out + (uint32_t)w * CW_OUT_BYTES;
         float d0[32], d1[32]; /* rows 0..63 and 64..127 of the tile */
         const int ntiles = (p.tiles_m - tm0 + p.gm - 1) / p.gm; /* the block's tiles */
-        cw_mbar_wait(bfull, 0);
+        mbar_wait(bfull, 0);
         for (int i = w; i < ntiles; i += 2) {
             const int tm = tm0 + i * p.gm;
             /* Mainloops take turns (tile i starts after tile i-1's mainloop has passed its
@@ -364,23 +321,23 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
             int it = i * nk; /* ring position of the tile's first K-block */
             for (int kb = 0; kb < nk; kb++, it++) {
                 const int s = it % S;
-                cw_mbar_wait(full0 + 8 * s, (uint32_t)(it / S) & 1u);
+                mbar_wait(full0 + 8 * s, (uint32_t)(it / S) & 1u);
                 const uint32_t sa = base + (uint32_t)s * CW_A_BYTES;
                 const uint32_t sb = bslice + (uint32_t)kb * CW_B_BLOCK;
-                cw_wg_fence();
+                wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < CW_BK / 16; kk++) { /* K steps of 32 bytes in the 128-byte rows */
                     const uint64_t db = cw_desc(sb + kk * 32);
                     cw_mma<T>::run(d0, cw_desc(sa + kk * 32), db, 1u);
                     cw_mma<T>::run(d1, cw_desc(sa + 64 * 128 + kk * 32), db, 1u);
                 }
-                cw_wg_commit();
-                cw_wg_wait<1>(); /* the group before this one has retired: its stage is free */
+                wg_commit();
+                wg_wait<1>(); /* the group before this one has retired: its stage is free */
                 if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
                 prev = s;
             }
             if (i + 1 < ntiles) cw_turn_give(3 + (1 - w)); /* tile i+1 (the other warpgroup's) may start */
-            cw_wg_wait<0>();
+            wg_wait<0>();
             cw_fence_regs(d0);
             cw_fence_regs(d1);
             if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);

@@ -48,6 +48,12 @@
 
 #include <cuda.h> /* CUtensorMap and its enums only: the encoder is fetched from the driver at run time */
 
+/* the standalone test's watchdog (tests/cuda/gemm.mk) for the shared mbarrier wait */
+#if defined(GC_GEMM_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
+#define GC_HOPPER_WATCHDOG GC_GEMM_WATCHDOG
+#endif
+#include "hopper_ptx.cuh"
+
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GC_WG_DEVICE 1
 #else
@@ -93,53 +99,7 @@ constexpr int WG_SMEM = WG_STAGES * WG_STAGE_BYTES + 1024 /* alignment */ + 256 
 
 /* ------------------------------------------------------------------ PTX wrappers */
 #if GC_WG_DEVICE
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-/* GC_GEMM_WATCHDOG (cycles; the standalone test sets it): trap instead of hanging when a
- * barrier never completes (a bad tensor map, say). 0 in the library: a preempted
- * context may legitimately wait long. */
-#ifndef GC_GEMM_WATCHDOG
-#define GC_GEMM_WATCHDOG 0
-#endif
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-#if GC_GEMM_WATCHDOG
-    const long long t0 = clock64();
-#endif
-    do {
-#if GC_GEMM_WATCHDOG
-        if (clock64() - t0 > (long long)GC_GEMM_WATCHDOG) __trap();
-#endif
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-/* 2-D tile of the tensor map into shared memory; c0 is the inner (contiguous)
- * coordinate. Completion is counted on the mbarrier in bytes. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                            int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
-                 : "memory");
-}
+using namespace gc_hopper; /* smem_u32, mbar_*, tma_load_2d, wg_fence / commit / wait */
 /* The same tile into the same offset of every block in cta_mask (cluster multicast);
  * each destination's mbarrier at offset `bar` counts the bytes. */
 __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar,
@@ -167,12 +127,6 @@ __device__ __forceinline__ void cluster_sync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* keeps the compiler from moving accumulator reads/writes across the async region */
 __device__ __forceinline__ void wg_fence_regs(float *d)
