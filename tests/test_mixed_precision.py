@@ -165,3 +165,35 @@ def test_good_steps_double_the_scale(device, path):
             m.train_on_batch(x[32 * s:32 * (s + 1)], y[32 * s:32 * (s + 1)])
     # 7 good steps: doubled after the 3rd and the 6th, one good step since
     assert (opt.dynamic_scale, opt.step_counter, opt.iterations) == (4.0, 1, 7)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_output_layer_in_a_mixed_model(device):
+    """Keras' advice for mixed precision: keep the last layer in float32. The plan then
+    casts the float16 activations into that layer and its input gradient back: the model
+    trains (loss falls, weights finite), predicts float32, and its first-step loss and
+    predictions agree with the all-float32 model's to float16 rounding."""
+    gpucmp.set_device(device)
+    x, y = toy_data(256)
+
+    def build(policy, last_dtype):
+        keras.mixed_precision.set_global_policy(policy)
+        keras.utils.set_random_seed(3)
+        m = keras.Sequential([keras.layers.Dense(32, activation="relu", input_shape=(8,)),
+                              keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(4, activation="softmax", dtype=last_dtype)])
+        m.compile(optimizer="adam", loss="categorical_crossentropy")
+        return m
+
+    mixed, ref32 = build("mixed_float16", "float32"), build("float32", None)
+    assert [l.compute_dtype for l in mixed.layers] == ["float16", "float16", "float32"]
+    p_mixed, p_ref = mixed.predict(x, verbose=0), ref32.predict(x, verbose=0)
+    assert p_mixed.dtype == np.float32
+    np.testing.assert_allclose(p_mixed, p_ref, rtol=0, atol=5e-3)
+    l_mixed = mixed.train_on_batch(x[:64], y[:64])
+    l_ref = ref32.train_on_batch(x[:64], y[:64])
+    assert abs(l_mixed - l_ref) <= 5e-3 * abs(l_ref), (l_mixed, l_ref)
+    first = mixed.evaluate(x, y, verbose=0)
+    mixed.fit(x, y, batch_size=32, epochs=5, verbose=0)
+    assert mixed.evaluate(x, y, verbose=0) < first
+    assert all(np.isfinite(w).all() for w in mixed.get_weights())
