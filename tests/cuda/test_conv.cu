@@ -174,30 +174,35 @@ static double ref_act(double v, gc_act a)
     }
 }
 
+/* the F outputs of output pixel (n, oh, ow), in float64, into yo (zeroed by the caller) */
+static void ref_fwd_pixel(const gc_conv2d_geom &g, const float *x, const float *w, const float *b, gc_act act,
+                          int64_t n, int64_t oh, int64_t ow, double *yo)
+{
+    for (int64_t kh = 0; kh < g.KH; kh++) {
+        int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+        if (ih < 0 || ih >= g.H) continue;
+        for (int64_t kw = 0; kw < g.KW; kw++) {
+            int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
+            if (iw < 0 || iw >= g.W) continue;
+            const float *xp = x + ((n * g.H + ih) * g.W + iw) * g.C;
+            for (int64_t c = 0; c < g.C; c++) {
+                const float *wp = w + ((kh * g.KW + kw) * g.C + c) * g.F;
+                double xv = xp[c];
+                for (int64_t f = 0; f < g.F; f++) yo[f] += xv * wp[f];
+            }
+        }
+    }
+    for (int64_t f = 0; f < g.F; f++) yo[f] = ref_act(yo[f] + (b ? b[f] : 0.0), act);
+}
+
 static void ref_fwd(const gc_conv2d_geom &g, const float *x, const float *w, const float *b, gc_act act,
                     std::vector<double> &y)
 {
     y.assign((size_t)(g.N * g.OH * g.OW * g.F), 0.0);
     for (int64_t n = 0; n < g.N; n++)
         for (int64_t oh = 0; oh < g.OH; oh++)
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                double *yo = &y[(size_t)(((n * g.OH + oh) * g.OW + ow) * g.F)];
-                for (int64_t kh = 0; kh < g.KH; kh++) {
-                    int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
-                    if (ih < 0 || ih >= g.H) continue;
-                    for (int64_t kw = 0; kw < g.KW; kw++) {
-                        int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
-                        if (iw < 0 || iw >= g.W) continue;
-                        const float *xp = x + ((n * g.H + ih) * g.W + iw) * g.C;
-                        for (int64_t c = 0; c < g.C; c++) {
-                            const float *wp = w + ((kh * g.KW + kw) * g.C + c) * g.F;
-                            double xv = xp[c];
-                            for (int64_t f = 0; f < g.F; f++) yo[f] += xv * wp[f];
-                        }
-                    }
-                }
-                for (int64_t f = 0; f < g.F; f++) yo[f] = ref_act(yo[f] + (b ? b[f] : 0.0), act);
-            }
+            for (int64_t ow = 0; ow < g.OW; ow++)
+                ref_fwd_pixel(g, x, w, b, act, n, oh, ow, &y[(size_t)(((n * g.OH + oh) * g.OW + ow) * g.F)]);
 }
 
 /* backward data as the adjoint of the forward (scatter) -- independent of the GPU gather */
@@ -566,22 +571,7 @@ static void ref_fwd_rows(const gc_conv2d_geom &g, const float *x, const float *w
     y.assign(rows.size() * (size_t)g.F, 0.0);
     for (size_t i = 0; i < rows.size(); i++) {
         const int64_t m = rows[i], ow = m % g.OW, oh = (m / g.OW) % g.OH, n = m / (g.OW * g.OH);
-        double *yo = &y[i * (size_t)g.F];
-        for (int64_t kh = 0; kh < g.KH; kh++) {
-            int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
-            if (ih < 0 || ih >= g.H) continue;
-            for (int64_t kw = 0; kw < g.KW; kw++) {
-                int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
-                if (iw < 0 || iw >= g.W) continue;
-                const float *xp = x + ((n * g.H + ih) * g.W + iw) * g.C;
-                for (int64_t c = 0; c < g.C; c++) {
-                    const float *wp = w + ((kh * g.KW + kw) * g.C + c) * g.F;
-                    double xv = xp[c];
-                    for (int64_t f = 0; f < g.F; f++) yo[f] += xv * wp[f];
-                }
-            }
-        }
-        for (int64_t f = 0; f < g.F; f++) yo[f] = ref_act(yo[f] + (b ? b[f] : 0.0), act);
+        ref_fwd_pixel(g, x, w, b, act, n, oh, ow, &y[i * (size_t)g.F]);
     }
 }
 
