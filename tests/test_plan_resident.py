@@ -183,3 +183,37 @@ def test_fit_on_resident_data_matches_one_call_per_step(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     for a, b in zip(w_res, w_one):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_windows_shrink_until_the_device_takes_them():
+    """_ResidentData halves its window (in whole batches) while set_data raises
+    MemoryError, and gives up (None: one call per step) when not even a batch fits."""
+    from gpucmp.keras.models import trainer
+
+    class Device:
+        def __init__(self, limit):
+            self.limit, self.sizes = limit, []
+
+        def set_data(self, x, y):
+            if x is not None:
+                self.sizes.append(len(x))
+                if len(x) > self.limit:
+                    raise MemoryError(f"{len(x)} rows do not fit")
+
+    x = np.zeros((100, 3), np.float32)
+    y = np.zeros((100, 2), np.float32)
+    dev = Device(40)
+    r = trainer._ResidentData.make(dev, x, y, 16)
+    # 100 rows do not fit, 48 (half, in whole batches) neither, 16 do
+    assert dev.sizes == [100, 48, 16] and r.window == 16, (dev.sizes, r.window)
+    dev = Device(70)
+    r = trainer._ResidentData.make(dev, x, y, 16)
+    assert dev.sizes == [100, 48] and r.window == 48, (dev.sizes, r.window)
+    # windows hold 3 steps; a chunk never crosses one; indices are window-local
+    assert r.clip(0, 5) == 3 and r.clip(1, 5) == 2 and r.clip(3, 2) == 2
+    order = np.random.default_rng(0).permutation(100)
+    idx = r.indices(order, 48, 80)
+    assert dev.sizes[-1] == 48 and idx.tolist() == list(range(32))
+    idx = r.indices(order, 96, 100)       # the last window is short: 4 rows
+    assert dev.sizes[-1] == 4 and idx.tolist() == [0, 1, 2, 3]
+    assert trainer._ResidentData.make(Device(10), x, y, 16) is None
