@@ -197,3 +197,27 @@ def test_float32_output_layer_in_a_mixed_model(device):
     mixed.fit(x, y, batch_size=32, epochs=5, verbose=0)
     assert mixed.evaluate(x, y, verbose=0) < first
     assert all(np.isfinite(w).all() for w in mixed.get_weights())
+
+
+def test_save_and_load_keep_the_loss_scale_state(tmp_path):
+    """A mixed_float16 model saved after training and loaded under another global policy:
+    layers compute in float16 again, the optimizer is a LossScaleOptimizer with the saved
+    scale, step counter, iterations and slots, and predictions are the same bits."""
+    gpucmp.set_device("cpu")
+    opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(), initial_scale=2.0 ** 40,
+                                                   dynamic_growth_steps=5)
+    m = small_model(opt)
+    x, y = toy_data(32 * 12)
+    m.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    assert opt.dynamic_scale < 2.0 ** 40 and opt.iterations < 12   # some steps skipped
+    path = tmp_path / "mixed.keras"
+    m.save(path)
+    keras.mixed_precision.set_global_policy("float32")
+    m2 = keras.models.load_model(path)
+    o2 = m2.optimizer
+    assert isinstance(o2, keras.mixed_precision.LossScaleOptimizer)
+    assert (o2.dynamic_scale, o2.step_counter, o2.iterations, o2.dynamic_growth_steps) == \
+        (opt.dynamic_scale, opt.step_counter, opt.iterations, 5)
+    assert [l.compute_dtype for l in m2.layers] == ["float16", "float16"]
+    assert same_bits([b.read() for b in o2.variables], [b.read() for b in opt.variables])
+    assert np.array_equal(m2.predict(x, verbose=0), m.predict(x, verbose=0))

@@ -87,11 +87,19 @@ def _compile_config(model):
     }
 
 
+def _slot_owner(opt):
+    """The optimizer holding the slots: a LossScaleOptimizer's inner one."""
+    return getattr(opt, "inner_optimizer", opt)
+
+
 def _optimizer_arrays(model):
     opt = model.optimizer
     arrays = {"iterations": np.array(opt.iterations, np.int64)}
+    if opt.loss_scaling:   # Keras saves the loss scale state with the optimizer too
+        arrays["dynamic_scale"] = np.array(opt.dynamic_scale, np.float64)
+        arrays["step_counter"] = np.array(opt.step_counter, np.int64)
     for i, var in enumerate(model.weights):
-        entry = opt._slots.get(id(var))
+        entry = _slot_owner(opt)._slots.get(id(var))
         if entry is not None and entry[0] is var:
             for j, buf in enumerate(entry[1]):
                 arrays[f"w{i}_slot{j}"] = buf.read()
@@ -226,9 +234,12 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
 def _restore_optimizer(model, arrays, source):
     opt = model.optimizer
     opt.iterations = int(arrays.get("iterations", 0))
+    if opt.loss_scaling and "dynamic_scale" in arrays:
+        opt.dynamic_scale = float(arrays["dynamic_scale"])
+        opt.step_counter = int(arrays["step_counter"])
     opt.state_for(model._plan_trainable_variables())
     for i, var in enumerate(model.weights):
-        entry = opt._slots.get(id(var))
+        entry = _slot_owner(opt)._slots.get(id(var))
         if entry is None:
             continue
         for j, buf in enumerate(entry[1]):
