@@ -1,12 +1,16 @@
 /* harness.h -- the shared scaffolding of the standalone C tests of the CPU kernels
  * (test_cpu_ops.c, test_dyn.c, test_cpu_fast.c): a check counter with a printf-style
- * CHECK, and a seeded splitmix64 generator so a failing run is replayed by its seed.
+ * CHECK, a seeded splitmix64 generator so a failing run is replayed by its seed, and
+ * the OpenMP thread-count switch.
  * Each test is one translation unit, so the definitions here are static. */
 #ifndef GPUCMP_TESTS_C_HARNESS_H
 #define GPUCMP_TESTS_C_HARNESS_H
 
 #include <stdint.h>
 #include <stdio.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static long g_checks = 0, g_failures = 0;
 static uint64_t g_rng = 12345; /* the tests may reseed it */
@@ -32,5 +36,15 @@ static inline uint64_t next_u64(void)
 
 /* uniform in [0, 1) with 53 random bits */
 static inline double urand(void) { return (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+
+/* the OpenMP thread count for what follows (no-op without OpenMP) */
+static inline void set_threads(int t)
+{
+#ifdef _OPENMP
+    omp_set_num_threads(t);
+#else
+    (void)t;
+#endif
+}
 
 #endif

@@ -21,22 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static float frand(void) { return (float)((double)(next_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
 static void fill(float *p, int64_t n) { for (int64_t i = 0; i < n; i++) p[i] = frand(); }
 static float *fa(int64_t n) { return (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
-
-static void set_threads(int t)
-{
-#ifdef _OPENMP
-    omp_set_num_threads(t);
-#else
-    (void)t;
-#endif
-}
 
 static int same_bits(const float *a, const float *b, int64_t n)
 {
@@ -156,7 +144,7 @@ static void conv_case(int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int
 
 static void pool_case(int64_t N, int64_t H, int64_t W, int64_t C, gc_padding pad)
 {
-    gc_pool2d_params p = {2, 2, 2, 2, pad};
+    gc_pool2d_params p = {2, 2, 2, 2, pad, GC_ACT_LINEAR};
     gc_pool2d_geom g;
     if (gc_pool2d_geometry(N, H, W, C, &p, &g) != GC_OK) {
         CHECK(0, "pool geometry");

@@ -21,24 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ------------------------------------------------------------------ harness */
 static int g_small = 0;
 
 static float frand(double lo, double hi) { return (float)(lo + (hi - lo) * urand()); }
 static int irand(int n) { return (int)(next_u64() % (uint64_t)n); }
-
-static void set_threads(int t)
-{
-#ifdef _OPENMP
-    omp_set_num_threads(t);
-#else
-    (void)t;
-#endif
-}
 
 static float *fbuf(int64_t n) /* poisoned with NaN */
 {
@@ -400,7 +388,7 @@ static void ref_window(const gc_pool2d_geom *g, int64_t oh, int64_t ow, int64_t 
 static void test_pool_case(int64_t N, int64_t H, int64_t W, int64_t C, int ph, int pw, int sh,
                            int sw, gc_padding pad, int ties)
 {
-    gc_pool2d_params p = {ph, pw, sh, sw, pad};
+    gc_pool2d_params p = {ph, pw, sh, sw, pad, GC_ACT_LINEAR};
     gc_pool2d_geom g;
     gc_status st = gc_pool2d_geometry(N, H, W, C, &p, &g);
     CHECK(st == GC_OK, "pool geometry: %s", gc_last_error());
@@ -484,7 +472,7 @@ static void test_pool(void)
     test_pool_case(2, 7, 7, 2, 2, 2, 2, 2, GC_PAD_SAME, 1);   /* disjoint, clipped last window */
     if (!g_small) test_pool_case(8, 26, 26, 32, 2, 2, 2, 2, GC_PAD_VALID, 1);
     /* N = 0 */
-    gc_pool2d_params p = {2, 2, 2, 2, GC_PAD_VALID};
+    gc_pool2d_params p = {2, 2, 2, 2, GC_PAD_VALID, GC_ACT_LINEAR};
     gc_tensor tx = tens(NULL, GC_F32, 4, 0, 4, 4, 2), ty = tens(NULL, GC_F32, 4, 0, 2, 2, 2);
     gc_op_call c1 = {GC_OP_MAXPOOL2D_FWD, {&tx, NULL, NULL}, {&ty, NULL, NULL}, &p};
     gc_op_call c2 = {GC_OP_MAXPOOL2D_BWD, {&tx, &ty, NULL}, {&tx, NULL, NULL}, &p};
@@ -802,7 +790,7 @@ static void test_optim_size(int64_t n)
 
     /* adam: elementwise, against error bounds scaled by the operands (m = m0 + (g-m0)/10
      * may cancel, so a plain relative error would be meaningless for single elements) */
-    gc_adam_params ap = {0.01f, 0.9f, 0.999f, 1e-7f, 7, NULL};
+    gc_adam_params ap = {0.01f, 0.9f, 0.999f, 1e-7f, 7, NULL, NULL};
     double alpha = 0.01 * sqrt(1 - pow(0.999, 7)) / (1 - pow(0.9, 7));
     memcpy(w, w0, bytes); memcpy(m, m0, bytes); memcpy(v, v0, bytes);
     snprintf(name, sizeof name, "adam n=%lld", (long long)n);
@@ -831,7 +819,7 @@ static void test_optim_size(int64_t n)
 
     /* sgd: plain, momentum, nesterov */
     for (int kind = 0; kind < 3; kind++) {
-        gc_sgd_params sp = {0.05f, kind ? 0.9f : 0.0f, kind == 2, NULL};
+        gc_sgd_params sp = {0.05f, kind ? 0.9f : 0.0f, kind == 2, NULL, NULL};
         for (int64_t i = 0; i < n; i++) {
             if (kind == 0) {
                 dstep[i] = -0.05 * g[i];
@@ -878,7 +866,7 @@ static void test_optim_size(int64_t n)
     }
 
     /* rmsprop */
-    gc_rmsprop_params rp = {0.001f, 0.9f, 1e-7f, NULL};
+    gc_rmsprop_params rp = {0.001f, 0.9f, 1e-7f, NULL, NULL};
     for (int64_t i = 0; i < n; i++) {
         rv[i] = 0.9 * v0[i] + (1 - 0.9) * (double)g[i] * g[i];
         dstep[i] = -0.001 * g[i] / sqrt(rv[i] + 1e-7);

@@ -24,23 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static int g_small = 0;
 static float frand(double lo, double hi)
 {
     return (float)(lo + (hi - lo) * (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static void set_threads(int t)
-{
-#ifdef _OPENMP
-    omp_set_num_threads(t);
-#else
-    (void)t;
-#endif
 }
 
 static void *xmalloc(size_t bytes)
@@ -95,9 +83,9 @@ static void test_dyn_optim(int64_t n)
         float *wa = dup(w0, n), *ma = dup(m0, n), *va = dup(v0, n);
         float *wb = dup(w0, n), *mb = dup(m0, n), *vb = dup(v0, n);
         for (int s = 0; s < 3; s++) {
-            gc_adam_params fa = {lrs[s], 0.9f, 0.999f, 1e-7f, 5 + s, NULL};
+            gc_adam_params fa = {lrs[s], 0.9f, 0.999f, 1e-7f, 5 + s, NULL, NULL};
             float dyn[2] = {lrs[s], (float)(5 + s)};
-            gc_adam_params fb = {123.0f, 0.9f, 0.999f, 1e-7f, 1, dyn}; /* fields ignored */
+            gc_adam_params fb = {123.0f, 0.9f, 0.999f, 1e-7f, 1, dyn, NULL}; /* fields ignored */
             gc_status sa, sb;
             if (!via_op) {
                 sa = gc_cpu_adam(n, wa, g, ma, va, &fa);
@@ -118,7 +106,7 @@ static void test_dyn_optim(int64_t n)
         CHECK(!same(wa, w0, n), "adam did not move w");
         /* a dynamic t < 1 is refused on the CPU (it can read it) */
         float bad[2] = {0.01f, 0.0f};
-        gc_adam_params fbad = {0.01f, 0.9f, 0.999f, 1e-7f, 3, bad};
+        gc_adam_params fbad = {0.01f, 0.9f, 0.999f, 1e-7f, 3, bad, NULL};
         CHECK(gc_cpu_adam(n, wb, g, mb, vb, &fbad) == GC_ERR_INVALID_ARG, "adam dyn t = 0 accepted");
         free(wa); free(ma); free(va); free(wb); free(mb); free(vb);
     }
@@ -128,8 +116,8 @@ static void test_dyn_optim(int64_t n)
         float *wa = dup(w0, n), *ma = dup(m0, n), *wb = dup(w0, n), *mb = dup(m0, n);
         for (int s = 0; s < 3; s++) {
             float dyn[2] = {lrs[s], 0.0f};
-            gc_sgd_params fa = {lrs[s], kind ? 0.9f : 0.0f, kind == 2, NULL};
-            gc_sgd_params fb = {-7.0f, kind ? 0.9f : 0.0f, kind == 2, dyn};
+            gc_sgd_params fa = {lrs[s], kind ? 0.9f : 0.0f, kind == 2, NULL, NULL};
+            gc_sgd_params fb = {-7.0f, kind ? 0.9f : 0.0f, kind == 2, dyn, NULL};
             gc_tensor tg = t1(g, GC_F32, n), twa = t1(wa, GC_F32, n), tma = t1(kind ? ma : NULL, GC_F32, n),
                       twb = t1(wb, GC_F32, n), tmb = t1(kind ? mb : NULL, GC_F32, n);
             gc_op_call ca = {GC_OP_SGD, {&tg}, {&twa, &tma}, &fa};
@@ -146,8 +134,8 @@ static void test_dyn_optim(int64_t n)
         float *wa = dup(w0, n), *va = dup(v0, n), *wb = dup(w0, n), *vb = dup(v0, n);
         for (int s = 0; s < 3; s++) {
             float dyn[2] = {lrs[s], 0.0f};
-            gc_rmsprop_params fa = {lrs[s], 0.9f, 1e-7f, NULL};
-            gc_rmsprop_params fb = {99.0f, 0.9f, 1e-7f, dyn};
+            gc_rmsprop_params fa = {lrs[s], 0.9f, 1e-7f, NULL, NULL};
+            gc_rmsprop_params fb = {99.0f, 0.9f, 1e-7f, dyn, NULL};
             CHECK(gc_cpu_rmsprop(n, wa, g, va, &fa) == GC_OK && gc_cpu_rmsprop(n, wb, g, vb, &fb) == GC_OK,
                   "rmsprop status");
         }
