@@ -178,6 +178,35 @@ template <typename T> static __device__ __forceinline__ void cv_unpack(const uin
 #define IG_MAX_STAGES 7
 
 /* wait until at most n cp.async groups are pending (n is uniform; PTX needs an immediate) */
+/* A warp's 64 x 32 accumulator block (mma.sync C fragments: acc[mi][ni][2*hf + j] is
+ * row row0 + mi*16 + g + hf*8, column col0 + ni*8 + 2*t + j) as raw float32 partial sums
+ * into part (rows x cols, row-major), predicated at the edges; both implicit-GEMM
+ * kernels write their split-K partials this way. */
+static __device__ __forceinline__ void cv_store_partials(float *part, int rows, int cols, int row0, int col0,
+                                                         int g, int t, const float (&acc)[4][4][4])
+{
+    const bool pair = (cols & 1) == 0;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int m = row0 + mi * 16 + g + hf * 8;
+            if (m >= rows) continue;
+            float *row = part + (int64_t)m * cols;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int n = col0 + ni * 8 + 2 * t;
+                if (n >= cols) continue;
+                if (pair) {
+                    *(float2 *)(row + n) = make_float2(acc[mi][ni][2 * hf], acc[mi][ni][2 * hf + 1]);
+                } else {
+                    row[n] = acc[mi][ni][2 * hf];
+                    if (n + 1 < cols) row[n + 1] = acc[mi][ni][2 * hf + 1];
+                }
+            }
+        }
+}
+
 static __device__ __forceinline__ void cv_cp_wait_dyn(int n)
 {
     switch (n) {
@@ -430,27 +459,8 @@ static __global__ void __launch_bounds__(IG_THREADS, IG_MINB) conv_igemm_kernel(
 
     const int g = lane >> 2, t = lane & 3;
     if (a.part) { /* split-K: raw float32 partial sums, straight from the registers */
-        float *part = a.part + (int64_t)blockIdx.z * a.M * a.NN;
-        const bool pair = (a.NN & 1) == 0;
-#pragma unroll
-        for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                int m = m0 + wm * 64 + mi * 16 + g + hf * 8;
-                if (m >= a.M) continue;
-                float *row = part + (int64_t)m * a.NN;
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int n = n0 + wn * 32 + ni * 8 + 2 * t;
-                    if (n >= a.NN) continue;
-                    if (pair) {
-                        *(float2 *)(row + n) = make_float2(acc[mi][ni][2 * hf], acc[mi][ni][2 * hf + 1]);
-                    } else {
-                        row[n] = acc[mi][ni][2 * hf];
-                        if (n + 1 < a.NN) row[n + 1] = acc[mi][ni][2 * hf + 1];
-                    }
-                }
-            }
+        cv_store_partials(a.part + (int64_t)blockIdx.z * a.M * a.NN, a.M, a.NN, m0 + wm * 64, n0 + wn * 32, g, t,
+                          acc);
         return;
     }
 
@@ -695,27 +705,8 @@ static __global__ void __launch_bounds__(WG_THREADS, WG_MINB) conv_wgrad_kernel(
     cv_cp_wait<0>();
 
     /* partial sums of this split, float32, straight from the registers */
-    float *part = a.part + (int64_t)blockIdx.z * a.Mext * a.F;
-    const bool pair = (a.F & 1) == 0;
-#pragma unroll
-    for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            int m = m0 + wm * 64 + mi * 16 + g + hf * 8;
-            if (m >= a.Mext) continue;
-            float *row = part + (int64_t)m * a.F;
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                int f = n0 + wn * 32 + ni * 8 + 2 * t;
-                if (f >= a.F) continue;
-                if (pair) {
-                    *(float2 *)(row + f) = make_float2(acc[mi][ni][2 * hf], acc[mi][ni][2 * hf + 1]);
-                } else {
-                    row[f] = acc[mi][ni][2 * hf];
-                    if (f + 1 < a.F) row[f + 1] = acc[mi][ni][2 * hf + 1];
-                }
-            }
-        }
+    cv_store_partials(a.part + (int64_t)blockIdx.z * a.Mext * a.F, a.Mext, a.F, m0 + wm * 64, n0 + wn * 32, g, t,
+                      acc);
 }
 
 /* ------------------------------------------------------------------ direct small-C forward
