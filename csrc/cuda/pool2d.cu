@@ -72,6 +72,21 @@ __device__ __forceinline__ void out_range(int64_t h, int pad, int k, int s, int6
 
 /* I: the index type -- int when every offset fits in 31 bits (the usual case: 64-bit
  * division and modulo are emulated and cost more than the loads), else int64_t */
+/* input cell i (NHWC order) as (n, h, w, c), and the outputs [oh0, oh1] x [ow0, ow1]
+ * whose windows may contain it (the backward gathers walk those) */
+__device__ __forceinline__ void cell_windows(const pool_dims &d, int64_t i, int64_t &n, int64_t &h, int64_t &w,
+                                             int64_t &c, int64_t &oh0, int64_t &oh1, int64_t &ow0, int64_t &ow1)
+{
+    c = i % d.C;
+    int64_t q = i / d.C;
+    w = q % d.W;
+    q /= d.W;
+    h = q % d.H;
+    n = q / d.H;
+    out_range(h, d.pt, d.PH, d.sh, d.OH, oh0, oh1);
+    out_range(w, d.pl, d.PW, d.sw, d.OW, ow0, ow1);
+}
+
 template <typename T, int IS_MAX, typename I>
 __global__ void __launch_bounds__(256) pool_fwd_kernel(pool_dims d, const T *x, T *y)
 {
@@ -110,13 +125,8 @@ __global__ void __launch_bounds__(256) maxpool_bwd_kernel(pool_dims d, const T *
     const int64_t total = d.N * d.H * d.W * d.C;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, q = i / d.C;
-        int64_t w = q % d.W;
-        q /= d.W;
-        int64_t h = q % d.H, n = q / d.H;
-        int64_t oh0, oh1, ow0, ow1;
-        out_range(h, d.pt, d.PH, d.sh, d.OH, oh0, oh1);
-        out_range(w, d.pl, d.PW, d.sw, d.OW, ow0, ow1);
+        int64_t n, h, w, c, oh0, oh1, ow0, ow1;
+        cell_windows(d, i, n, h, w, c, oh0, oh1, ow0, ow1);
         const T *xn = x + n * d.H * d.W * d.C + c;
         const T *dyn = dy + n * d.OH * d.OW * d.C + c;
         float acc = 0.0f;
@@ -205,13 +215,8 @@ __global__ void __launch_bounds__(256) avgpool_bwd_kernel(pool_dims d, const T *
     const int64_t total = d.N * d.H * d.W * d.C;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, q = i / d.C;
-        int64_t w = q % d.W;
-        q /= d.W;
-        int64_t h = q % d.H, n = q / d.H;
-        int64_t oh0, oh1, ow0, ow1;
-        out_range(h, d.pt, d.PH, d.sh, d.OH, oh0, oh1);
-        out_range(w, d.pl, d.PW, d.sw, d.OW, ow0, ow1);
+        int64_t n, h, w, c, oh0, oh1, ow0, ow1;
+        cell_windows(d, i, n, h, w, c, oh0, oh1, ow0, ow1);
         const T *dyn = dy + n * d.OH * d.OW * d.C + c;
         float acc = 0.0f;
         for (int64_t oh = oh0; oh <= oh1; oh++)
