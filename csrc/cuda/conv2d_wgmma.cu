@@ -1,56 +1,51 @@
-/* conv2d_wgmma.cu -- Hopper (sm_90a) forward convolution: implicit GEMM on TMA im2col +
- * wgmma, warp-specialised and persistent.
+/* conv2d_wgmma.cu -- Hopper (sm_90a) forward convolution on wgmma + TMA, warp-specialised
+ * and persistent: two kernels behind one entry point.
  *
  * What: gc_conv2d_wgmma_fwd computes y = act(conv(x, w) + bias) for NHWC f16 / bf16
- * storage with fp32 accumulation, stride 1, dilation 1, C % 64 == 0, F % 64 == 0 (any
- * kernel size up to 256, 'same' or 'valid' padding), on an H100 / H200. Everything
- * else returns GC_ERR_UNSUPPORTED before anything is launched, and conv2d.cu's own_fwd
- * falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
+ * storage with fp32 accumulation, stride 1, dilation 1, C % 64 == 0, F % 64 == 0, on an
+ * H100 / H200. Everything else returns GC_ERR_UNSUPPORTED before anything is launched,
+ * and conv2d.cu's own_fwd falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
  *
- * Why this design. The GEMM is M = N*OH*OW pixels, N = F, K = KH*KW*C ordered (kh, kw,
- * c), so one K-block of 64 halves (128 bytes) is one tap's 64-channel slice: the A
- * block of 128 output pixels is one TMA copy in im2col mode (cp.async.bulk.tensor.4d
- * ... .im2col) of the NHWC input seen as a (C, W, H, N) tensor: the coordinates name
- * the first pixel's filter corner (q - pad_left, p - pad_top, n), the im2col offsets
- * the tap (kw, kh), the box corners of the tensor map bound the filter corners of the
- * output pixels (lower = -pad, upper = OW - W - pad_left, ...), and the copy walks
- * 128 pixels along W, then H, then N (tiles that cross rows, images and the end of the
- * batch need nothing special; padding and the rows past M arrive as zeros). The
- * 128-byte swizzle of the copy is the wgmma canonical K-major layout. The weights are
- * small (64 x 576 halves = 72 KB for the 3x3 64->64 layer), so each block keeps its
- * 64-column slice of W^T (F, KH*KW*C) resident in shared memory for the whole launch
- * (loaded once by tiled TMA): the pipeline ring carries A only, and L2 -> SM traffic is
- * the 9 x 16 KB im2col blocks per tile and nothing else.
- *   - Block of 3 warpgroups, one per SM, persistent: block b owns the column tile
- *     tn = b % tiles_n (its B slice and bias stay put) and walks the row tiles
- *     tm = b / tiles_n, + gm, + 2 gm, ... (adjacent blocks on adjacent tiles: the halo
- *     rows they share are read from L2 while hot).
- *   - Warpgroup 0, one thread: the producer. B slice once, then for every tile and
- *     K-block one 16 KB im2col copy into a ring of 3..8 stages (full / empty mbarriers).
- *   - Warpgroups 1 and 2: consumers in ping-pong (CUTLASS's "pingpong" schedule).
- *     Consumer w takes the block's tiles w, w+2, w+4, ... whole (128 x 64: two
- *     m64n64k16 accumulators of 32 floats); their mainloops take turns (named-barrier
- *     hand-over), so one runs its epilogue while the other multiplies, and a consumer
- *     never waits on a stage whose previous fill is still pending (see the kernel).
- *     Each retires a ring stage as soon as the wgmma group that read it has completed
- *     (one group in flight).
- *   - Epilogue: bias (held in registers for the launch) + activation in fp32, rounding
- *     to the storage type, written into a per-consumer 16 KB staging tile in the same
- *     128-byte swizzle (conflict-free 4-byte stores), then one TMA tensor store per tile
- *     (rows past M are clipped by the copy engine), asynchronous: the staging tile is
- *     reused once that store has read it.
- * Device code exists only for sm_90a (GC_CW_DEVICE); other targets compile an empty
- * kernel and gc_conv2d_wgmma_fwd reports GC_ERR_UNSUPPORTED (probe kernel, as in
- * gemm_wgmma.cu). The PTX primitives both wgmma kernels use come from hopper_ptx.cuh
- * (a header: the conv sources still build and link without the GEMM files); the ones
- * only this kernel needs are its own (prefix cw_).
+ * 1. The halo kernel (gc_conv_halo_kernel, the one taken wherever its shared memory fits:
+ *    3x3 with C = 64, 1x1 up to C = 1024, for any F). It computes the product
+ *    transposed, Y^T = W^T . X^T, so that the input crosses L2 -> SM about 1.4 times
+ *    instead of KH * KW times: each 8 x BH output tile's input halo is one tiled TMA box
+ *    per 64 channels, and every tap reads it through a shifted shared-memory descriptor
+ *    (see the kernel's comment). The weights are the A operand (64 filters = the wgmma
+ *    M), resident and read as stored; N = 224 or 256 pixels per wgmma.
+ * 2. The im2col kernel (gc_conv_wgmma_kernel, for larger weight slices): M = N*OH*OW
+ *    pixels, N = F, K = KH*KW*C ordered (kh, kw, c); one K-block of 64 halves is one
+ *    tap's 64-channel slice, loaded by a TMA copy in im2col mode (cp.async.bulk.tensor.4d
+ *    ... .im2col) of the NHWC input seen as a (C, W, H, N) tensor: the coordinates name
+ *    the first pixel's filter corner (q - pad_left, p - pad_top, n), the im2col offsets
+ *    the tap (kw, kh), the box corners of the tensor map bound the filter corners of the
+ *    output pixels (lower = -pad, upper = OW - W - pad_left, ...), and the copy walks
+ *    128 pixels along W, then H, then N (tiles that cross rows, images and the end of the
+ *    batch need nothing special; padding and rows past M arrive as zeros). The 128-byte
+ *    swizzle of the copy is the wgmma canonical K-major layout. Each block keeps its
+ *    64-column slice of W^T (F, KH*KW*C, transposed into the workspace first) resident.
+ * Both: block of 3 warpgroups, one per SM, persistent; block b owns the filter tile
+ * tn = b % tiles_n and walks the pixel tiles b / tiles_n, + gm, + 2 gm, ... (adjacent
+ * blocks on adjacent tiles share input rows in L2). Warpgroup 0, one thread: the
+ * producer (weights once, then the ring of TMA stages, full / empty mbarriers).
+ * Warpgroups 1 and 2: consumers in ping-pong (CUTLASS's "pingpong" schedule): consumer w
+ * takes the block's tiles w, w+2, ... whole, their mainloops take turns (named-barrier
+ * hand-over) so one runs its epilogue while the other multiplies, and each retires a
+ * stage as soon as the wgmma group that read it has completed. Epilogue: bias and
+ * activation in fp32, rounding to the storage type, into a staging tile in the 128-byte
+ * swizzle, then one asynchronous TMA tensor store per tile (the copy engine clips what
+ * lies past the output).
+ * Device code exists only for sm_90a (GC_CW_DEVICE); other targets compile empty kernels
+ * and gc_conv2d_wgmma_fwd reports GC_ERR_UNSUPPORTED (probe kernel, as in gemm_wgmma.cu).
+ * The PTX primitives both wgmma files use come from hopper_ptx.cuh.
  *
  * Measured (H200, 2026-11-29, tests/cuda/test_conv.cu wgbench, 3x3 64->64 56x56 batch 64
- * 'same', graph-timed): f16 wgmma 209 TFLOP/s (70.8 us), mma.sync 159, cuDNN 345 (0.61);
- * bf16 211, 161, 343 (0.62). Ring depth 3..8: 203-210, so the loads are not the limit;
- * with ping-pong one consumer's m64n64k16 chain runs at a time. Correctness: the conv
- * suite's 1440 checks (float64 reference, mma.sync, bitwise across ring depths, graph
- * replay) passed on the first device run.
+ * 'same', graph-timed): halo f16 564 TFLOP/s (26.2 us), bf16 581; im2col 210 / 214;
+ * mma.sync 161; cuDNN 350 / 346 (halo / cuDNN 1.61 / 1.68). Why the im2col kernel stays
+ * at ~210: the same launch without its wgmma (loads only) takes 61 us and without its
+ * loads 75 us -- the KH*KW-fold im2col traffic and the m64n64 instruction both cap it.
+ * Halo ring depth 2..4 makes no difference. Correctness: wgtest (float64 reference,
+ * mma.sync, shortest ring on 3 blocks bitwise, graph replay) for both kernels.
  */
 #include "conv2d_internal.cuh"
 
@@ -75,8 +70,12 @@
  * at most CW_MAX_STAGES); cap on the blocks per column tile (0 = one per SM), so that
  * small problems also give each block several tiles (ring wrap-around, the consumers'
  * hand-over, staging reuse). */
-extern "C" int gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks;
+extern "C" int gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks, gc_conv2d_debug_wgmma_variant;
 int gc_conv2d_debug_wgmma_stages = 0, gc_conv2d_debug_wgmma_blocks = 0;
+/* which kernel: 0 the halo kernel where it fits, else the im2col one; 1 the im2col kernel
+ * (gc_conv_wgmma_kernel); 2 the halo kernel (gc_conv_halo_kernel; GC_ERR_UNSUPPORTED where
+ * it does not fit) */
+int gc_conv2d_debug_wgmma_variant = 0;
 
 namespace {
 
@@ -375,6 +374,274 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
 #endif
 }
 
+/* ------------------------------------------------------------------ the halo kernel
+ * The same convolution for layers whose weight slice leaves room for two halo stages,
+ * computed transposed, Y^T = W^T . X^T, so that the input can be read once per tile:
+ *   - An output tile is 8 columns x BH rows of one image (BH = 28 or 32, so N = 8 BH =
+ *     224 or 256 pixels, the wgmma N). Its input halo, (8 + KW - 1) x (BH + KH - 1)
+ *     pixels x 64 channels, is ONE tiled TMA box per 64-channel chunk (zero fill
+ *     outside the image is the padding), stored as 128-byte pixel rows in the 128-byte
+ *     swizzle.
+ *   - Tap (kh, kw) reads that box shifted: output row r's 8 pixels are the 8
+ *     consecutive halo rows from (r + kh) * HW + kw (HW = halo width), so the B operand
+ *     (N x 16 channels, K-major) is a descriptor starting at row kh * HW + kw with
+ *     8-row groups HW * 128 bytes apart (SBO). No im2col copy, no register staging: the
+ *     input crosses L2 -> SM (8 + KW - 1)(BH + KH - 1) / (8 BH) ~ 1.4 times instead of
+ *     KH * KW times.
+ *   - The A operand is the 64-filter slice of w, resident for the launch, read as
+ *     stored ((KH*KW*C) x F rows, F-major: the transpose bit) -- no weight transpose.
+ *   - One wgmma .m64n224/256k16 per 16 channels of a tap: 4 per tap and chunk.
+ *   - Producer warpgroup + two consumers in ping-pong (as the im2col kernel); the
+ *     accumulators (filter rows, pixel columns) go back through stmatrix .trans into a
+ *     staging tile of pixel rows shared by the two consumers in turn, and one 4-D TMA
+ *     store (box 64 x 8 x BH x 1; the copy engine clips columns and rows past the image).
+ *   - The activation is a template parameter: a run-time switch unrolled over 128
+ *     accumulators made the kernel too big for the instruction cache.
+ * Shared memory (1024-aligned base): ring [stages][halo box, rounded to 1 KB] |
+ * A slice [nk][8 KB] | staging [8 BH x 128 bytes] | barriers. */
+constexpr int CH_BW = 8;          /* output columns per tile: one 8-row group per output row */
+constexpr int CH_MAX_STAGES = 4;
+
+struct ch_params {
+    int OH, OW, pad_top, pad_left;
+    int KH, KW, cchunks, nk;
+    int HW;                       /* halo width in pixels: 8 + KW - 1 */
+    int stage_bytes, box_bytes;
+    int tiles_q, tiles_p, tiles_m, tiles_n, gm;
+    int stages;
+    const void *bias;
+};
+
+/* bytes of one halo box and of its ring stage (1024-aligned) */
+int ch_box_bytes(int BH, int KH, int KW) { return (CH_BW + KW - 1) * (BH + KH - 1) * 128; }
+int ch_stage_bytes(int BH, int KH, int KW) { return (ch_box_bytes(BH, KH, KW) + 1023) & ~1023; }
+size_t ch_smem_bytes(int stages, int nk, int BH, int KH, int KW)
+{
+    return 1024 + (size_t)stages * ch_stage_bytes(BH, KH, KW) + (size_t)nk * CW_B_BLOCK +
+           (size_t)CH_BW * BH * 128 + CW_BAR_BYTES;
+}
+
+#if GC_CW_DEVICE
+/* 4-D tiled box (C, W, H, N) into shared memory */
+__device__ __forceinline__ void ch_tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
+                                               int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void ch_tma_store_4d(const CUtensorMap *map, uint32_t src, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                     (uint64_t)map),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+/* A: MN-major, 128-byte swizzle: rows of 64 filters (128 bytes) along K, 8-row groups
+ * 1024 bytes apart (SBO); 64 filters are one swizzle atom wide, so LBO is never used */
+__device__ __forceinline__ uint64_t ch_desc_a(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(8192 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+/* B: K-major, 128-byte swizzle, 8-row groups sbo bytes apart, starting at any 128-byte
+ * row of a swizzle pattern that TMA wrote 1024-aligned. The base-offset field stays 0:
+ * the hardware swizzles by the absolute address bits, as TMA does (measured on the H200:
+ * setting it to the start row, (addr >> 7) & 7, gives wrong sums). */
+__device__ __forceinline__ uint64_t ch_desc_b(uint32_t addr, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) |
+           (1ull << 62);
+}
+template <typename T, int NPX> struct ch_mma;
+#define CH_MMA_DEF(T, NPX, instr, DREGS, DOUTS, IA, IB, IS)                                     \
+    template <> struct ch_mma<T, NPX> {                                                          \
+        static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d) \
+        {                                                                                        \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n" instr " {" DREGS "}, %" IA \
+                         ", %" IB ", p, 1, 1, 1, 0;\n}\n"                                        \
+                         : DOUTS                                                                 \
+                         : "l"(da), "l"(db), "r"(scale_d));                                      \
+        }                                                                                        \
+    };
+CH_MMA_DEF(__half, 256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GC_WG_DREGS, GC_WG_DOUTS, "128", "129", "130")
+CH_MMA_DEF(__half, 224, "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16", GC_WG_DREGS112, GC_WG_DOUTS112, "112", "113", "114")
+CH_MMA_DEF(__nv_bfloat16, 256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GC_WG_DREGS, GC_WG_DOUTS, "128", "129", "130")
+CH_MMA_DEF(__nv_bfloat16, 224, "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16", GC_WG_DREGS112, GC_WG_DOUTS112, "112", "113", "114")
+#undef CH_MMA_DEF
+/* four 8x8 16-bit matrices stored transposed: lane l gives the address of row l % 8 of
+ * matrix l / 8; register k holds (row l / 4, columns 2 (l % 4) + {0, 1}) of matrix k */
+__device__ __forceinline__ void ch_stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                     uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+template <int N> __device__ __forceinline__ void ch_fence_regs(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif /* GC_CW_DEVICE */
+
+template <typename T, int NPX, int ACT>
+__global__ void __launch_bounds__(CW_THREADS, 1)
+gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW,
+                    const __grid_constant__ CUtensorMap tmY, const ch_params p)
+{
+#if GC_CW_DEVICE
+    constexpr int BH = NPX / CH_BW, ND = NPX / 2;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const int S = p.stages, nk = p.nk;
+    const uint32_t aslice = base + (uint32_t)(S * p.stage_bytes);
+    const uint32_t stage_out = aslice + (uint32_t)nk * CW_B_BLOCK;
+    const uint32_t full0 = stage_out + (uint32_t)(NPX * 128), empty0 = full0 + 8 * CW_MAX_STAGES;
+    const uint32_t afull = empty0 + 8 * CW_MAX_STAGES, stg_free = afull + 8;
+
+    const int tn = (int)blockIdx.x % p.tiles_n;  /* this block's filter tile, fixed */
+    const int tm0 = (int)blockIdx.x / p.tiles_n; /* its first pixel tile; then + gm, + 2 gm, ... */
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, 1);
+        }
+        mbar_init(afull, 1);
+        mbar_init(stg_free, 1); /* phase i completes when tile i's store has read the staging tile */
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmW) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmY) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* ---------------- producer: one thread */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            /* the A slice: filters tn*64 .. +63 of every K row of w, once */
+            mbar_expect_tx(afull, (uint32_t)nk * CW_B_BLOCK);
+            for (int kb = 0; kb < nk; kb++)
+                tma_load_2d(aslice + (uint32_t)kb * CW_B_BLOCK, &tmW, afull, tn * 64, kb * CW_BK);
+            int s = 0;
+            uint32_t phase = 0;
+            for (int tm = tm0; tm < p.tiles_m; tm += p.gm) {
+                const int tq = tm % p.tiles_q, r = tm / p.tiles_q;
+                const int tp = r % p.tiles_p, n = r / p.tiles_p;
+                const int w0 = tq * CH_BW - p.pad_left, h0 = tp * BH - p.pad_top;
+                for (int cc = 0; cc < p.cchunks; cc++) {
+                    mbar_wait(empty0 + 8 * s, phase ^ 1);
+                    const uint32_t full = full0 + 8 * s;
+                    mbar_expect_tx(full, (uint32_t)p.box_bytes);
+                    ch_tma_load_4d(base + (uint32_t)(s * p.stage_bytes), &tmX, full, cc * CW_BK, w0, h0, n);
+                    if (++s == S) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else { /* ---------------- consumers in ping-pong */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int w = wg - 1;
+        const int warp = tid >> 5, lane = tid & 31;
+        /* this thread's accumulator rows: filters 16 warp + g and + 8 */
+        const int fr = tn * 64 + 16 * warp + (lane >> 2);
+        const T *bias = (const T *)p.bias;
+        const float b0 = bias ? gc_to_f(bias[fr]) : 0.0f, b1 = bias ? gc_to_f(bias[fr + 8]) : 0.0f;
+        /* stmatrix: lane gives row i = lane % 8 of matrix mk = lane / 8; matrix mk of step
+         * jj is (filters 16 warp + 8 (mk & 1) .., pixels 16 jj + 8 (mk >> 1) ..), stored
+         * transposed: pixel row 16 jj + 8 (mk >> 1) + i, 16-byte chunk 2 warp + (mk & 1)
+         * of it, swizzled with the row's low 3 bits, i */
+        const int mk = lane >> 3, mi = lane & 7;
+        const uint32_t st_row = stage_out + (uint32_t)(8 * (mk >> 1) + mi) * 128 +
+                                ((uint32_t)((2 * warp + (mk & 1)) ^ mi) << 4);
+        const uint32_t sbo = (uint32_t)p.HW * 128; /* one output row further down the halo */
+        float d[ND];
+        const int ntiles = (p.tiles_m - tm0 + p.gm - 1) / p.gm;
+        /* ring position: this consumer's tiles are every other one, cchunks stages each */
+        int s = (w * p.cchunks) % S;
+        uint32_t phase = (uint32_t)((w * p.cchunks) / S) & 1u;
+        const int skip = p.cchunks; /* stages of the other consumer's tile, skipped */
+        mbar_wait(afull, 0);
+        for (int i = w; i < ntiles; i += 2) {
+            const int tm = tm0 + i * p.gm;
+            if (i > 0) cw_turn_wait(3 + w);
+#pragma unroll
+            for (int j = 0; j < ND; j++) d[j] = 0.0f;
+            ch_fence_regs<ND>(d);
+            int prev = -1;
+            for (int cc = 0; cc < p.cchunks; cc++) {
+                mbar_wait(full0 + 8 * s, phase);
+                const uint32_t sb = base + (uint32_t)(s * p.stage_bytes);
+                /* tap t = (kh, kw): A block t * cchunks + cc, B from halo row kh * HW + kw */
+                uint32_t sa = aslice + (uint32_t)(cc * CW_B_BLOCK), srow = sb;
+                const uint32_t row_skip = (uint32_t)(p.HW - p.KW) * 128; /* last tap of a row -> next row */
+                /* one fence per chunk: ptxas adds the one the loop's back edge needs (info
+                 * C7519); an explicit fence inside the loop made it serialize the wgmma (C7520) */
+                wg_fence();
+                for (int kw = 0, t = 0; t < p.KH * p.KW; t++) {
+#pragma unroll
+                    for (int kk = 0; kk < CW_BK / 16; kk++)
+                        ch_mma<T, NPX>::run(d, ch_desc_a(sa + kk * 2048), ch_desc_b(srow + kk * 32, sbo), 1u);
+                    sa += (uint32_t)(p.cchunks * CW_B_BLOCK);
+                    /* branch-free (a branch here makes ptxas serialize the wgmma) */
+                    const uint32_t wrap = (uint32_t)(++kw == p.KW);
+                    kw *= (int)(1u - wrap);
+                    srow += 128 + wrap * row_skip;
+                }
+                wg_commit();
+                wg_wait<1>();
+                if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
+                prev = s;
+                if (++s == S) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            }
+            /* skip the other consumer's tile in the ring */
+            for (int k = 0; k < skip; k++)
+                if (++s == S) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            if (i + 1 < ntiles) cw_turn_give(3 + (1 - w));
+            wg_wait<0>();
+            ch_fence_regs<ND>(d);
+            if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
+
+            /* epilogue: d[4j + {0,1}] is (filter 16 warp + g, pixels 8j + 2q + {0,1}),
+             * d[4j + {2,3}] the same pixels of filter + 8. The staging tile is free once
+             * the previous tile's store (either consumer's) has read it. */
+            if (i > 0) mbar_wait(stg_free, (uint32_t)(i - 1) & 1u);
+#pragma unroll
+            for (int jj = 0; jj < NPX / 16; jj++) {
+                const int j = 2 * jj;
+                const uint32_t r0 = cw_pack2<T>(conv_act(d[4 * j] + b0, ACT), conv_act(d[4 * j + 1] + b0, ACT));
+                const uint32_t r1 = cw_pack2<T>(conv_act(d[4 * j + 2] + b1, ACT), conv_act(d[4 * j + 3] + b1, ACT));
+                const uint32_t r2 = cw_pack2<T>(conv_act(d[4 * j + 4] + b0, ACT), conv_act(d[4 * j + 5] + b0, ACT));
+                const uint32_t r3 = cw_pack2<T>(conv_act(d[4 * j + 6] + b1, ACT), conv_act(d[4 * j + 7] + b1, ACT));
+                ch_stmatrix_x4_trans(st_row + (uint32_t)jj * (16 * 128), r0, r1, r2, r3);
+            }
+            cw_fence_proxy_async();
+            cw_wg_bar(1 + w);
+            if (tid == 0) {
+                const int tq = tm % p.tiles_q, r = tm / p.tiles_q;
+                const int tp = r % p.tiles_p, n = r / p.tiles_p;
+                ch_tma_store_4d(&tmY, stage_out, tn * 64, tq * CH_BW, tp * BH, n);
+                cw_bulk_commit();
+                cw_bulk_wait_read0();
+                cw_mbar_arrive(stg_free);
+            }
+        }
+        if (tid == 0) cw_bulk_wait0();
+    }
+#endif
+}
+
 /* Holds 256 bytes of static shared memory in sm_90a code only: cudaFuncGetAttributes
  * on it tells which image the driver picked for this device. */
 __global__ void gc_conv_wgmma_probe(int *p)
@@ -450,6 +717,132 @@ size_t g_cw_smem_set[2][64];
 
 int cw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* ---- the halo kernel's host side ---- */
+typedef void (*ch_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const ch_params);
+template <typename T, int NPX> ch_kernel_fn ch_kernel_for(int act)
+{
+    switch (act) {
+    case GC_ACT_RELU: return gc_conv_halo_kernel<T, NPX, GC_ACT_RELU>;
+    case GC_ACT_TANH: return gc_conv_halo_kernel<T, NPX, GC_ACT_TANH>;
+    case GC_ACT_SIGMOID: return gc_conv_halo_kernel<T, NPX, GC_ACT_SIGMOID>;
+    default: return gc_conv_halo_kernel<T, NPX, GC_ACT_LINEAR>;
+    }
+}
+size_t g_ch_smem_set[2][2][4][64]; /* dtype, NPX, act, device */
+
+/* Whether the halo kernel takes this layer (BH: its tile height), or why not. */
+const char *ch_fits(const gc_backend *be, const gc_conv2d_geom *g, int forced, int *BH_out)
+{
+    const int64_t KC = g->KH * g->KW * g->C;
+    const int nk = (int)(KC / CW_BK);
+    /* the tile height that wastes the fewest rows (ties: 32) */
+    const int64_t c28 = (g->OH + 27) / 28 * 28, c32 = (g->OH + 31) / 32 * 32;
+    const int BH = c28 < c32 ? 28 : 32;
+    *BH_out = BH;
+    if (g->KH + BH - 1 > 256 || g->KW + CH_BW - 1 > 256) return "kernel taller or wider than a TMA box";
+    if (ch_smem_bytes(2, nk, BH, (int)g->KH, (int)g->KW) > gc_cuda_smem_optin(be))
+        return "the weight slice and two halo stages do not fit in shared memory";
+    if (g->N * ((g->OH + BH - 1) / BH) * ((g->OW + CH_BW - 1) / CH_BW) > INT_MAX / 2)
+        return "more than 2^30 tiles";
+    /* the automatic choice leaves layers whose tiles would mostly hang past the image
+     * (8 x BH tiles on a 7 x 7 map, say) to the im2col kernel */
+    if (!forced && (4 * g->OW < 3 * ((g->OW + CH_BW - 1) / CH_BW * CH_BW) ||
+                    4 * g->OH < 3 * ((g->OH + BH - 1) / BH * BH)))
+        return "tiles would waste more than a quarter of the work";
+    return NULL;
+}
+
+gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, const void *x, const void *w,
+                 const void *bias, gc_act act, void *y, int BH)
+{
+    const int64_t KC = g->KH * g->KW * g->C;
+    const int nk = (int)(KC / CW_BK), KH = (int)g->KH, KW = (int)g->KW;
+    const int NPX = CH_BW * BH;
+    const size_t optin = gc_cuda_smem_optin(be);
+    int stages = CH_MAX_STAGES;
+    while (stages > 2 && ch_smem_bytes(stages, nk, BH, KH, KW) > optin) stages--;
+    if (gc_conv2d_debug_wgmma_stages >= 2 && gc_conv2d_debug_wgmma_stages < stages)
+        stages = gc_conv2d_debug_wgmma_stages;
+    const size_t smem = ch_smem_bytes(stages, nk, BH, KH, KW);
+    const size_t es = gc_dtype_size(dt);
+    const CUtensorMapDataType tdt = dt == GC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const int HW = CH_BW + KW - 1, HH = BH + KH - 1;
+    CUtensorMap tmX, tmW, tmY;
+    CUresult r;
+    {
+        const cuuint64_t dims[4] = {(cuuint64_t)g->C, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)g->N};
+        const cuuint64_t strides[3] = {(cuuint64_t)(g->C * es), (cuuint64_t)(g->W * g->C * es),
+                                       (cuuint64_t)(g->H * g->W * g->C * es)};
+        const cuuint32_t box[4] = {CW_BK, (cuuint32_t)HW, (cuuint32_t)HH, 1}, estr[4] = {1, 1, 1, 1};
+        if ((r = cw_enc().tiled(&tmX, tdt, 4, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for x "
+                           "(%lld, %lld, %lld, %lld), box %dx%d", (int)r, (long long)g->N, (long long)g->H,
+                           (long long)g->W, (long long)g->C, HH, HW);
+    }
+    {
+        const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)KC};
+        const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
+        const cuuint32_t box[2] = {CW_BN, CW_BK}, estr[2] = {1, 1};
+        if ((r = cw_enc().tiled(&tmW, tdt, 2, (void *)w, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for w "
+                           "(%lld, %lld)", (int)r, (long long)KC, (long long)g->F);
+    }
+    {
+        const cuuint64_t dims[4] = {(cuuint64_t)g->F, (cuuint64_t)g->OW, (cuuint64_t)g->OH, (cuuint64_t)g->N};
+        const cuuint64_t strides[3] = {(cuuint64_t)(g->F * es), (cuuint64_t)(g->OW * g->F * es),
+                                       (cuuint64_t)(g->OH * g->OW * g->F * es)};
+        const cuuint32_t box[4] = {CW_BN, CH_BW, (cuuint32_t)BH, 1}, estr[4] = {1, 1, 1, 1};
+        if ((r = cw_enc().tiled(&tmY, tdt, 4, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for y "
+                           "(%lld, %lld, %lld, %lld)", (int)r, (long long)g->N, (long long)g->OH, (long long)g->OW,
+                           (long long)g->F);
+    }
+    ch_params prm;
+    prm.OH = (int)g->OH;
+    prm.OW = (int)g->OW;
+    prm.pad_top = g->pad_top;
+    prm.pad_left = g->pad_left;
+    prm.KH = KH;
+    prm.KW = KW;
+    prm.cchunks = (int)(g->C / CW_BK);
+    prm.nk = nk;
+    prm.HW = HW;
+    prm.stage_bytes = ch_stage_bytes(BH, KH, KW);
+    prm.box_bytes = ch_box_bytes(BH, KH, KW);
+    prm.tiles_q = (int)((g->OW + CH_BW - 1) / CH_BW);
+    prm.tiles_p = (int)((g->OH + BH - 1) / BH);
+    prm.tiles_m = (int)(g->N * prm.tiles_p * prm.tiles_q);
+    prm.tiles_n = (int)(g->F / CW_BN);
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    int gm = sms / prm.tiles_n;
+    if (gm < 1) gm = 1;
+    if (gm > prm.tiles_m) gm = prm.tiles_m;
+    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
+    prm.gm = gm;
+    prm.stages = stages;
+    prm.bias = bias;
+    const int64_t grid = (int64_t)gm * prm.tiles_n;
+    if (grid > INT_MAX) return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): %lld blocks", (long long)grid);
+
+    const int di = be->device_index >= 0 && be->device_index < 64 ? be->device_index : 63;
+    const int ti = dt == GC_F16 ? 0 : 1, ni = NPX == 256 ? 1 : 0, ai = (int)act >= 0 && (int)act < 4 ? (int)act : 0;
+    const ch_kernel_fn k = ti == 0 ? (ni ? ch_kernel_for<__half, 256>(ai) : ch_kernel_for<__half, 224>(ai))
+                                   : (ni ? ch_kernel_for<__nv_bfloat16, 256>(ai)
+                                         : ch_kernel_for<__nv_bfloat16, 224>(ai));
+    if (g_ch_smem_set[ti][ni][ai][di] < smem) {
+        GC_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        g_ch_smem_set[ti][ni][ai][di] = smem;
+    }
+    k<<<(unsigned)grid, CW_THREADS, smem, gc_cuda_stream(be)>>>(tmX, tmW, tmY, prm);
+    return gc_cuda_launch_check("conv2d_fwd (wgmma halo)");
+}
+
 } // namespace
 
 /* The conditions under which gc_conv2d_wgmma_fwd runs (everything but the pointers and
@@ -488,8 +881,19 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
 {
     gc_status st = gc_conv2d_wgmma_check(be, g, dt);
     if (st) return st;
-    if (!cw_aligned16(x) || !cw_aligned16(y))
-        return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): x and y must be 16-byte aligned");
+    if (!cw_aligned16(x) || !cw_aligned16(y) || !cw_aligned16(w))
+        return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): x, w and y must be 16-byte aligned");
+    /* the halo kernel where it fits (forced: variant 2), else the im2col one */
+    const int variant = gc_conv2d_debug_wgmma_variant;
+    if (variant != 1) {
+        int BH = 32;
+        const char *why = ch_fits(be, g, variant == 2, &BH);
+        if (!why) return ch_fwd(be, g, dt, x, w, bias, act, y, BH);
+        if (variant == 2)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): x (%lld, %lld, %lld, %lld), kernel "
+                           "%lldx%lld -> %lld: %s", (long long)g->N, (long long)g->H, (long long)g->W,
+                           (long long)g->C, (long long)g->KH, (long long)g->KW, (long long)g->F, why);
+    }
     const int64_t M = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
     const int nk = (int)(KC / CW_BK);
 
