@@ -47,9 +47,10 @@
  *
  * Hopper: on a compute capability 9.0 device with sm_90a code, a 16-bit forward with
  * stride 1, dilation 1, C and F multiples of 64 and at least one 128-row tile per SM
- * goes to conv2d_wgmma.cu (TMA im2col + wgmma, persistent, weights resident in shared
- * memory); when that kernel does not apply (GC_ERR_UNSUPPORTED before any launch) the
- * mma.sync kernel here runs instead.
+ * goes to conv2d_wgmma.cu (persistent wgmma kernels, weights resident in shared memory:
+ * the halo kernel, which reads each input tile once for all taps, or the TMA im2col one
+ * for larger weight slices); when neither applies (GC_ERR_UNSUPPORTED before any
+ * launch) the mma.sync kernel here runs instead.
  */
 #include "conv2d_internal.cuh"
 
