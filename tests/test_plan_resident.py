@@ -217,3 +217,13 @@ def test_windows_shrink_until_the_device_takes_them():
     idx = r.indices(order, 96, 100)       # the last window is short: 4 rows
     assert dev.sizes[-1] == 4 and idx.tolist() == [0, 1, 2, 3]
     assert trainer._ResidentData.make(Device(10), x, y, 16) is None
+    # an unshuffled epoch starts on the rows make() left on the device: no second upload
+    # of them; a shuffled one gathers its own first window
+    dev = Device(70)
+    r = trainer._ResidentData.make(dev, x, y, 16)
+    assert r.indices(None, 0, 16).tolist() == list(range(16)) and dev.sizes == [100, 48]
+    assert r.indices(None, 48, 64).tolist() == list(range(16)) and dev.sizes == [100, 48, 48]
+    dev = Device(70)
+    r = trainer._ResidentData.make(dev, x, y, 16)
+    r.indices(order, 0, 16)
+    assert dev.sizes == [100, 48, 48]

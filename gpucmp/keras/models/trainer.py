@@ -463,7 +463,9 @@ class _ResidentData:
     def __init__(self, plan, x, y, batch, window):
         self.plan, self.x, self.y, self.n, self.batch = plan, x, y, len(x), batch
         self.window = window       # rows on the device at once: n, or a multiple of batch
-        self.w0 = 0 if window >= self.n else None   # epoch row where the loaded window starts
+        # what make() left on the device: rows [0, window) in their natural order (an
+        # unshuffled first epoch uses it as its first window instead of uploading it again)
+        self.w0 = 0                # epoch row where the loaded window starts
         self.order = None          # the epoch order the loaded window was gathered with
 
     @classmethod
