@@ -315,8 +315,10 @@ def _vendor_cross_check(c, what, run, want, terms, k):
     c.what += f" impl={lib}"
     try:
         out = run(lib)
-    except NotImplementedError as e:  # cuDNN has no asymmetric padding (Keras 'same', odd total)
-        assert "asymmetric" in str(e), c.msg(f"{lib} refused: {e}")
+    except NotImplementedError as e:
+        # cuDNN has no asymmetric padding (Keras 'same', odd total), and for the odd random
+        # layer no algorithm at all (the message names it): nothing to compare with
+        assert "asymmetric" in str(e) or "no algorithm" in str(e), c.msg(f"{lib} refused: {e}")
         return
     c.check(f"{what} ({lib})", out, want, k=k, terms=terms)
 

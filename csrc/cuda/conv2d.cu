@@ -59,12 +59,13 @@
 
 /* Test hook (tests/cuda/test_conv.cu): 0 = automatic choice, 1 = SIMT reference,
  * 2 = Tensor Core implicit GEMM wherever it applies, 3 = direct small-C forward,
- * 4 = the Hopper wgmma forward (conv2d_wgmma.cu; the forward returns its
- * GC_ERR_UNSUPPORTED where it does not apply; the backward passes choose as with 0).
- * gc_conv2d_debug_last_path: the forward kernel the last own forward ran (1 SIMT,
- * 2 mma.sync implicit GEMM, 3 direct, 4 wgmma). */
-extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path;
-int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0;
+ * 4 = the Hopper wgmma kernels (conv2d_wgmma.cu) for the forward and the data gradient
+ * (their GC_ERR_UNSUPPORTED where they do not apply; the weight gradient chooses as
+ * with 0). gc_conv2d_debug_last_path: the kernel the last own forward ran (1 SIMT,
+ * 2 mma.sync implicit GEMM, 3 direct, 4 wgmma); gc_conv2d_debug_last_bwd_path: the same
+ * for the data gradient (1, 2 or 4). */
+extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path;
+int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0, gc_conv2d_debug_last_bwd_path = 0;
 
 /* ------------------------------------------------------------------ PTX helpers */
 static __device__ __forceinline__ uint32_t cv_smem(const void *p)
@@ -1127,8 +1128,20 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
                               const void *dy, const void *w, void *dx)
 {
     int path = gc_conv2d_debug_path;
+    if (path == 4) {
+        gc_conv2d_debug_last_bwd_path = 4;
+        return gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 1);
+    }
+    gc_conv2d_debug_last_bwd_path = 1;
     if (path == 1 || !fits_int(g) || use_simt(dt) || (path != 2 && (g->C < 8 || g->F < 8)))
         return gc_conv2d_simt_bwd_data(be, g, dt, dy, w, dx);
+    if (path == 0 && wgmma_wanted(be, g, dt)) {
+        gc_conv2d_debug_last_bwd_path = 4;
+        gc_status st = gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 0);
+        if (st != GC_ERR_UNSUPPORTED) return st;
+        gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
+    }
+    gc_conv2d_debug_last_bwd_path = 2;
     ig_args a;
     a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
     a.SH = (int)g->OH; a.SW = (int)g->OW; a.SC = (int)g->F;

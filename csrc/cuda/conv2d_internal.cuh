@@ -67,6 +67,10 @@ gc_status gc_conv2d_colsum(const gc_backend *be, gc_dtype dt, const void *dy, in
 gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt);
 gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *x, const void *w, const void *bias, gc_act act, void *y);
+/* the data gradient of a stride-1 layer on the halo kernel (same dtype / shape rules;
+ * forced: also where the tiles waste much); GC_ERR_UNSUPPORTED before any launch */
+gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                   const void *dy, const void *w, void *dx, int forced);
 
 /* ---- conv2d_vendor.cu: cuDNN (legacy API through dlopen). op is one of the three
  * conv2d ops; the tensors are those of the gc_op_call. */

@@ -3,8 +3,10 @@
  *
  * What: gc_conv2d_wgmma_fwd computes y = act(conv(x, w) + bias) for NHWC f16 / bf16
  * storage with fp32 accumulation, stride 1, dilation 1, C % 64 == 0, F % 64 == 0, on an
- * H100 / H200. Everything else returns GC_ERR_UNSUPPORTED before anything is launched,
- * and conv2d.cu's own_fwd falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
+ * H100 / H200; gc_conv2d_wgmma_bwd_data the data gradient dx of such a layer (on the
+ * halo kernel: the forward convolution of dy with the flipped kernel, C and F swapped).
+ * Everything else returns GC_ERR_UNSUPPORTED before anything is launched, and conv2d.cu
+ * falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
  *
  * 1. The halo kernel (gc_conv_halo_kernel, the one taken wherever its shared memory fits:
  *    3x3 with C = 64, 1x1 up to C = 1024, for any F). It computes the product
@@ -40,12 +42,14 @@
  * The PTX primitives both wgmma files use come from hopper_ptx.cuh.
  *
  * Measured (H200, 2026-11-29, tests/cuda/test_conv.cu wgbench, 3x3 64->64 56x56 batch 64
- * 'same', graph-timed): halo f16 564 TFLOP/s (26.2 us), bf16 581; im2col 210 / 214;
- * mma.sync 161; cuDNN 350 / 346 (halo / cuDNN 1.61 / 1.68). Why the im2col kernel stays
+ * 'same', graph-timed): forward, halo f16 573 TFLOP/s (25.8 us), bf16 582; im2col 209 /
+ * 211; mma.sync 159 / 161; cuDNN 346 / 344 (halo / cuDNN 1.66 / 1.69). Data gradient:
+ * halo 570 / 577, mma.sync 166 / 165, cuDNN 306 / 305. Why the im2col kernel stays
  * at ~210: the same launch without its wgmma (loads only) takes 61 us and without its
  * loads 75 us -- the KH*KW-fold im2col traffic and the m64n64 instruction both cap it.
  * Halo ring depth 2..4 makes no difference. Correctness: wgtest (float64 reference,
- * mma.sync, shortest ring on 3 blocks bitwise, graph replay) for both kernels.
+ * mma.sync, shortest ring on 3 blocks bitwise, graph replay) for both kernels and the
+ * data gradient, also under compute-sanitizer memcheck (0 errors).
  */
 #include "conv2d_internal.cuh"
 
@@ -407,6 +411,7 @@ struct ch_params {
     int KH, KW, cchunks, nk;
     int HW;                       /* halo width in pixels: 8 + KW - 1 */
     int stage_bytes, box_bytes;
+    int wrows;                    /* data gradient: rows of w per tap (the layer's C) */
     int tiles_q, tiles_p, tiles_m, tiles_n, gm;
     int stages;
     const void *bias;
@@ -454,21 +459,31 @@ __device__ __forceinline__ uint64_t ch_desc_b(uint32_t addr, uint32_t sbo)
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) |
            (1ull << 62);
 }
-template <typename T, int NPX> struct ch_mma;
-#define CH_MMA_DEF(T, NPX, instr, DREGS, DOUTS, IA, IB, IS)                                     \
-    template <> struct ch_mma<T, NPX> {                                                          \
+/* TA: A's transpose bit (1: A stored K x M, the forward's weights; 0: K-major, the
+ * data gradient's) */
+template <typename T, int NPX, int TA> struct ch_mma;
+#define CH_MMA_DEF(T, NPX, TA, instr, DREGS, DOUTS, IA, IB, IS)                                 \
+    template <> struct ch_mma<T, NPX, TA> {                                                      \
         static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d) \
         {                                                                                        \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n" instr " {" DREGS "}, %" IA \
-                         ", %" IB ", p, 1, 1, 1, 0;\n}\n"                                        \
+                         ", %" IB ", p, 1, 1, " #TA ", 0;\n}\n"                                  \
                          : DOUTS                                                                 \
                          : "l"(da), "l"(db), "r"(scale_d));                                      \
         }                                                                                        \
     };
-CH_MMA_DEF(__half, 256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GC_WG_DREGS, GC_WG_DOUTS, "128", "129", "130")
-CH_MMA_DEF(__half, 224, "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16", GC_WG_DREGS112, GC_WG_DOUTS112, "112", "113", "114")
-CH_MMA_DEF(__nv_bfloat16, 256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GC_WG_DREGS, GC_WG_DOUTS, "128", "129", "130")
-CH_MMA_DEF(__nv_bfloat16, 224, "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16", GC_WG_DREGS112, GC_WG_DOUTS112, "112", "113", "114")
+#define CH_MMA_DEFS(TA)                                                                                         \
+    CH_MMA_DEF(__half, 256, TA, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GC_WG_DREGS, GC_WG_DOUTS, \
+               "128", "129", "130")                                                                           \
+    CH_MMA_DEF(__half, 224, TA, "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16", GC_WG_DREGS112,          \
+               GC_WG_DOUTS112, "112", "113", "114")                                                            \
+    CH_MMA_DEF(__nv_bfloat16, 256, TA, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GC_WG_DREGS,    \
+               GC_WG_DOUTS, "128", "129", "130")                                                               \
+    CH_MMA_DEF(__nv_bfloat16, 224, TA, "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16", GC_WG_DREGS112, \
+               GC_WG_DOUTS112, "112", "113", "114")
+CH_MMA_DEFS(1)
+CH_MMA_DEFS(0)
+#undef CH_MMA_DEFS
 #undef CH_MMA_DEF
 /* four 8x8 16-bit matrices stored transposed: lane l gives the address of row l % 8 of
  * matrix l / 8; register k holds (row l / 4, columns 2 (l % 4) + {0, 1}) of matrix k */
@@ -486,7 +501,10 @@ template <int N> __device__ __forceinline__ void ch_fence_regs(float *d)
 }
 #endif /* GC_CW_DEVICE */
 
-template <typename T, int NPX, int ACT>
+/* BWD: the data gradient, computed as the forward convolution of dy with the flipped,
+ * transposed kernel: the A blocks are rows of w (K = F contiguous: K-major, no transpose
+ * bit), tap t's block taken from tap KH*KW-1-t (the producer's coordinates) */
+template <typename T, int NPX, int ACT, bool BWD>
 __global__ void __launch_bounds__(CW_THREADS, 1)
 gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW,
                     const __grid_constant__ CUtensorMap tmY, const ch_params p)
@@ -522,10 +540,19 @@ gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_consta
     if (wg == 0) { /* ---------------- producer: one thread */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
-            /* the A slice: filters tn*64 .. +63 of every K row of w, once */
+            /* the A slice, once: forward, filters tn*64 .. +63 of every K row of w; data
+             * gradient, block t * cchunks + cc = input channels tn*64 .. +63 (rows of w) of
+             * tap KH*KW-1-t, output channels (w's columns) cc*64 .. +63 */
             mbar_expect_tx(afull, (uint32_t)nk * CW_B_BLOCK);
-            for (int kb = 0; kb < nk; kb++)
-                tma_load_2d(aslice + (uint32_t)kb * CW_B_BLOCK, &tmW, afull, tn * 64, kb * CW_BK);
+            for (int kb = 0; kb < nk; kb++) {
+                const uint32_t dst = aslice + (uint32_t)kb * CW_B_BLOCK;
+                if (BWD) {
+                    const int t = kb / p.cchunks, cc = kb - t * p.cchunks;
+                    tma_load_2d(dst, &tmW, afull, cc * CW_BK, (p.KH * p.KW - 1 - t) * p.wrows + tn * 64);
+                } else {
+                    tma_load_2d(dst, &tmW, afull, tn * 64, kb * CW_BK);
+                }
+            }
             int s = 0;
             uint32_t phase = 0;
             for (int tm = tm0; tm < p.tiles_m; tm += p.gm) {
@@ -586,7 +613,8 @@ gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_consta
                 for (int kw = 0, t = 0; t < p.KH * p.KW; t++) {
 #pragma unroll
                     for (int kk = 0; kk < CW_BK / 16; kk++)
-                        ch_mma<T, NPX>::run(d, ch_desc_a(sa + kk * 2048), ch_desc_b(srow + kk * 32, sbo), 1u);
+                        ch_mma<T, NPX, BWD ? 0 : 1>::run(d, BWD ? cw_desc(sa + kk * 32) : ch_desc_a(sa + kk * 2048),
+                                                         ch_desc_b(srow + kk * 32, sbo), 1u);
                     sa += (uint32_t)(p.cchunks * CW_B_BLOCK);
                     /* branch-free (a branch here makes ptxas serialize the wgmma) */
                     const uint32_t wrap = (uint32_t)(++kw == p.KW);
@@ -719,16 +747,18 @@ int cw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* ---- the halo kernel's host side ---- */
 typedef void (*ch_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const ch_params);
-template <typename T, int NPX> ch_kernel_fn ch_kernel_for(int act)
+/* ai: the activation, or 4 for the data gradient */
+template <typename T, int NPX> ch_kernel_fn ch_kernel_for(int ai)
 {
-    switch (act) {
-    case GC_ACT_RELU: return gc_conv_halo_kernel<T, NPX, GC_ACT_RELU>;
-    case GC_ACT_TANH: return gc_conv_halo_kernel<T, NPX, GC_ACT_TANH>;
-    case GC_ACT_SIGMOID: return gc_conv_halo_kernel<T, NPX, GC_ACT_SIGMOID>;
-    default: return gc_conv_halo_kernel<T, NPX, GC_ACT_LINEAR>;
+    switch (ai) {
+    case GC_ACT_RELU: return gc_conv_halo_kernel<T, NPX, GC_ACT_RELU, false>;
+    case GC_ACT_TANH: return gc_conv_halo_kernel<T, NPX, GC_ACT_TANH, false>;
+    case GC_ACT_SIGMOID: return gc_conv_halo_kernel<T, NPX, GC_ACT_SIGMOID, false>;
+    case 4: return gc_conv_halo_kernel<T, NPX, GC_ACT_LINEAR, true>;
+    default: return gc_conv_halo_kernel<T, NPX, GC_ACT_LINEAR, false>;
     }
 }
-size_t g_ch_smem_set[2][2][4][64]; /* dtype, NPX, act, device */
+size_t g_ch_smem_set[2][2][5][64]; /* dtype, NPX, activation / data gradient, device */
 
 /* Whether the halo kernel takes this layer (BH: its tile height), or why not. */
 const char *ch_fits(const gc_backend *be, const gc_conv2d_geom *g, int forced, int *BH_out)
@@ -752,8 +782,11 @@ const char *ch_fits(const gc_backend *be, const gc_conv2d_geom *g, int forced, i
     return NULL;
 }
 
+/* The halo kernel on geometry g. bwd: g is the data gradient seen as a forward
+ * convolution (x = dy, y = dx, C and F swapped, padding KH-1-pad; see
+ * gc_conv2d_wgmma_bwd_data) and w the layer's own weights. */
 gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, const void *x, const void *w,
-                 const void *bias, gc_act act, void *y, int BH)
+                 const void *bias, gc_act act, void *y, int BH, int bwd)
 {
     const int64_t KC = g->KH * g->KW * g->C;
     const int nk = (int)(KC / CW_BK), KH = (int)g->KH, KW = (int)g->KW;
@@ -782,14 +815,16 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
                            (long long)g->W, (long long)g->C, HH, HW);
     }
     {
-        const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)KC};
-        const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
+        /* w as stored, (KH*KW*C rows of F): forward, C and F are g's; data gradient, swapped */
+        const int64_t inner = bwd ? g->C : g->F, rows = g->KH * g->KW * (bwd ? g->F : g->C);
+        const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
+        const cuuint64_t strides[1] = {(cuuint64_t)(inner * es)};
         const cuuint32_t box[2] = {CW_BN, CW_BK}, estr[2] = {1, 1};
         if ((r = cw_enc().tiled(&tmW, tdt, 2, (void *)w, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
-            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for w "
-                           "(%lld, %lld)", (int)r, (long long)KC, (long long)g->F);
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d (wgmma halo): cuTensorMapEncodeTiled failed (%d) for w "
+                           "as (%lld, %lld)", (int)r, (long long)rows, (long long)inner);
     }
     {
         const cuuint64_t dims[4] = {(cuuint64_t)g->F, (cuuint64_t)g->OW, (cuuint64_t)g->OH, (cuuint64_t)g->N};
@@ -815,6 +850,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
     prm.HW = HW;
     prm.stage_bytes = ch_stage_bytes(BH, KH, KW);
     prm.box_bytes = ch_box_bytes(BH, KH, KW);
+    prm.wrows = (int)g->F;
     prm.tiles_q = (int)((g->OW + CH_BW - 1) / CH_BW);
     prm.tiles_p = (int)((g->OH + BH - 1) / BH);
     prm.tiles_m = (int)(g->N * prm.tiles_p * prm.tiles_q);
@@ -831,7 +867,8 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
     if (grid > INT_MAX) return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): %lld blocks", (long long)grid);
 
     const int di = be->device_index >= 0 && be->device_index < 64 ? be->device_index : 63;
-    const int ti = dt == GC_F16 ? 0 : 1, ni = NPX == 256 ? 1 : 0, ai = (int)act >= 0 && (int)act < 4 ? (int)act : 0;
+    const int ti = dt == GC_F16 ? 0 : 1, ni = NPX == 256 ? 1 : 0;
+    const int ai = bwd ? 4 : (int)act >= 0 && (int)act < 4 ? (int)act : 0;
     const ch_kernel_fn k = ti == 0 ? (ni ? ch_kernel_for<__half, 256>(ai) : ch_kernel_for<__half, 224>(ai))
                                    : (ni ? ch_kernel_for<__nv_bfloat16, 256>(ai)
                                          : ch_kernel_for<__nv_bfloat16, 224>(ai));
@@ -888,7 +925,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     if (variant != 1) {
         int BH = 32;
         const char *why = ch_fits(be, g, variant == 2, &BH);
-        if (!why) return ch_fwd(be, g, dt, x, w, bias, act, y, BH);
+        if (!why) return ch_fwd(be, g, dt, x, w, bias, act, y, BH, 0);
         if (variant == 2)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): x (%lld, %lld, %lld, %lld), kernel "
                            "%lldx%lld -> %lld: %s", (long long)g->N, (long long)g->H, (long long)g->W,
@@ -998,4 +1035,42 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         gc_conv_wgmma_kernel<__nv_bfloat16><<<(unsigned)grid, CW_THREADS, smem, stream>>>(tmX, tmW, tmY, prm);
     }
     return gc_cuda_launch_check("conv2d_fwd (wgmma)");
+}
+
+/* The data gradient of a stride-1 convolution is the forward convolution of dy with the
+ * kernel flipped in both spatial directions and C and F swapped, padded KH-1-pad_top
+ * above and KW-1-pad_left on the left: the halo kernel runs it on that geometry, reading
+ * w as stored (the flip and the swap are in how it loads and multiplies the weight
+ * blocks). forced: also for layers whose tiles would mostly hang past the image. */
+extern "C" gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                              const void *dy, const void *w, void *dx, int forced)
+{
+    gc_conv2d_geom t = *g;
+    t.H = g->OH;
+    t.W = g->OW;
+    t.C = g->F;
+    t.F = g->C;
+    t.OH = g->H;
+    t.OW = g->W;
+    t.pad_top = (int)(g->KH - 1) - g->pad_top;
+    t.pad_left = (int)(g->KW - 1) - g->pad_left;
+    int BH = 32;
+    const char *why = NULL;
+    if (dt != GC_F16 && dt != GC_BF16) why = "float16 / bfloat16 storage only";
+    else if (!cw_compiled(be)) why = "no sm_90a code for this device, or no tensor-map encoder in the driver";
+    else if (g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
+    else if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) why = "stride 1 and dilation 1 only";
+    else if (t.pad_top < 0 || t.pad_left < 0) why = "padding wider than the kernel";
+    else if (!cw_aligned16(dy) || !cw_aligned16(w) || !cw_aligned16(dx)) why = "dy, w and dx must be 16-byte aligned";
+    else if (g->N * g->H * g->W * g->C >= ((int64_t)1 << 40) || g->N * g->OH * g->OW * g->F >= ((int64_t)1 << 40) ||
+             g->F > 65535 || g->C > 65535)
+        why = "sizes past the tensor maps' range";
+    else why = ch_fits(be, &t, forced, &BH);
+    if (why)
+        return gc_fail(GC_ERR_UNSUPPORTED,
+                       "conv2d_bwd_data (wgmma halo): dy (%lld, %lld, %lld, %lld), kernel %lldx%lld, x channels "
+                       "%lld, %s: %s",
+                       (long long)g->N, (long long)g->OH, (long long)g->OW, (long long)g->F, (long long)g->KH,
+                       (long long)g->KW, (long long)g->C, gc_dtype_name(dt), why);
+    return ch_fwd(be, &t, dt, dy, w, NULL, GC_ACT_LINEAR, dx, BH, 1);
 }

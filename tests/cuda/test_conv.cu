@@ -29,7 +29,7 @@
 
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
     gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
-    gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path;
+    gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -575,6 +575,72 @@ static void ref_fwd_rows(const gc_conv2d_geom &g, const float *x, const float *w
     }
 }
 
+/* The data gradient on the halo kernel (forced path 4) against the float64 reference
+ * (when cheap) and against the mma.sync kernel (path 2, every output, both NaN-poisoned);
+ * layers whose weight slice and halo do not fit are skipped (GC_ERR_UNSUPPORTED). */
+static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const gc_conv2d_geom &g,
+                                const std::vector<float> &w, dbuf &gw, double *worst)
+{
+    const char *dn = gc_dtype_name(dt);
+    const size_t es = gc_dtype_size(dt);
+    const size_t nx = (size_t)(g.N * g.H * g.W * g.C), ny = (size_t)(g.N * g.OH * g.OW * g.F);
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+    std::vector<uint8_t> bdy;
+    std::vector<float> dy = rand_tensor(ny, dt, bdy, 1.0f);
+    dbuf gdy, dx4, dx2;
+    gdy.alloc(ny * es); gdy.up(bdy);
+    dx4.alloc(nx * es); dx2.alloc(nx * es);
+    int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F};
+    gc_tensor tdy = gc_tensor_make(gdy.p, dt, 4, sy), tw = gc_tensor_make(gw.p, dt, 4, sw);
+    const gc_tensor *in[2] = {&tdy, &tw};
+    char what[96];
+    snprintf(what, sizeof what, "%dx%dx%dx%d k%dx%d F%d %s", k.N, k.H, k.W, k.C, k.KH, k.KW, k.F,
+             k.pad == GC_PAD_SAME ? "same" : "valid");
+    auto run = [&](dbuf &dx, int path) -> gc_status {
+        gc_tensor tdx = gc_tensor_make(dx.p, dt, 4, sx);
+        gc_tensor *out[1] = {&tdx};
+        dx.poison();
+        gc_conv2d_debug_path = path;
+        gc_status st = run_op(GC_OP_CONV2D_BWD_DATA, in, 2, out, 1, &p);
+        gc_conv2d_debug_path = 0;
+        if (st == GC_OK) CK(cudaDeviceSynchronize());
+        return st;
+    };
+    gc_status st = run(dx4, 4);
+    if (st == GC_ERR_UNSUPPORTED && strstr(gc_last_error(), "do not fit")) {
+        printf("  skip halo-bwd case %2d %-4s %s: %s\n", ci, dn, what, gc_last_error());
+        gc_clear_error();
+    } else if (st) {
+        printf("  FAIL halo-bwd case %2d %-4s %s: %s: %s\n", ci, dn, what, gc_status_name(st), gc_last_error());
+        g_fail++;
+    } else {
+        std::vector<float> out4 = to_float(dx4.down(), nx, dt);
+        if ((double)g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C <= 4e8) {
+            std::vector<double> rdx;
+            ref_bwd_data(g, dy.data(), w.data(), rdx);
+            const double e = rel_err(out4, rdx);
+            report(dn, ci, "halo-bwd-ref", e, 1e-2, what);
+            worst[0] = std::max(worst[0], e);
+        }
+        if ((st = run(dx2, 2))) {
+            printf("  FAIL halo-bwd case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
+            g_fail++;
+        } else {
+            std::vector<float> out2 = to_float(dx2.down(), nx, dt);
+            std::vector<double> r2(out2.begin(), out2.end());
+            for (float v : out2)
+                if (!isfinite(v)) { r2.assign(1, NAN); break; }
+            const double e2 = r2.size() == nx ? rel_err(out4, r2) : INFINITY;
+            report(dn, ci, "halo-bwd-vs-mma", e2, 1e-2, what);
+            worst[1] = std::max(worst[1], e2);
+        }
+        /* the automatic choice takes it for layers with a tile per SM */
+        if (run(dx2, 0) == GC_OK && g.N * g.H * g.W >= 128 * (int64_t)g_sms)
+            report(dn, ci, "auto->halo-bwd", gc_conv2d_debug_last_bwd_path == 4 ? 0.0 : 1.0, 0.0, what);
+    }
+    gdy.release(); dx4.release(); dx2.release();
+}
+
 /* variant: 1 the im2col kernel, 2 the halo kernel (conv2d_wgmma.cu) */
 static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *worst, int variant)
 {
@@ -720,6 +786,7 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             report(dn, ci, lab, ok ? 0.0 : 1.0, 0.0, what);
         }
     }
+    if (variant == 2) test_wgmma_bwd_data(ci, k, dt, g, w, gw, worst + 2);
     gx.release(); gw.release(); gb.release(); y4.release(); y2.release(); y3.release();
 }
 
@@ -778,12 +845,15 @@ static void run_wgmma_tests(void)
     const gc_dtype dts[2] = {GC_F16, GC_BF16};
     for (int variant = 1; variant <= 2; variant++)
         for (gc_dtype dt : dts) {
-            double worst[2] = {0, 0};
+            double worst[4] = {0, 0, 0, 0};
             int before = g_fail;
             for (int i = 0; i < n; i++) test_wgmma_case(i, g_wg_cases[i], dt, worst, variant);
             printf("  %s %-4s worst rel err: vs float64 %.2e, vs mma.sync %.2e (tol 1e-02)%s\n",
                    variant == 2 ? "halo  " : "im2col", gc_dtype_name(dt), worst[0], worst[1],
                    g_fail > before ? "  FAILURES" : "");
+            if (variant == 2)
+                printf("  halo-bwd %-4s worst rel err: vs float64 %.2e, vs mma.sync %.2e (tol 1e-02)\n",
+                       gc_dtype_name(dt), worst[2], worst[3]);
             fflush(stdout);
         }
     test_wgmma_refusals();
@@ -948,7 +1018,7 @@ static void run_wgmma_bench(void)
     gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p0, &g);
     const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
     printf("\nforward paths, %s batch %d (median of 15 graph replays, %d input sets):\n", L.name, L.N, NSETS);
-    char summary[2][256];
+    char summary[2][384];
     const gc_dtype dts[2] = {GC_F16, GC_BF16};
     for (int di = 0; di < 2; di++) {
         const gc_dtype dt = dts[di];
@@ -1024,10 +1094,40 @@ static void run_wgmma_bench(void)
             timed(4, GC_IMPL_OWN, st, 2, &t);
         }
         const double best = twt > twg ? twt : twg;
+        /* the data gradient of the same layer: halo (path 4), mma.sync (path 2), cuDNN */
+        double bwd[3] = {0, 0, 0};
+        {
+            dbuf dy, dx;
+            dy.alloc(ny * es); dev_rand(dy, dt, ny, 1);
+            dx.alloc(nx * es);
+            gc_tensor tdy = gc_tensor_make(dy.p, dt, 4, sy), tdx = gc_tensor_make(dx.p, dt, 4, sx);
+            const gc_tensor *din[2] = {&tdy, &tw};
+            gc_tensor *dout[1] = {&tdx};
+            const int paths[3] = {4, 2, 0};
+            const char *names[3] = {"bwd_data halo", "bwd_data mma.sync", "bwd_data cuDNN"};
+            for (int k = 0; k < 3; k++) {
+                p.impl = k == 2 ? GC_IMPL_VENDOR : GC_IMPL_OWN;
+                if (k == 2 && !gc_conv2d_vendor_available()) continue;
+                gc_conv2d_debug_path = paths[k];
+                gc_status st = GC_OK;
+                double t = time_ms([&](int) { gc_status e = run_op(GC_OP_CONV2D_BWD_DATA, din, 2, dout, 1, &p);
+                                              if (e && !st) st = e; }, 15);
+                gc_conv2d_debug_path = 0;
+                p.impl = GC_IMPL_OWN;
+                if (st) {
+                    printf("  %-5s %s: error: %s\n", dn, names[k], gc_last_error());
+                    gc_clear_error();
+                    continue;
+                }
+                bwd[k] = flops / t / 1e9;
+                printf("  %-5s %-22s %8.1f us %7.1f TFLOP/s\n", dn, names[k], t * 1e3, bwd[k]);
+            }
+            dy.release(); dx.release();
+        }
         snprintf(summary[di], sizeof summary[di],
                  "%-5s fwd TFLOP/s: halo %.1f | im2col %.1f | mma.sync %.1f | auto (path %d) %.1f | cuDNN %.1f | "
-                 "best/cuDNN %.2f",
-                 dn, twt, twg, tmma, auto_path, tauto, tcd, tcd > 0 ? best / tcd : 0.0);
+                 "best/cuDNN %.2f; bwd_data: halo %.1f | mma.sync %.1f | cuDNN %.1f",
+                 dn, twt, twg, tmma, auto_path, tauto, tcd, tcd > 0 ? best / tcd : 0.0, bwd[0], bwd[1], bwd[2]);
         for (int s = 0; s < NSETS; s++) { x[s].release(); y[s].release(); }
         w.release();
     }
