@@ -6,7 +6,8 @@ any x86-64). The CUDA backend (csrc/cuda/*.cu) is compiled with nvcc and linked 
 static CUDA runtime (so importing never needs libcudart or a driver):
 GPUCMP_CUDA=auto (default: when nvcc is found), 1 (required; fail without nvcc) or 0
 (never). GPUCMP_CUDA_ARCHS overrides the targets
-(default "80;86;89;90a", plus PTX of the newest for forward compatibility).
+(default "80;86;89;90a", plus PTX of the newest for forward compatibility). The symbols
+of the static archives linked into a CUDA build stay hidden (GPUCMP_STATIC_CXX=0: not).
 """
 import os
 import shutil
@@ -83,9 +84,13 @@ class BuildExt(build_ext):
             ext.library_dirs = list(ext.library_dirs or []) + [d for d in libdirs if os.path.isdir(d)]
             # static runtime: importing never needs libcudart; the driver is found at run time
             ext.libraries = list(ext.libraries or []) + ["cudart_static", "dl", "rt", "pthread", "stdc++"]
-            if os.environ.get("GPUCMP_STATIC_CXX") == "1":
-                # experiment (tests/cuda/probe_ml_dtypes.sh): the C++ runtime that cudart
-                # needs linked in and hidden, so it cannot clash with another extension's
+            if os.environ.get("GPUCMP_STATIC_CXX", "1") != "0":
+                # The symbols of every static archive linked in (cudart_static, and the C++
+                # runtime where the toolchain links it statically, as on the H200 image's
+                # /opt/gcc) stay hidden inside _core. Exported, they clashed with the
+                # system libstdc++ of extensions imported later (ml_dtypes: a segfault,
+                # tests/cuda/probe_ml_dtypes.sh, 2026-11-29); hidden, both import orders
+                # work. GPUCMP_STATIC_CXX=0 links as before.
                 ext.extra_link_args = list(ext.extra_link_args or []) + [
                     "-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL"]
         super().build_extension(ext)

@@ -5,9 +5,10 @@ front end (gpucmp.keras), so that code written for tensorflow.keras runs with on
 imports changed -- `import gpucmp as tf; tf.keras.layers.Dense(...)` works too.
 """
 try:
-    # ml_dtypes (optional: bfloat16 arrays for gpucmp.ops) is imported before the core:
-    # on the H200 image, importing it after a CUDA build of _core crashed the process
-    # (seen 2026-11-29; the other order works). Cause not yet established.
+    # ml_dtypes (optional: bfloat16 arrays for gpucmp.ops) is imported before the core.
+    # A CUDA build of _core that exported its statically linked C++ runtime crashed a
+    # later ml_dtypes import (H200 image, 2026-11-29); setup.py now hides those symbols,
+    # and this order stays as a second guard for builds made with GPUCMP_STATIC_CXX=0.
     import ml_dtypes  # noqa: F401
 except ImportError:
     pass

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Probe of the crash seen once on the H200 image: importing ml_dtypes AFTER a CUDA-built
-# gpucmp._core took the process down (gpucmp/__init__.py now imports ml_dtypes first).
+# Probe of the crash seen on the H200 image: importing ml_dtypes AFTER a CUDA-built
+# gpucmp._core took the process down (exit 139) when _core was linked with
+# GPUCMP_STATIC_CXX=0: no libstdc++.so dependency (the image's /opt/gcc links the C++
+# runtime statically) and its symbols exported. The default build hides them
+# (-Wl,--exclude-libs,ALL): both orders exit 0 (2026-11-29). gpucmp/__init__.py still
+# imports ml_dtypes first.
 # Loads the extension directly (no package __init__, so nothing imports ml_dtypes
 # first), then ml_dtypes, in a child process; prints the exit status and the libraries
 # each side resolves, so the cause can be pinned down. Run after an in-place build.
