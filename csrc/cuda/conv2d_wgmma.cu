@@ -113,6 +113,16 @@ struct cw_params {
 
 #if GC_CW_DEVICE
 using namespace gc_hopper; /* smem_u32, mbar_*, tma_load_2d, wg_fence / commit / wait */
+/* after a launch's mbarrier inits (one thread): fence them for the async proxy and start
+ * fetching its three tensor maps */
+__device__ __forceinline__ void cw_fence_init_prefetch(const CUtensorMap *a, const CUtensorMap *b,
+                                                       const CUtensorMap *c)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)a) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)b) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)c) : "memory");
+}
 __device__ __forceinline__ void cw_mbar_arrive(uint32_t bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
@@ -245,10 +255,7 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
             mbar_init(empty0 + 8 * s, 1); /* the consuming warpgroup's arrival */
         }
         mbar_init(bfull, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmW) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmY) : "memory");
+        cw_fence_init_prefetch(&tmX, &tmW, &tmY);
     }
     __syncthreads();
 
@@ -530,10 +537,7 @@ gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_consta
         }
         mbar_init(afull, 1);
         mbar_init(stg_free, 1); /* phase i completes when tile i's store has read the staging tile */
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmW) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmY) : "memory");
+        cw_fence_init_prefetch(&tmX, &tmW, &tmY);
     }
     __syncthreads();
 
