@@ -749,6 +749,19 @@ size_t g_cw_smem_set[2][64];
 
 int cw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Blocks per filter (column) tile of a persistent launch: one block per SM (the shared
+ * memory says so), a whole number per column tile, no more than its pixel tiles (the
+ * test hook gc_conv2d_debug_wgmma_blocks caps it, so that each block gets several). */
+int cw_blocks_per_column_tile(const gc_backend *be, int tiles_m, int tiles_n)
+{
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    int gm = sms / tiles_n;
+    if (gm < 1) gm = 1;
+    if (gm > tiles_m) gm = tiles_m;
+    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
+    return gm;
+}
+
 /* ---- the halo kernel's host side ---- */
 typedef void (*ch_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const ch_params);
 /* ai: the activation, or 4 for the data gradient */
@@ -859,15 +872,10 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
     prm.tiles_p = (int)((g->OH + BH - 1) / BH);
     prm.tiles_m = (int)(g->N * prm.tiles_p * prm.tiles_q);
     prm.tiles_n = (int)(g->F / CW_BN);
-    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
-    int gm = sms / prm.tiles_n;
-    if (gm < 1) gm = 1;
-    if (gm > prm.tiles_m) gm = prm.tiles_m;
-    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
-    prm.gm = gm;
+    prm.gm = cw_blocks_per_column_tile(be, prm.tiles_m, prm.tiles_n);
     prm.stages = stages;
     prm.bias = bias;
-    const int64_t grid = (int64_t)gm * prm.tiles_n;
+    const int64_t grid = (int64_t)prm.gm * prm.tiles_n;
     if (grid > INT_MAX) return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): %lld blocks", (long long)grid);
 
     const int di = be->device_index >= 0 && be->device_index < 64 ? be->device_index : 63;
@@ -1006,17 +1014,11 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     prm.nk = nk;
     prm.tiles_m = (int)((M + CW_BM - 1) / CW_BM);
     prm.tiles_n = (int)(g->F / CW_BN);
-    /* one block per SM (the shared memory says so), a whole number per column tile */
-    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
-    int gm = sms / prm.tiles_n;
-    if (gm < 1) gm = 1;
-    if (gm > prm.tiles_m) gm = prm.tiles_m;
-    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
-    prm.gm = gm;
+    prm.gm = cw_blocks_per_column_tile(be, prm.tiles_m, prm.tiles_n);
     prm.stages = stages;
     prm.act = (int)act;
     prm.bias = bias;
-    const int64_t grid = (int64_t)gm * prm.tiles_n;
+    const int64_t grid = (int64_t)prm.gm * prm.tiles_n;
     if (grid > INT_MAX) return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): %lld blocks", (long long)grid);
 
     /* launch: the weight transpose, then the kernel */
