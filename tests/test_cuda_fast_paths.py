@@ -15,6 +15,9 @@ relies on would be reached there only by chance. Here shapes are chosen to take 
   KH*KW*C = 63 / 64 (the 64-row template).
 - gemm, few 128 x 128 tiles (gemm_small.cu): every transpose case with N = 10 and
   K = 10 / 64 / 576, bias + relu, beta != 0 (and the seed CNN's Dense products).
+- conv2d_fwd / conv2d_bwd_data of large 16-bit stride-1 layers (conv2d_wgmma.cu on an
+  H100 / H200: the halo and im2col kernels; 'same' / 'valid', ragged tiles, 1x1,
+  several filter tiles, bias and every activation).
 
 Each in float32 (TF32 off and on), float16 and bfloat16, through gpucmp.ops (which
 NaN-poisons outputs, so an unwritten element fails) with test_ops.py's Case: the same
@@ -140,3 +143,36 @@ def test_gemm_small(case, dtype, layout, mnk):
         terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm) if beta else None, trans_a, trans_b,
                          abs(alpha), abs(beta))
         c.check("c", out, want, k=k, terms=terms)
+
+
+# ---------------------------------------------------------------- large 16-bit stride-1 convolutions
+# Big enough (N*OH*OW >= 128 x SMs, C and F multiples of 64) for the Hopper wgmma kernels
+# on an H100 / H200 (conv2d_wgmma.cu: the halo kernel takes the forward and the data
+# gradient where its shared memory fits, the im2col kernel the larger forward slices);
+# elsewhere the mma.sync implicit GEMM. Either way the float64 oracle decides, through
+# the same ops the plan calls.
+BIG = [
+    dict(N=6, H=56, W=56, C=64, F=64, KH=3, KW=3, pad="same", act="relu"),      # halo, BH 28
+    dict(N=4, H=61, W=83, C=64, F=128, KH=3, KW=3, pad="valid", act="linear"),  # 2 filter tiles, ragged
+    dict(N=20, H=30, W=30, C=128, F=64, KH=1, KW=1, pad="same", act="tanh"),    # 1x1, BH 32
+    dict(N=9, H=47, W=45, C=128, F=64, KH=3, KW=3, pad="same", act="sigmoid"),  # im2col fwd, halo bwd
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("g", BIG, ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}-{g['pad']}")
+def test_conv_large_16bit(case, dtype, g):
+    c = case("conv2d_fwd", dtype)
+    x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+    w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
+    bias = c.normal(g["F"])
+    s, d, k = (1, 1), (1, 1), g["KH"] * g["KW"] * g["C"]
+    c.what = f"x={x.shape} kernel={w.shape} padding={g['pad']} act={g['act']}"
+    y = ops.conv2d(c.arg(x), c.arg(w), c.arg(bias), strides=s, padding=g["pad"], activation=g["act"], **c.kw)
+    c.check("y", y, ref.conv2d(x, w, bias, s, g["pad"], d, g["act"]), k=k,
+            terms=ref.conv2d(abs(x), abs(w), abs(bias), s, g["pad"], d))
+    dy = c.normal(ref.conv2d_output_shape(x.shape, w.shape, s, g["pad"], d))
+    c.what = f"dy={dy.shape} kernel={w.shape} x={x.shape} padding={g['pad']}"
+    dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s, padding=g["pad"], **c.kw)
+    c.check("dx", dx, ref.conv2d_backward_data(dy, w, x.shape, s, g["pad"], d), k=g["KH"] * g["KW"] * g["F"],
+            terms=ref.conv2d_backward_data(abs(dy), abs(w), x.shape, s, g["pad"], d))
