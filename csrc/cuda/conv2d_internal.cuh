@@ -1,5 +1,6 @@
 /* conv2d_internal.cuh -- what the conv2d sources share (private to them): conv2d.cu
- * (adapters + Tensor Core implicit GEMMs), conv2d_wgmma.cu (the Hopper forward),
+ * (adapters + Tensor Core implicit GEMMs), conv2d_wgmma.cu (the Hopper forward and data
+ * gradient),
  * conv2d_simt.cu (the exact-f32 direct reference kernels) and conv2d_vendor.cu (cuDNN
  * loaded at run time).
  *
@@ -58,12 +59,12 @@ size_t gc_conv2d_colsum_ws(const gc_backend *be, int64_t M, int64_t F);
 gc_status gc_conv2d_colsum(const gc_backend *be, gc_dtype dt, const void *dy, int64_t M, int64_t F,
                            void *db, void *ws);
 
-/* ---- conv2d_wgmma.cu: Hopper forward (TMA im2col + wgmma, sm_90a; f16 / bf16, stride 1,
- * dilation 1, C and F multiples of 64, the 64-filter weight slice resident in shared
- * memory). _check: GC_OK when the kernel applies to this geometry / dtype / device, else
- * GC_ERR_UNSUPPORTED with a message. _fwd: the whole forward (weight transpose into the
- * workspace, then the kernel); w is the (KH, KW, C, F) kernel. GC_ERR_UNSUPPORTED means
- * nothing was launched and the caller may take another path. */
+/* ---- conv2d_wgmma.cu: Hopper wgmma kernels (sm_90a; f16 / bf16, stride 1, dilation 1,
+ * C and F multiples of 64, the 64-filter weight slice resident in shared memory: the
+ * halo kernel where it fits, else TMA im2col). _check: GC_OK when the forward applies to
+ * this geometry / dtype / device, else GC_ERR_UNSUPPORTED with a message. _fwd: the whole
+ * forward; w is the (KH, KW, C, F) kernel. GC_ERR_UNSUPPORTED means nothing was launched
+ * and the caller may take another path. */
 gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt);
 gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *x, const void *w, const void *bias, gc_act act, void *y);

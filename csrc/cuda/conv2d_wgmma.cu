@@ -906,7 +906,7 @@ extern "C" gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d
     const int64_t uw = g->OW - g->W - g->pad_left, uh = g->OH - g->H - g->pad_top;
     if (dt != GC_F16 && dt != GC_BF16) why = "float16 / bfloat16 storage only";
     else if (!cw_compiled(be)) why = "no sm_90a code for this device, or no tensor-map encoder in the driver";
-    else if (g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
+    else if (g->C <= 0 || g->F <= 0 || g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
     else if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) why = "stride 1 and dilation 1 only";
     else if (g->KH > 256 || g->KW > 256) why = "kernel taps past the 8-bit im2col offsets";
     else if (lw < -128 || lh < -128 || uw < -128 || uh < -128 || uw > 127 || uh > 127)
@@ -1064,8 +1064,9 @@ extern "C" gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_con
     const char *why = NULL;
     if (dt != GC_F16 && dt != GC_BF16) why = "float16 / bfloat16 storage only";
     else if (!cw_compiled(be)) why = "no sm_90a code for this device, or no tensor-map encoder in the driver";
-    else if (g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
+    else if (g->C <= 0 || g->F <= 0 || g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
     else if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) why = "stride 1 and dilation 1 only";
+    else if (g->N <= 0) why = "empty batch";
     else if (t.pad_top < 0 || t.pad_left < 0) why = "padding wider than the kernel";
     else if (!cw_aligned16(dy) || !cw_aligned16(w) || !cw_aligned16(dx)) why = "dy, w and dx must be 16-byte aligned";
     else if (g->N * g->H * g->W * g->C >= ((int64_t)1 << 40) || g->N * g->OH * g->OW * g->F >= ((int64_t)1 << 40) ||
