@@ -4,8 +4,9 @@
 # kernels at several thread counts).
 # Meant to be included by tests/c/Makefile (`include $(ROOT)/tests/c/ops.mk`); also
 # usable alone: `make -f tests/c/ops.mk ops-check`. Paths are taken relative to this file.
-#   ops-check      the test, then with 1 thread, then the tiny-tile build (many conv
-#                  tiles, every parallel path taken even on small shapes); test_dyn
+#   ops-check      ops-fast (below), then the test, then with 1 thread, then the tiny-tile
+#                  build (many conv tiles, every parallel path taken even on small
+#                  shapes); test_dyn
 #   ops-quick      the tiny-tile build on reduced sizes; test_dyn on reduced sizes
 #   ops-valgrind   the tiny-tile build on reduced sizes under valgrind (the GEMM's fma
 #                  variant: valgrind has no AVX-512)
@@ -43,7 +44,7 @@ $(OPS_OUT)/test_cpu_ops_tiny: $(OPS_ROOT)/tests/c/test_cpu_ops.c $(OPS_SRC) $(OP
 	@mkdir -p $(OPS_OUT)
 	$(CC) $(OPS_CFLAGS) -g $(OPS_TINY) $(OPS_INC) $(OPS_SRC) $(OPS_GEMM) $(OPS_ROOT)/tests/c/test_cpu_ops.c -lm -o $@
 
-ops-check: ops-all
+ops-check: ops-all ops-fast
 	$(OPS_OUT)/test_cpu_ops
 	OMP_NUM_THREADS=1 $(OPS_OUT)/test_cpu_ops
 	$(OPS_OUT)/test_cpu_ops_tiny
