@@ -8,9 +8,11 @@
  *   test_conv bench      TFLOP/s of the seeds' CNN layers (batch 128) and a 3x3 64->64
  *                        56x56 batch-64 'same' layer, ours vs cuDNN, fp16 / bf16 / tf32
  *   test_conv all        both
- *   test_conv wgtest     only the Hopper wgmma forward checks (also part of 'test')
- *   test_conv wgbench    only the 3x3 64->64 56x56 b64 forward: wgmma vs mma.sync vs cuDNN
- *                        (also printed at the end of 'bench')
+ *   test_conv wgtest     only the Hopper wgmma checks: both forward kernels and the halo
+ *                        data gradient (also part of 'test')
+ *   test_conv wgbench    only the 3x3 64->64 56x56 b64 layer: forward (halo, im2col,
+ *                        mma.sync, auto, cuDNN, ring depths) and data gradient (halo,
+ *                        mma.sync, cuDNN) (also printed at the end of 'bench')
  *
  * The ops run through gc_op_run (core validation) on a minimal fake CUDA backend that
  * implements the few common.cuh services the conv sources use (stream, workspace,
@@ -544,11 +546,13 @@ static void test_graph(gc_dtype dt, int tf32)
 }
 
 /* ------------------------------------------------------------------ Hopper wgmma forward
- * Forced path 4 (conv2d_wgmma.cu) on the shapes it takes, f16 and bf16, against the
- * float64 reference (every output when the reference is cheap, else the first and last
- * two tiles and every 61st row), against the mma.sync path (every output, both
- * NaN-poisoned), against itself with a 3-stage ring on 3 blocks per column tile
- * (bitwise: same summation order), and captured into a graph (bitwise). Shapes it must refuse come back GC_ERR_UNSUPPORTED. */
+ * Forced path 4 (conv2d_wgmma.cu), each kernel (variant 1 im2col, 2 halo) on the shapes
+ * it takes, f16 and bf16, against the float64 reference (every output when the reference
+ * is cheap, else the first and last two tiles and every 61st row), against the mma.sync
+ * path (every output, both NaN-poisoned), against itself with the shortest ring on 3
+ * blocks per column tile (bitwise: same summation order), and captured into a graph
+ * (bitwise); with the halo variant also the data gradient (test_wgmma_bwd_data). Shapes
+ * they must refuse come back GC_ERR_UNSUPPORTED. */
 static const conv_case g_wg_cases[] = {
     /* N  H   W    C  KH KW  F  sh sw dh dw  pad           act             bias db */
     {2, 56, 56, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0},      /* bench layer, batch 2: 49 tiles */
