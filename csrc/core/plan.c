@@ -120,16 +120,7 @@ static gc_tensor btd(void *data, gc_dtype dt, int64_t rows, const int64_t *shape
     return t;
 }
 
-static gc_tensor t1(void *data, gc_dtype dt, int64_t n)
-{
-    gc_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = 1;
-    t.shape[0] = n;
-    return t;
-}
+static gc_tensor t1(void *data, gc_dtype dt, int64_t n) { return gc_tensor_make(data, dt, 1, &n); }
 
 static gc_tensor t2(void *data, gc_dtype dt, int64_t r, int64_t c)
 {

@@ -179,11 +179,11 @@ __device__ __forceinline__ void cw_st_shared_u32(uint32_t addr, uint32_t v)
 {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
-/* keeps the compiler from moving accumulator reads / writes across the async region */
-__device__ __forceinline__ void cw_fence_regs(float *d)
+/* keeps the compiler from moving reads / writes of N accumulators across the async region */
+template <int N> __device__ __forceinline__ void cw_fence_regs(float *d)
 {
 #pragma unroll
-    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 /* shared-memory matrix descriptor, 128-byte swizzle (K-major: LBO unused, SBO = 1024
  * bytes between 8-row groups) */
@@ -325,8 +325,8 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
                 d0[j] = 0.0f;
                 d1[j] = 0.0f;
             }
-            cw_fence_regs(d0);
-            cw_fence_regs(d1);
+            cw_fence_regs<32>(d0);
+            cw_fence_regs<32>(d1);
             int prev = -1;
             int it = i * nk; /* ring position of the tile's first K-block */
             for (int kb = 0; kb < nk; kb++, it++) {
@@ -348,8 +348,8 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
             }
             if (i + 1 < ntiles) cw_turn_give(3 + (1 - w)); /* tile i+1 (the other warpgroup's) may start */
             wg_wait<0>();
-            cw_fence_regs(d0);
-            cw_fence_regs(d1);
+            cw_fence_regs<32>(d0);
+            cw_fence_regs<32>(d1);
             if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
 
             /* epilogue. d[4j + {0,1}] is (row 16*warp + g, column 8j + 2q + {0,1}) of the
@@ -501,11 +501,6 @@ __device__ __forceinline__ void ch_stmatrix_x4_trans(uint32_t addr, uint32_t r0,
                  "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
-template <int N> __device__ __forceinline__ void ch_fence_regs(float *d)
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
 #endif /* GC_CW_DEVICE */
 
 /* BWD: the data gradient, computed as the forward convolution of dy with the flipped,
@@ -603,7 +598,7 @@ gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_consta
             if (i > 0) cw_turn_wait(3 + w);
 #pragma unroll
             for (int j = 0; j < ND; j++) d[j] = 0.0f;
-            ch_fence_regs<ND>(d);
+            cw_fence_regs<ND>(d);
             int prev = -1;
             for (int cc = 0; cc < p.cchunks; cc++) {
                 mbar_wait(full0 + 8 * s, phase);
@@ -642,7 +637,7 @@ gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_consta
                 }
             if (i + 1 < ntiles) cw_turn_give(3 + (1 - w));
             wg_wait<0>();
-            ch_fence_regs<ND>(d);
+            cw_fence_regs<ND>(d);
             if (prev >= 0 && tid == 0) cw_mbar_arrive(empty0 + 8 * prev);
 
             /* epilogue: d[4j + {0,1}] is (filter 16 warp + g, pixels 8j + 2q + {0,1}),
@@ -748,6 +743,16 @@ int cw_compiled(const gc_backend *be)
 size_t g_cw_smem_set[2][64];
 
 int cw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* What both Hopper kernels require of a layer, whichever pass they run: NULL, or why not. */
+const char *cw_layer_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
+{
+    if (dt != GC_F16 && dt != GC_BF16) return "float16 / bfloat16 storage only";
+    if (!cw_compiled(be)) return "no sm_90a code for this device, or no tensor-map encoder in the driver";
+    if (g->C <= 0 || g->F <= 0 || g->C % 64 || g->F % 64) return "C and F must be multiples of 64";
+    if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) return "stride 1 and dilation 1 only";
+    return NULL;
+}
 
 /* Blocks per filter (column) tile of a persistent launch: one block per SM (the shared
  * memory says so), a whole number per column tile, no more than its pixel tiles (the
@@ -898,17 +903,15 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
  * the driver's tensor-map encoding): GC_OK, or GC_ERR_UNSUPPORTED with a message. */
 extern "C" gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
 {
-    const char *why = NULL;
     const int64_t M = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
     const int64_t nk = KC / CW_BK;
     const size_t optin = gc_cuda_smem_optin(be);
     const int lw = -g->pad_left, lh = -g->pad_top;
     const int64_t uw = g->OW - g->W - g->pad_left, uh = g->OH - g->H - g->pad_top;
-    if (dt != GC_F16 && dt != GC_BF16) why = "float16 / bfloat16 storage only";
-    else if (!cw_compiled(be)) why = "no sm_90a code for this device, or no tensor-map encoder in the driver";
-    else if (g->C <= 0 || g->F <= 0 || g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
-    else if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) why = "stride 1 and dilation 1 only";
-    else if (g->KH > 256 || g->KW > 256) why = "kernel taps past the 8-bit im2col offsets";
+    const char *why = cw_layer_why(be, g, dt);
+    if (why) {
+        /* the message below says it */
+    } else if (g->KH > 256 || g->KW > 256) why = "kernel taps past the 8-bit im2col offsets";
     else if (lw < -128 || lh < -128 || uw < -128 || uh < -128 || uw > 127 || uh > 127)
         why = "padding past the 8-bit im2col box corners";
     else if (M <= 0 || M > INT_MAX - CW_BM || g->N * g->H * g->W * g->C >= ((int64_t)1 << 40) ||
@@ -1061,12 +1064,10 @@ extern "C" gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_con
     t.pad_top = (int)(g->KH - 1) - g->pad_top;
     t.pad_left = (int)(g->KW - 1) - g->pad_left;
     int BH = 32;
-    const char *why = NULL;
-    if (dt != GC_F16 && dt != GC_BF16) why = "float16 / bfloat16 storage only";
-    else if (!cw_compiled(be)) why = "no sm_90a code for this device, or no tensor-map encoder in the driver";
-    else if (g->C <= 0 || g->F <= 0 || g->C % 64 || g->F % 64) why = "C and F must be multiples of 64";
-    else if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) why = "stride 1 and dilation 1 only";
-    else if (g->N <= 0) why = "empty batch";
+    const char *why = cw_layer_why(be, g, dt);
+    if (why) {
+        /* the message below says it */
+    } else if (g->N <= 0) why = "empty batch";
     else if (t.pad_top < 0 || t.pad_left < 0) why = "padding wider than the kernel";
     else if (!cw_aligned16(dy) || !cw_aligned16(w) || !cw_aligned16(dx)) why = "dy, w and dx must be 16-byte aligned";
     else if (g->N * g->H * g->W * g->C >= ((int64_t)1 << 40) || g->N * g->OH * g->OW * g->F >= ((int64_t)1 << 40) ||

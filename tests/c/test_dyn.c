@@ -60,16 +60,7 @@ static int same(const float *a, const float *b, int64_t n)
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
 }
 
-static gc_tensor t1(void *data, gc_dtype dt, int64_t n)
-{
-    gc_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = 1;
-    t.shape[0] = n;
-    return t;
-}
+static gc_tensor t1(void *data, gc_dtype dt, int64_t n) { return gc_tensor_make(data, dt, 1, &n); }
 
 /* ------------------------------------------------------------------ dynamic values */
 static void test_dyn_optim(int64_t n)
