@@ -74,7 +74,7 @@ def warmup_rows(n, batch_size):
 def gpucmp_epoch(device, x, y, batch_size, repeats, precision):
     gpucmp.set_device(device)
     keras.mixed_precision.set_global_policy(precision)
-    from gpucmp.__main__ import build_seed_cnn
+    from gpucmp.harness.workloads.seeds import build_seed_cnn
     model = build_seed_cnn(keras)
     w = warmup_rows(len(x), batch_size)
     model.fit(x[:w], y[:w], batch_size=batch_size, epochs=1, verbose=0)  # plan built, kernels loaded

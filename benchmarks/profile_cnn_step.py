@@ -15,7 +15,7 @@ import numpy as np
 
 import gpucmp
 from gpucmp import keras
-from gpucmp.__main__ import build_seed_cnn
+from gpucmp.harness.workloads.seeds import build_seed_cnn
 
 
 def main():

@@ -20,4 +20,30 @@ from . import keras
 
 __version__ = "0.1.0"
 
-__all__ = ["keras", "ops", "config", "get_device", "set_device", "available_devices", "__version__"]
+
+def specs(names=None):
+    """The GPU spec database as a DataFrame (all rows, or the named GPUs in that order)."""
+    from .harness import specs as _specs
+    return _specs.specs(names)
+
+
+def devices():
+    """The CPU and every CUDA device present, each matched to its spec row (a DataFrame)."""
+    from .harness import devices as _devices
+    return _devices.devices()
+
+
+def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, repeats=None, **kwargs):
+    """Measure workloads on devices: a tidy DataFrame (see gpucmp.harness.runner.benchmark)."""
+    from .harness import runner
+    return runner.benchmark(workloads, devices, precisions, batch_sizes, repeats, **kwargs)
+
+
+def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=None, **kwargs):
+    """GPUs side by side, measured where present, projected elsewhere (gpucmp.harness.compare)."""
+    from .harness import compare as _compare
+    return _compare.compare(gpus, workloads, precisions, batch_sizes, results, **kwargs)
+
+
+__all__ = ["keras", "ops", "config", "get_device", "set_device", "available_devices", "specs", "devices",
+           "benchmark", "compare", "__version__"]

@@ -2,7 +2,7 @@
 whether replayed from a CUDA graph or not.
 
 Every test here is marked `cuda` and skipped cleanly without a CUDA backend (conftest.py).
-The model is gpucmp.__main__.build_seed_cnn -- the seed article's CNN layer for layer,
+The model is gpucmp.harness.workloads.seeds.build_seed_cnn -- the seed article's CNN layer for layer,
 compiled as the article does (Adam, categorical cross-entropy) -- rather than the
 article's text itself, which lives in ../shared/seeds and does not travel to the GPU
 machine.
@@ -31,7 +31,7 @@ import pytest
 
 import gpucmp
 from gpucmp import _core, keras
-from gpucmp.__main__ import build_seed_cnn
+from gpucmp.harness.workloads.seeds import build_seed_cnn
 
 from test_seeds_cnn import CNN_EPOCHS, CNN_TEST_ACCURACY, digits  # noqa: F401  (digits: a fixture)
 

@@ -23,7 +23,7 @@ import pytest
 
 import gpucmp
 from gpucmp import keras
-from gpucmp.__main__ import build_seed_cnn
+from gpucmp.harness.workloads.seeds import build_seed_cnn
 
 from test_seeds_cnn import CNN_EPOCHS, CNN_TEST_ACCURACY, digits  # noqa: F401  (digits: a fixture)
 

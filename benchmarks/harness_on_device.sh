@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The harness on a lent GPU, in stages that each fit one call of the device tool:
+#
+#     bash benchmarks/harness_on_device.sh build tests calibrate        # ~8 min
+#     bash benchmarks/harness_on_device.sh bench standalone partitions  # ~8 min (warm: no rebuild)
+#
+# build       in-place build with the CUDA backend (GPUCMP_CUDA_ARCHS, default 90a)
+# tests       pytest -m cuda of the core's harness API, the harness and the CUDA fast paths
+# calibrate   `gpucmp calibrate` -> $OUT/calibration.json (the file shipped as
+#             gpucmp/harness/data/calibration.json)
+# bench       `gpucmp bench` of cnn, gemm, conv, bandwidth on the whole card -> $OUT/bench_full.json
+# standalone  the standalone benchmarks on the same card (bench_gemm.py, bench_conv.py,
+#             bench_cnn.py gpucmp-only), to check benchmark() agrees with them
+# partitions  `gpucmp bench` with GPUCMP_CUDA_SMS=16, 32, 64 (green contexts) -> bench_smN.json,
+#             then benchmarks/validate_projection.py against $OUT/calibration.json (or the shipped one)
+# Everything else goes to $OUT/log.txt (the tool returns at most 8 files).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpucmp-out}; mkdir -p "$OUT"
+LOG=$OUT/log.txt
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG"; }
+run() { stamp "$*"; "$@" 2>&1 | tee -a "$LOG"; }
+CAL=$OUT/calibration.json
+[ -f "$CAL" ] || CAL=${CALIBRATION:-gpucmp/harness/data/calibration.json}
+
+for stage in "$@"; do
+  case $stage in
+  build)
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv | tee -a "$LOG"
+    stamp "build (archs ${ARCHS:-90a})"
+    GPUCMP_CUDA=1 GPUCMP_CUDA_ARCHS=${ARCHS:-90a} python3 setup.py build_ext --inplace > "$OUT/build.txt" 2>&1 \
+      || { tail -40 "$OUT/build.txt"; exit 1; }
+    rm -f "$OUT/build.txt" ;;
+  tests)
+    run timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider -x -m cuda tests/test_core_harness_api.py \
+      tests/harness tests/test_cuda_fast_paths.py tests/test_plan_resident.py ;;
+  calibrate)
+    run python3 -m gpucmp devices
+    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json"
+    CAL=$OUT/calibration.json ;;
+  bench)
+    run timeout 240 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth --precision float32 float16 \
+      --json "$OUT/bench_full.json" ;;
+  standalone)
+    run timeout 100 python3 benchmarks/bench_gemm.py --no-cpu --gpu-sizes 8192 --repeats 10
+    run timeout 100 python3 benchmarks/bench_conv.py --device cuda:0 --repeats 10 --no-torch
+    run timeout 150 python3 benchmarks/bench_cnn.py --devices cuda:0 --frameworks gpucmp --samples 60000 \
+      --repeats 3 --batch-sizes 32 128 --precision float32 mixed_float16 ;;
+  partitions)
+    for n in ${PARTITIONS:-16 32 64}; do
+      GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth \
+        --precision float32 float16 --repeats 3 --json "$OUT/bench_sm$n.json"
+    done
+    run python3 benchmarks/validate_projection.py --calibration "$CAL" --per-sm-from "$OUT/bench_sm16.json" \
+      --write-calibration "$OUT/calibration_per_sm.json" --measured "$OUT"/bench_sm*.json ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+stamp done

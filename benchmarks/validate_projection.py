@@ -1,0 +1,86 @@
+"""Validate the projection against SM partitions of one GPU (CUDA green contexts).
+
+The harness projects a workload onto a GPU that is not here. On one H200 we can make
+"other GPUs" to check it against: GPUCMP_CUDA_SMS=N confines gpucmp's CUDA backend to N
+of the card's SMs (a green context), so measured rows of the card confined to 16, 32
+and 64 SMs are compared with the projection, from the full card's calibration, onto the
+same card confined to the same SMs (compute peaks scale with the SMs; the memory system
+stays the card's, its bandwidth capped by SMs x the per-SM copy rate).
+
+    python benchmarks/validate_projection.py --calibration cal.json \
+        --measured sm16.json sm32.json sm64.json [--per-sm-from sm16.json] [--out table.md]
+
+--per-sm-from takes the per-SM copy rate from the bandwidth row of that file (the one
+fitted figure, so its own bandwidth row is not a validation point) and writes it into the
+calibration passed as --write-calibration. Prints a markdown table: workload, precision,
+batch, SMs, measured and projected step time, and the error.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gpucmp.harness import projection, results, workloads  # noqa: E402
+from gpucmp.harness.workloads import Config  # noqa: E402
+
+
+def per_sm_rate(df):
+    bw = df[df["workload"] == "bandwidth"]
+    if not len(bw):
+        raise SystemExit("--per-sm-from: that file has no bandwidth row")
+    r = bw.iloc[0]
+    return float(r["throughput"]) * 1e9 / int(r["sms"]), int(r["sms"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calibration", required=True)
+    ap.add_argument("--measured", nargs="+", required=True)
+    ap.add_argument("--per-sm-from", default=None)
+    ap.add_argument("--write-calibration", default=None)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    cal = projection.load_calibration(a.calibration)
+    fitted_sms = None
+    if a.per_sm_from:
+        rate, fitted_sms = per_sm_rate(results.load(a.per_sm_from))
+        cal["peaks"]["per_sm_copy_bytes_per_s"] = rate
+        cal["peaks"]["per_sm_copy_from"] = f"bandwidth workload measured on {fitted_sms} SMs"
+        if a.write_calibration:
+            results._atomic_write(a.write_calibration, json.dumps(cal, indent=1, sort_keys=True) + "\n")
+    origin = projection.origin_model(cal)
+    lines = ["| workload | precision | batch | SMs | measured step | projected step | error |",
+             "|---|---|---|---|---|---|---|"]
+    errors = []
+    for path in a.measured:
+        df = results.load(path)
+        for r in df.to_dict("records"):
+            w = workloads.get(r["workload"] if r["workload"] != "gemm" else f"gemm:{int(r['batch_size'])}")
+            cfgs = [c for c in w.configs("cuda", [int(r["batch_size"])] if w.kind == "model" or w.name == "conv"
+                                         else None) if c.batch_size == int(r["batch_size"])]
+            if not cfgs:
+                continue
+            c = cfgs[0]
+            sms = int(r["sms"])
+            p = projection.project(w, cal["gpu"], r["precision"], c, cal, origin, sms=sms)
+            err = p["step_time_s"] / r["step_time_s"] - 1
+            fitted = w.name == "bandwidth" and sms == fitted_sms
+            if not fitted:
+                errors.append(abs(err))
+            lines.append(f"| {w.name} | {r['precision']} | {c.batch_size} | {sms} | {r['step_time_s'] * 1e3:.4g} ms "
+                         f"| {p['step_time_s'] * 1e3:.4g} ms | {err:+.1%}{' (fitted)' if fitted else ''} |")
+    if errors:
+        errors.sort()
+        lines.append(f"\nvalidation points: {len(errors)}; median |error| {errors[len(errors) // 2]:.1%}, "
+                     f"max {errors[-1]:.1%}; within 10%: {sum(e <= 0.10 for e in errors)} of {len(errors)}")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Comparison: GPUs side by side per workload and precision, measured where possible, projected elsewhere.
+
+What it provides: `compare(gpus, workloads, precisions, batch_sizes, results, measure,
+include_local)` -> a DataFrame, one row per GPU x workload x precision x batch size:
+throughput, step time, source ('measured' / 'projected'), the ratio to the first GPU,
+performance per watt (measured power, or TDP for projected rows) and per dollar (launch
+price), the memory the step needs, whether it fits the card and the largest batch that
+does. Results passed in (`results=`: DataFrames or files from `benchmark` on other
+machines) and GPUs present here (measured when `measure=True`) replace projections;
+`include_local` adds this machine's CPU (or unlisted GPU) as measured reference rows.
+
+Why it is built this way: the user's question is one table -- "A4000 or A5000, for my
+work" -- so every row says where its number comes from, and measured numbers always win
+over the model (results.merge decides).
+"""
+import math
+
+import pandas as pd
+
+from . import devices as devices_mod
+from . import projection, results, specs
+from . import workloads as wl
+from .memory import CONTEXT_RESERVE_BYTES
+from .runner import benchmark, DEFAULT_PRECISIONS
+from .workloads.base import canonical_precision
+
+COLUMNS = ["gpu", "workload", "precision", "batch_size", "size", "throughput", "unit", "ratio", "step_time_s",
+           "source", "perf_per_watt", "perf_per_dollar", "power_w", "price_usd", "memory_needed_bytes", "fits",
+           "max_batch", "origin", "note"]
+
+
+def _gpu_list(gpus):
+    if isinstance(gpus, str):
+        gpus = [gpus]
+    if gpus is None or not list(gpus):
+        raise ValueError("compare: give at least one GPU, e.g. compare(['A4000', 'A5000'])")
+    names = [specs.resolve(g) for g in gpus]
+    return list(dict.fromkeys(names))
+
+
+def _measured_here(gpu_names, workloads, precisions, batch_sizes, include_local):
+    """benchmark() rows of the devices here: GPUs that are among gpu_names, and (include_local)
+    the CPU when no listed GPU is present."""
+    table = devices_mod.devices()
+    gpus_here = [r["device"] for r in table.to_dict("records") if r["kind"] == "cuda" and r["gpu"] in gpu_names]
+    frames = []
+    measurable = [w for w in workloads if w.measurable]
+    if gpus_here and measurable:
+        frames.append(benchmark(measurable, gpus_here, precisions, batch_sizes))
+    if include_local and not gpus_here and measurable:
+        precs = [p for p in (precisions or DEFAULT_PRECISIONS["cpu"]) if p in DEFAULT_PRECISIONS["cpu"]]
+        if precs:
+            frames.append(benchmark(measurable, ["cpu"], precs, batch_sizes))
+    return frames
+
+
+def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=None, measure=True,
+            include_local=True, calibration=None):
+    """GPUs side by side (see the module docstring). gpus: names ('A4000', 'RTX A5000', ...);
+    workloads as for benchmark() (default cnn, gemm, conv, bandwidth, resnet50); precisions
+    default float32 and float16 (mixed_float16 for models); results: DataFrames or
+    .csv/.json files of measured rows to use instead of projections."""
+    names = _gpu_list(gpus)
+    ws = wl.resolve_list(workloads)
+    precs = [canonical_precision(p) for p in (precisions if precisions is not None else DEFAULT_PRECISIONS["cuda"])]
+    if isinstance(precisions, (list, tuple)) and not precisions:
+        raise ValueError("compare: precisions is empty")
+    from .runner import _batch_list
+    sizes = _batch_list(batch_sizes)
+    given = [results] if isinstance(results, (str, pd.DataFrame)) or hasattr(results, "__fspath__") else (results or [])
+    frames = [_load(r) for r in given]
+    if measure:
+        frames += _measured_here(names, ws, precs, sizes, include_local)
+    measured = _merge(frames)
+    cal = calibration if isinstance(calibration, dict) else projection.load_calibration(calibration)
+    origin = projection.origin_model(cal)
+    rows = []
+    for w in ws:
+        for p in precs:
+            if not w.supports(p):
+                continue
+            for c in w.configs("cuda", sizes if w.kind == "model" or w.name == "conv" else None):
+                block = []
+                for g in names:
+                    m = _find(measured, g, w.name, p, c.batch_size)
+                    row = dict(m) if m is not None else projection.project(w, g, p, c, cal, origin)
+                    block.append(_decorate(row, g, w, p, c))
+                base = block[0]["throughput"]
+                for r in block:
+                    r["ratio"] = r["throughput"] / base if base and not math.isnan(base) else math.nan
+                rows.extend(block)
+    _check_fit(rows, sizes, names)
+    out = pd.DataFrame(rows)
+    local = _local_rows(measured, names)
+    if include_local and len(local):
+        out = pd.concat([out, local], ignore_index=True)
+    for col in COLUMNS:
+        if col not in out.columns:
+            out[col] = math.nan
+    out = out[COLUMNS + [c for c in out.columns if c not in COLUMNS]]
+    out.attrs["calibration"] = cal["provenance"] | {"gpu": cal["gpu"]}
+    return out
+
+
+def _check_fit(rows, sizes, names):
+    """A batch size the user asked for that fits none of the GPUs is an error, not a table of 'no'."""
+    if not sizes:
+        return
+    for b in sizes:
+        hits = [r for r in rows if r["batch_size"] == b and not (isinstance(r["max_batch"], float)
+                                                                 and math.isnan(r["max_batch"]))]
+        if hits and not any(r["fits"] for r in hits):
+            best = {}
+            for r in hits:
+                if r["workload"] not in best or r["max_batch"] > best[r["workload"]]["max_batch"]:
+                    best[r["workload"]] = r
+            detail = "; ".join(f"{w}: at most {r['max_batch']:,} on {r['gpu']}" for w, r in best.items())
+            raise ValueError(f"batch size {b} does not fit the memory of any of {', '.join(names)} ({detail})")
+
+
+def _load(r):
+    try:
+        return results.load(r)
+    except TypeError:
+        raise TypeError(f"compare: results must be DataFrames or .csv/.json paths, got {type(r).__name__}") from None
+
+
+def _merge(frames):
+    return results.merge(frames) if frames else results.frame([])
+
+
+def _find(measured, gpu, workload, precision, batch):
+    if not len(measured):
+        return None
+    hit = measured[(measured["gpu"] == gpu) & (measured["workload"] == workload) &
+                   (measured["precision"] == precision) & (measured["batch_size"] == batch)]
+    return hit.iloc[-1].to_dict() if len(hit) else None
+
+
+def _decorate(row, gpu, w, p, c):
+    sp = specs.spec(gpu)
+    capacity = float(sp["memory_gb"]) * 1e9
+    mem = w.memory(c, p) if w.kind == "model" else None
+    needed = mem["total"] if mem else math.nan
+    power = row.get("avg_power_w")
+    if power is None or (isinstance(power, float) and math.isnan(power)):
+        power = float(sp["tdp_w"])
+    price = float(sp["launch_price_usd"])
+    tp = float(row.get("throughput", math.nan))
+    out = {k: row.get(k) for k in ("size", "step_time_s", "source", "origin", "note")}
+    out.update(gpu=gpu, workload=w.name, precision=p, batch_size=c.batch_size, size=row.get("size") or c.label,
+               throughput=tp, unit=w.unit, power_w=power, price_usd=price,
+               perf_per_watt=tp / power if power else math.nan,
+               perf_per_dollar=tp / price if price and not math.isnan(price) else math.nan,
+               memory_needed_bytes=needed,
+               fits=bool(needed + CONTEXT_RESERVE_BYTES <= capacity) if mem else True,
+               max_batch=w.max_batch(capacity, p) if w.kind == "model" else math.nan)
+    if out["source"] == "measured":
+        out["origin"] = f"measured on {row.get('device_name') or row.get('device')} ({row.get('date', '')})"
+    return out
+
+
+def _local_rows(measured, names):
+    """Measured rows of devices that are not among the compared GPUs (this machine's CPU)."""
+    if not len(measured):
+        return pd.DataFrame()
+    other = measured[~measured["gpu"].isin(names)]
+    if not len(other):
+        return pd.DataFrame()
+    out = other[["workload", "precision", "batch_size", "size", "throughput", "unit", "step_time_s", "source"]].copy()
+    out.insert(0, "gpu", [f"this machine: {n or d}" for n, d in zip(other["device_name"], other["device"])])
+    out["power_w"] = other["avg_power_w"].values
+    out["origin"] = "measured here"
+    return out.reset_index(drop=True)

@@ -1,0 +1,233 @@
+"""Projection: how a workload would run on a GPU that is not here, op by op.
+
+What it provides: `DeviceModel` (the achievable peaks of one card: per unit FLOP/s,
+copy bandwidth, SMs, launch latency), `origin_model(calibration)` (the card the
+per-op times were measured on: the local GPU, or the calibration shipped in
+data/calibration.json), `target_model(gpu, origin)` (a spec row scaled by the
+efficiencies measured on the origin), and `project(workload, gpu, precision, config)`
+-> a results row with source = "projected".
+
+The model, in the spirit of Habitat (Yu et al., USENIX ATC 2021), which scales each op
+measured on one GPU to another by the mix of compute and bandwidth ratios its position
+against the target's roofline ridge gives -- with these differences:
+- FLOPs are counted from op shapes (costs.py), so Tensor-Core work is seen as such and
+  each op is bound by the peak of the unit it runs on (tf32, fp16, bf16 or fp32; a
+  card without that unit falls back as frameworks do: tf32 -> fp32; bf16 unsupported);
+- peaks are achievable ones: the origin's GEMM rate per precision and copy bandwidth
+  are measured, and a target's datasheet peak is multiplied by the fraction of its
+  datasheet the origin achieves (a per-unit efficiency, never a per-card factor);
+- the roofline time of an op on a card is max(FLOPs x wave / peak, bytes / bandwidth),
+  where wave = ceil(tiles / SMs) / (tiles / SMs) is the wave-quantization loss of its
+  output tiles on that card's SMs; bandwidth is also capped by SMs x the per-SM copy
+  rate measured on the origin, which matters only for cards with few SMs;
+- each op's measured time is split into a launch latency (measured on the origin, kept)
+  and a device part, which is scaled by the ratio of the target's roofline time to the
+  origin's; ops without a measured time get the origin's roofline time over the
+  efficiency measured for their kind;
+- host overhead is carried separately: the part of a measured step that its ops do not
+  account for (Python, graph launch) is added unscaled; when the ops add up to more than
+  the step (they overlap), they are scaled down to it.
+"""
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+
+from . import specs
+from .workloads.base import canonical_precision
+
+UNIT_COLUMN = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "fp16": "fp16_tflops", "bf16": "bf16_tflops"}
+PEAK_PRECISION = {"fp32": "float32", "tf32": "tf32", "fp16": "float16", "bf16": "bfloat16"}
+DEFAULT_EFFICIENCY = {"tensor": 0.5, "memory": 0.6}
+CALIBRATION_SCHEMA = "gpucmp-calibration/1"
+
+
+class Unsupported(ValueError):
+    """The target has no unit for this precision (bf16 before Ampere)."""
+
+
+@dataclass
+class DeviceModel:
+    name: str
+    sms: int
+    peaks: dict                  # unit -> achievable FLOP/s
+    bandwidth: float             # achievable bytes/s (read + written)
+    launch_s: float
+    per_sm_bandwidth: float = math.inf
+    memory_bytes: float = math.nan
+    tdp_w: float = math.nan
+    price_usd: float = math.nan
+    fallback: dict = field(default_factory=dict)   # unit -> unit used instead
+
+    def peak(self, unit):
+        unit = self.fallback.get(unit, unit)
+        p = self.peaks.get(unit, math.nan)
+        if not p or math.isnan(p):
+            raise Unsupported(f"{self.name} has no {unit} unit")
+        return p
+
+    def effective_bandwidth(self):
+        return min(self.bandwidth, self.sms * self.per_sm_bandwidth)
+
+    def wave(self, op):
+        if op.unit == "memory" or op.blocks <= 0:
+            return 1.0
+        waves = math.ceil(op.blocks / self.sms)
+        return waves / (op.blocks / self.sms)
+
+    def roofline(self, op):
+        """Seconds the op needs at this card's achievable peaks (no launch latency)."""
+        t_mem = op.bytes / self.effective_bandwidth()
+        if op.unit == "memory" or op.flops == 0:
+            return t_mem
+        return max(op.flops * self.wave(op) / self.peak(op.unit), t_mem)
+
+
+def load_calibration(path=None):
+    """The calibration: a dict read from `path` or the one shipped with the package."""
+    if path is None:
+        text = resources.files("gpucmp.harness").joinpath("data/calibration.json").read_text(encoding="utf-8")
+        where = "the shipped calibration"
+    else:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        where = repr(path)
+    try:
+        cal = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc.msg}") from None
+    if not isinstance(cal, dict) or cal.get("schema") != CALIBRATION_SCHEMA:
+        raise ValueError(f"{where} is not a gpucmp calibration of schema {CALIBRATION_SCHEMA!r}")
+    for k in ("gpu", "peaks", "ops", "steps", "provenance"):
+        if k not in cal:
+            raise ValueError(f"{where} lacks {k!r}")
+    return cal
+
+
+def origin_model(cal):
+    """The DeviceModel of the card a calibration was measured on."""
+    p = cal["peaks"]
+    row = specs.spec(cal["gpu"])
+    peaks = {u: p["gemm_flops"][PEAK_PRECISION[u]] for u in UNIT_COLUMN if PEAK_PRECISION[u] in p["gemm_flops"]}
+    return DeviceModel(cal["gpu"], int(cal.get("sms", row["sms"])), peaks, p["copy_bytes_per_s"], p["launch_s"],
+                       p.get("per_sm_copy_bytes_per_s", math.inf), float(row["memory_gb"]) * 1e9,
+                       float(row["tdp_w"]), float(row["launch_price_usd"]))
+
+
+def efficiencies(origin, cal):
+    """Per unit: measured achievable peak / datasheet peak of the origin card; 'memory':
+    measured copy bandwidth / datasheet bandwidth."""
+    row = specs.spec(cal["gpu"])
+    scale = origin.sms / float(row["sms"])     # an SM-confined origin has a fraction of the datasheet
+    eff = {u: origin.peaks[u] / (float(row[c]) * 1e12 * scale) for u, c in UNIT_COLUMN.items()
+           if u in origin.peaks and not math.isnan(float(row[c]))}
+    eff["memory"] = origin.bandwidth / (float(row["bandwidth_gbs"]) * 1e9)
+    return eff
+
+
+def target_model(gpu, origin, eff, sms=None):
+    """The DeviceModel of spec row `gpu`: datasheet peaks times the origin's efficiencies.
+    sms < the card's SMs models that card confined to sms SMs (a green context)."""
+    row = specs.spec(gpu) if isinstance(gpu, str) else gpu
+    full = int(row["sms"])
+    n = int(sms or full)
+    frac = n / full
+    peaks, fallback = {}, {}
+    for u, c in UNIT_COLUMN.items():
+        v = float(row[c])
+        if not math.isnan(v) and u in eff:
+            peaks[u] = v * 1e12 * frac * eff[u]
+    if "tf32" not in peaks:
+        fallback["tf32"] = "fp32"
+    name = row["name"] if n == full else f"{row['name']} ({n} SMs)"
+    clock_ratio = float(row["tensor_clock_mhz"]) / max(1.0, float(specs.spec(origin.name.split(" (")[0])["tensor_clock_mhz"]))
+    return DeviceModel(name, n, peaks, float(row["bandwidth_gbs"]) * 1e9 * eff["memory"], origin.launch_s,
+                       origin.per_sm_bandwidth * clock_ratio, float(row["memory_gb"]) * 1e9, float(row["tdp_w"]),
+                       float(row["launch_price_usd"]), fallback)
+
+
+def kind_efficiency(origin, cal):
+    """Per op kind: median of (origin roofline / measured device time) over the calibrated ops."""
+    by_kind = {}
+    for rec in cal["ops"].values():
+        t = rec["seconds"] - origin.launch_s
+        if t <= 0 or not rec.get("roofline_s"):
+            continue
+        by_kind.setdefault(rec["kind"], []).append(min(1.0, rec["roofline_s"] / t))
+    return {k: statistics.median(v) for k, v in by_kind.items()}
+
+
+def origin_op_time(op, origin, cal, kind_eff):
+    """Measured seconds of op on the origin, else its roofline over its kind's efficiency."""
+    rec = cal["ops"].get(op.key) if op.key else None
+    if rec is not None:
+        return rec["seconds"], "measured"
+    if op.unit == "memory":     # elementwise passes: the copy's efficiency unless their kind was measured
+        default = kind_eff.get("copy", DEFAULT_EFFICIENCY["memory"])
+    else:
+        default = DEFAULT_EFFICIENCY["tensor"]
+    e = kind_eff.get(op.kind, default)
+    return origin.launch_s + origin.roofline(op) / e, "estimated"
+
+
+def measured_step(cal, workload, precision, batch_size):
+    for s in cal["steps"]:
+        if s["workload"] == workload and s["precision"] == precision and int(s["batch_size"]) == int(batch_size):
+            return float(s["step_time_s"])
+    return None
+
+
+def project_ops(ops, origin, target, cal, step_time_s=None):
+    """(projected step seconds, per-op table rows, host overhead seconds) of ops on target."""
+    kind_eff = kind_efficiency(origin, cal)
+    times = [origin_op_time(op, origin, cal, kind_eff) for op in ops]
+    total = sum(t for t, _ in times)
+    overhead = 0.0
+    scale = 1.0
+    if step_time_s is not None:
+        if step_time_s >= total:
+            overhead = step_time_s - total
+        else:
+            scale = step_time_s / total
+    rows, projected = [], overhead
+    for op, (t_o, how) in zip(ops, times):
+        t_o *= scale
+        dev_o = max(0.0, t_o - origin.launch_s)
+        r_o, r_t = origin.roofline(op), target.roofline(op)
+        t_t = target.launch_s + (dev_o * r_t / r_o if r_o > 0 else 0.0)
+        projected += t_t
+        rows.append({"op": op.name, "kind": op.kind, "unit": op.unit, "flops": op.flops, "bytes": op.bytes,
+                     "origin_s": t_o, "origin_time": how, "target_s": t_t, "intensity": op.intensity})
+    return projected, rows, overhead
+
+
+def project(workload, gpu, precision, config, cal=None, origin=None, step_time_s=None, sms=None, tf32=True):
+    """A projected results row for workload x gpu x precision x config.
+
+    cal: the calibration dict (default: the shipped one); origin: its DeviceModel;
+    step_time_s: a measured step of this workload on the origin (default: the
+    calibration's, if it has one); sms: project onto the gpu confined to that many SMs."""
+    from .workloads import get
+    w = get(workload)
+    p = canonical_precision(precision)
+    cal = cal or load_calibration()
+    origin = origin or origin_model(cal)
+    eff = efficiencies(origin, cal)
+    row = specs.spec(gpu)
+    target = target_model(row, origin, eff, sms)
+    ops = w.ops(config, p, tf32)
+    if step_time_s is None and w.kind == "model":
+        step_time_s = measured_step(cal, w.name, p, config.batch_size)
+    out = {"gpu": target.name, "device": None, "device_name": target.name, "workload": w.name, "precision": p,
+           "batch_size": config.batch_size, "size": config.label, "unit": w.unit, "source": "projected",
+           "origin": f"{cal['gpu']} ({cal['provenance'].get('date', '?')})"}
+    try:
+        t, _, overhead = project_ops(ops, origin, target, cal, step_time_s)
+    except Unsupported as exc:
+        out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
+        return out
+    out.update(step_time_s=t, throughput=w.throughput(config, p, t), host_overhead_s=overhead,
+               flops_per_step=sum(o.flops for o in ops), bytes_per_step=sum(o.bytes for o in ops),
+               sms=target.sms, avg_power_w=target.tdp_w, energy_per_step_j=target.tdp_w * t)
+    return out

@@ -1,0 +1,138 @@
+"""The projection on known inputs: compute-bound ops scale by peak, bandwidth-bound ops by
+bandwidth, waves quantize on SMs, launch latency and host overhead are carried, a card
+projected onto itself gives back what was measured; and the shipped calibration is real."""
+import math
+
+import numpy as np
+import pytest
+
+from gpucmp.harness import costs, projection, specs
+from gpucmp.harness.workloads import Config, get
+
+ORIGIN = "H200 SXM"
+
+
+def synthetic_calibration(rng, ops=(), steps=()):
+    """A calibration with random (not round) achievable peaks, built here for the test."""
+    f = rng.uniform(0.6, 0.9, 4)
+    row = specs.spec(ORIGIN)
+    return {"schema": projection.CALIBRATION_SCHEMA, "gpu": ORIGIN, "sms": int(row["sms"]),
+            "provenance": {"date": "test"},
+            "peaks": {"gemm_flops": {"float32": f[0] * row["fp32_tflops"] * 1e12,
+                                     "tf32": f[1] * row["tf32_tflops"] * 1e12,
+                                     "float16": f[2] * row["fp16_tflops"] * 1e12,
+                                     "bfloat16": f[2] * row["bf16_tflops"] * 1e12},
+                      "copy_bytes_per_s": f[3] * row["bandwidth_gbs"] * 1e9, "launch_s": rng.uniform(1e-6, 4e-6)},
+            "ops": {op.key: {"seconds": t, "kind": op.kind, "unit": op.unit, "roofline_s": None} for op, t in ops},
+            "steps": list(steps)}
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def _models(cal, gpu):
+    origin = projection.origin_model(cal)
+    eff = projection.efficiencies(origin, cal)
+    return origin, projection.target_model(gpu, origin, eff)
+
+
+def test_compute_bound_op_scales_by_the_tensor_peak(rng):
+    n = int(rng.choice([8192, 12288, 16384]))
+    op = costs.gemm("g", n, n, n, "float16", tf32=False)
+    t_meas = rng.uniform(2e-3, 9e-3)
+    cal = synthetic_calibration(rng, [(op, t_meas)])
+    origin, target = _models(cal, "RTX A5000")
+    t, rows, _ = projection.project_ops([op], origin, target, cal)
+    expected_ratio = (specs.spec(ORIGIN)["fp16_tflops"] / specs.spec("RTX A5000")["fp16_tflops"]
+                      * target.wave(op) / origin.wave(op))
+    assert rows[0]["origin_time"] == "measured"
+    got = (t - target.launch_s) / (t_meas - origin.launch_s)
+    assert got == pytest.approx(expected_ratio, rel=1e-9)
+    # the datasheet ratio alone is 8.9x; waves of 64 SMs vs 132 change it by a few percent only
+    assert 7.0 < got < 11.0
+
+
+def test_bandwidth_bound_op_scales_by_bandwidth(rng):
+    nbytes = int(rng.integers(256, 2048)) << 20
+    op = costs.copy("copy", nbytes)
+    t_meas = rng.uniform(1e-4, 1e-3)
+    cal = synthetic_calibration(rng, [(op, t_meas)])
+    origin, target = _models(cal, "RTX A4000")
+    t, _, _ = projection.project_ops([op], origin, target, cal)
+    ratio = specs.spec(ORIGIN)["bandwidth_gbs"] / specs.spec("RTX A4000")["bandwidth_gbs"]
+    assert (t - target.launch_s) / (t_meas - origin.launch_s) == pytest.approx(ratio, rel=1e-9)
+
+
+def test_wave_quantization_on_fewer_sms(rng):
+    sms = int(specs.spec(ORIGIN)["sms"])
+    op = costs.gemm("g", 128 * sms, 1024, 16384, "float16", tf32=False)   # 8 full waves on the full card
+    assert op.blocks == 8 * sms
+    cal = synthetic_calibration(rng, [(op, 1e-3)])
+    origin = projection.origin_model(cal)
+    eff = projection.efficiencies(origin, cal)
+    n = sms // 2 + 1
+    part = projection.target_model(ORIGIN, origin, eff, sms=n)             # 8 sms / n = 15.8 waves -> 16
+    assert origin.wave(op) == 1.0
+    q = math.ceil(8 * sms / n) / (8 * sms / n)
+    assert part.wave(op) == pytest.approx(q) and q > 1.01
+    t, _, _ = projection.project_ops([op], origin, part, cal)
+    assert (t - part.launch_s) / (1e-3 - origin.launch_s) == pytest.approx(sms / n * q, rel=1e-9)
+
+
+def test_launch_latency_and_host_overhead_are_carried(rng):
+    tiny = costs.elementwise("e", "act", 1000, 1, 1)
+    cal = synthetic_calibration(rng)
+    origin, target = _models(cal, "RTX A4000")
+    step = rng.uniform(1e-4, 5e-4)
+    t, rows, overhead = projection.project_ops([tiny] * 5, origin, target, cal, step_time_s=step)
+    assert overhead == pytest.approx(step - sum(r["origin_s"] for r in rows))
+    assert t >= overhead + 5 * target.launch_s
+    # when the ops add up to more than the step they overlap: scaled down, no overhead
+    t2, rows2, overhead2 = projection.project_ops([tiny] * 5, origin, target, cal, step_time_s=1e-7)
+    assert overhead2 == 0.0 and sum(r["origin_s"] for r in rows2) == pytest.approx(1e-7)
+
+
+def test_a_card_projected_onto_itself_gives_the_measured_step(rng):
+    w = get("cnn")
+    c = Config(64, "batch 64")
+    step = rng.uniform(2e-4, 6e-4)
+    cal = synthetic_calibration(rng, steps=[{"workload": "cnn", "precision": "float32", "batch_size": 64,
+                                             "step_time_s": step}])
+    row = projection.project(w, ORIGIN, "float32", c, cal)
+    assert row["source"] == "projected"
+    assert row["step_time_s"] == pytest.approx(step, rel=1e-9)
+    assert row["throughput"] == pytest.approx(64 / step, rel=1e-9)
+
+
+def test_missing_units_fall_back_or_are_unsupported(rng):
+    cal = synthetic_calibration(rng)
+    w = get("gemm")
+    c = w.configs("cuda")[0]
+    v100 = specs.resolve("V100 SXM2 32GB")
+    assert math.isnan(projection.project(w, v100, "bfloat16", c, cal)["throughput"])
+    # a float32 model on a card without TF32 runs on its FP32 units (as frameworks do)
+    cnn = projection.project(get("cnn"), v100, "float32", Config(32, "batch 32"), cal)
+    assert cnn["throughput"] > 0
+
+
+def test_the_shipped_calibration_was_measured_on_a_gpu():
+    cal = projection.load_calibration()
+    prov = cal["provenance"]
+    assert specs.resolve(cal["gpu"]) == cal["gpu"]
+    assert "H200" in prov["device"] and prov["date"].startswith("2026")
+    assert cal["peaks"]["gemm_flops"]["float16"] > 1e14            # a GPU, not a CPU
+    assert cal["ops"] and cal["steps"]
+    for rec in cal["ops"].values():
+        assert rec["seconds"] > 0
+
+
+def test_corrupt_calibration_is_refused(tmp_path):
+    p = tmp_path / "cal.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        projection.load_calibration(str(p))
+    p.write_text('{"schema": "something-else"}')
+    with pytest.raises(ValueError, match="schema"):
+        projection.load_calibration(str(p))

@@ -1,0 +1,108 @@
+"""Workloads: op lists counted from shapes (checked against FLOPs worked out by hand here),
+the describe pass over a user's plan, the memory model, names and bad names."""
+import math
+
+import numpy as np
+import pytest
+
+from gpucmp import keras
+from gpucmp.harness import costs, describe, memory, workloads
+from gpucmp.harness.workloads import Config, resnet50
+from gpucmp.harness.workloads.seeds import build_seed_cnn
+
+# forward FLOPs of one sample of the seeds' CNN, layer by layer (2 x MACs)
+CNN_FWD = [26 * 26 * 32 * 9 * 1 * 2, 11 * 11 * 64 * 9 * 32 * 2, 3 * 3 * 64 * 9 * 64 * 2, 576 * 64 * 2, 64 * 10 * 2]
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return workloads.get("cnn")
+
+
+def test_seed_cnn_op_list_counts_the_training_flops(cnn):
+    b = int(np.random.default_rng().integers(1, 300))
+    ops = cnn.ops(Config(b, ""), "float32")
+    fwd = sum(o.flops for o in ops if o.phase == "forward" and o.unit != "memory")
+    bwd = sum(o.flops for o in ops if o.phase == "backward" and o.unit != "memory")
+    assert fwd == b * sum(CNN_FWD)
+    # every weight layer has a weight gradient; every layer above the first an input gradient
+    assert bwd == b * (2 * sum(CNN_FWD) - CNN_FWD[0])
+    kinds = [o.kind for o in ops]
+    assert kinds.count("conv2d_fwd") == 3 and kinds.count("conv2d_bwd_filter") == 3
+    assert kinds.count("conv2d_bwd_data") == 2 and kinds.count("optimizer") == 1
+    assert all(o.unit == "tf32" for o in ops if o.kind.startswith(("conv2d", "gemm")))
+    half = cnn.ops(Config(b, ""), "float16")
+    assert all(o.unit == "fp16" for o in half if o.kind.startswith(("conv2d", "gemm")))
+    assert any(o.kind == "cast" for o in half)
+
+
+def test_describe_pass_reads_the_users_plan():
+    rng = np.random.default_rng()
+    units = int(rng.integers(3, 40))
+    m = keras.models.Sequential([keras.layers.Dense(units, activation="tanh", input_shape=(17,)),
+                                 keras.layers.Dense(5, activation="softmax")])
+    m.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    w = workloads.get(m)
+    assert w.name == m.name and w.kind == "model"
+    ops = w.ops(Config(8, ""), "float32")
+    gemms = [o for o in ops if o.kind == "gemm"]
+    assert [o.flops for o in gemms] == [2 * 8 * units * 17, 2 * 8 * 5 * units,
+                                        2 * units * 5 * 8, 2 * 8 * units * 5, 2 * 17 * units * 8]
+    assert any(o.kind == "act_bwd" for o in ops)         # tanh' is not folded into a pool
+    trainable, total = describe.layer_params(describe.model_descs(m))
+    assert trainable == total == m.count_params()
+
+
+def test_workloads_need_a_compiled_built_model():
+    m = keras.models.Sequential([keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match="not built"):
+        workloads.get(m)
+    m2 = keras.models.Sequential([keras.layers.Dense(3, input_shape=(4,))])
+    with pytest.raises(ValueError, match="compiled"):
+        workloads.get(m2)
+
+
+def test_unknown_and_bad_workloads():
+    with pytest.raises(ValueError, match="did you mean 'cnn'"):
+        workloads.get("cnnn")
+    with pytest.raises(ValueError, match="positive integer"):
+        workloads.get("gemm:-3")
+    with pytest.raises(TypeError):
+        workloads.get(3.5)
+    with pytest.raises(ValueError, match="empty"):
+        workloads.resolve_list([])
+    assert workloads.get("gemm:512").configs("cuda")[0].params["n"] == 512
+
+
+def test_resnet50_op_list_matches_its_published_size():
+    r = workloads.get("resnet50")
+    assert not r.measurable
+    assert resnet50.parameters() == 25_557_032            # torchvision's resnet50 count
+    ops = r.ops(Config(1, ""), "float16")
+    fwd = sum(o.flops for o in ops if o.phase == "forward" and o.kind in ("conv2d_fwd", "gemm"))
+    assert fwd == pytest.approx(2 * 4.089e9, rel=0.01)   # 4.09 GMACs per 224x224 image
+    with pytest.raises(workloads.NotMeasurable, match="issue 9"):
+        r.prepare("cpu", Config(1, ""), "float32")
+
+
+def test_memory_model_is_linear_and_max_batch_fits(cnn):
+    descs = cnn.descs("float32")
+    m1 = memory.plan_memory(descs, 100)["total"]
+    m2 = memory.plan_memory(descs, 200)["total"]
+    m3 = memory.plan_memory(descs, 300)["total"]
+    assert m3 - m2 == m2 - m1 > 0
+    cap = 16e9
+    b = memory.max_batch(descs, cap)
+    assert memory.plan_memory(descs, b)["total"] + memory.CONTEXT_RESERVE_BYTES <= cap
+    assert memory.plan_memory(descs, b + 1)["total"] + memory.CONTEXT_RESERVE_BYTES > cap
+    # weights + gradients + Adam's two moments: 4 float32 copies of the 93,322 parameters
+    parts = memory.plan_memory(descs, 1)
+    assert parts["weights"] + parts["gradients"] + parts["optimizer_state"] == 4 * 4 * 93_322
+
+
+def test_costs_of_an_op():
+    op = costs.conv2d("c", "fwd", 2, 8, 8, 3, 4, 3, 3, 6, 6, dtype="float16", tf32=False)
+    assert op.flops == 2 * 2 * 6 * 6 * 4 * 3 * 3 * 3
+    assert op.bytes == 2 * (2 * 8 * 8 * 3 + 3 * 3 * 3 * 4 + 2 * 6 * 6 * 4)
+    assert op.unit == "fp16" and math.isfinite(op.intensity)
+    assert costs.copy("x", 1000).bytes == 2000
