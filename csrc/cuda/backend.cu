@@ -187,23 +187,34 @@ static void cu_err_text(CUresult r, char *buf, size_t n)
 
 /* Makes the device's context current on the calling thread: the green context when the
  * backend is confined, else the primary one (cudaSetDevice). The one place that picks
- * the context: every entry point, release and teardown goes through it. */
-static gc_status make_current(cuda_state *s)
+ * the context: every entry point, release and teardown goes through it. Returns 0 on
+ * success, else -1 with the reason in why (when given); it records no gc_fail message,
+ * so release and teardown after an error keep that error's message. */
+static int set_current(cuda_state *s, char *why, size_t n)
 {
 #if CUDA_VERSION >= 12040
     if (s->green) {
         CUresult r = g_green.CtxSetCurrent(s->ctx);
-        if (r != CUDA_SUCCESS) {
-            char why[256];
-            cu_err_text(r, why, sizeof why);
-            return gc_fail(GC_ERR_BACKEND, "cuda:%d: cannot make the GPUCMP_CUDA_SMS green context current: %s",
-                           s->dev, why);
-        }
-        return GC_OK;
+        if (r == CUDA_SUCCESS) return 0;
+        if (why) cu_err_text(r, why, n);
+        return -1;
     }
 #endif
-    GC_CUDA_TRY(cudaSetDevice(s->dev));
-    return GC_OK;
+    cudaError_t e = cudaSetDevice(s->dev);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    if (why) snprintf(why, n, "%s", cudaGetErrorString(e));
+    return -1;
+}
+
+static gc_status make_current(cuda_state *s)
+{
+    char why[256];
+    if (set_current(s, why, sizeof why) == 0) return GC_OK;
+    if (s->green)
+        return gc_fail(GC_ERR_BACKEND, "cuda:%d: cannot make the GPUCMP_CUDA_SMS green context current: %s",
+                       s->dev, why);
+    return gc_fail(GC_ERR_BACKEND, "cuda:%d: cudaSetDevice failed: %s", s->dev, why);
 }
 
 /* Records the first-use failure of the confinement: every later use repeats it. */
@@ -316,11 +327,9 @@ extern "C" gc_status gc_cuda_set_device(const gc_backend *be)
     if (s->init_failed) {
         st = gc_fail(s->init_status, "%s", s->init_msg);
     } else if (!s->ready) {
-        cudaError_t e = cudaSetDevice(s->dev);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            st = gc_fail(GC_ERR_BACKEND, "cuda:%d: cudaSetDevice failed: %s", s->dev, cudaGetErrorString(e));
-        } else if (g_sms_mode != 0) {
+        cudaError_t e = cudaSuccess;
+        st = s->green ? GC_OK : make_current(s); /* the primary context: a green one retains it */
+        if (st == GC_OK && g_sms_mode != 0) {
             /* green_create leaves the green context current; a retry after a failed
              * allocation below finds it made */
             st = s->green ? make_current(s) : green_create(s);
@@ -558,8 +567,8 @@ static void cu_release(const gc_backend *be, void *ptr)
     cuda_state *s = st_of(be);
     if (!s) return;
     size_t n = tab_take(s, ptr);
-    if (make_current(s) != GC_OK) {
-        gc_clear_error(); /* nothing to report from a void function; the block stays counted */
+    if (set_current(s, NULL, 0) != 0) {
+        /* nothing to report from a void function; the block stays counted */
     } else if (cudaFree(ptr) != cudaSuccess) {
         (void)cudaGetLastError();
     } else if (n) {
@@ -749,7 +758,7 @@ static void cu_graph_destroy(const gc_backend *be, void *graph)
     if (!graph) return;
     cuda_state *s = st_of(be);
     if (!s) return;
-    if (make_current(s) != GC_OK) gc_clear_error(); /* nothing to report from a void function */
+    (void)set_current(s, NULL, 0); /* nothing to report from a void function */
     if (cudaGraphExecDestroy((cudaGraphExec_t)graph) != cudaSuccess) (void)cudaGetLastError();
     pthread_mutex_lock(&s->mu);
     if (s->live_graphs > 0) s->live_graphs--;
