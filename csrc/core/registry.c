@@ -77,3 +77,22 @@ gc_status gc_backend_get(const char *name, const gc_backend **out)
     return gc_fail(GC_ERR_INVALID_ARG, "backend: unknown or unavailable device '%s' (available: %s)",
                    name, known);
 }
+
+/* ------------------------------------------------------------------ memory accounting
+ * The backends count their own memory (gc_mem_counter); these wrappers only make the
+ * optional slots safe to call on any backend. */
+gc_status gc_backend_memory_stats(const gc_backend *be, gc_memory_stats *out)
+{
+    if (!out) return gc_fail(GC_ERR_INVALID_ARG, "memory_stats: no output");
+    out->allocated_bytes = out->peak_bytes = 0;
+    out->device_free_bytes = out->device_total_bytes = -1;
+    if (!be) return gc_fail(GC_ERR_INVALID_ARG, "memory_stats: no backend");
+    if (!be->memory_stats)
+        return gc_fail(GC_ERR_UNSUPPORTED, "memory_stats: backend '%s' does not count its memory", be->name);
+    return be->memory_stats(be, out);
+}
+
+void gc_backend_reset_peak(const gc_backend *be)
+{
+    if (be && be->reset_peak) be->reset_peak(be);
+}

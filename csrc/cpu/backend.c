@@ -2,27 +2,59 @@
  *
  * Memory is 64-byte aligned host memory (cache lines, AVX-512 loads). Kernels take
  * float32 only; core converts f16/bf16 storage at the edges through gc_cpu_op_cast.
- * The table is filled by the X-macro, so an op without a CPU adapter fails to link. */
+ * The table is filled by the X-macro, so an op without a CPU adapter fails to link.
+ *
+ * Memory accounting (the memory_stats slot): every block carries a 64-byte header in
+ * front of the pointer handed out, holding the block's size, so release knows what to
+ * subtract without a table; the header is one alignment unit, so the pointer keeps
+ * its 64-byte alignment. The counter is lock-free (gc_mem_counter, gpucmp.h). */
 #include "cpu_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#define CPU_HEADER ((size_t)64) /* a multiple of the alignment */
+
+static gc_mem_counter cpu_mem;
+
 static gc_status cpu_alloc(const gc_backend *be, size_t nbytes, void **out)
 {
     (void)be;
     size_t rounded = (nbytes + 63u) & ~(size_t)63u;
-    if (rounded < nbytes) return gc_fail(GC_ERR_NOMEM, "cpu: allocation of %zu bytes overflows", nbytes);
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (rounded < nbytes || rounded > (size_t)INT64_MAX - CPU_HEADER - 64)
+        return gc_fail(GC_ERR_NOMEM, "cpu: allocation of %zu bytes overflows", nbytes);
+    size_t total = (rounded ? rounded : 64) + CPU_HEADER;
+    char *p = (char *)aligned_alloc(64, total);
     if (!p) return gc_fail(GC_ERR_NOMEM, "cpu: cannot allocate %zu bytes of host memory", nbytes);
-    *out = p;
+    memcpy(p, &total, sizeof total);
+    gc_mem_add(&cpu_mem, (int64_t)total);
+    *out = p + CPU_HEADER;
     return GC_OK;
 }
 
 static void cpu_release(const gc_backend *be, void *ptr)
 {
     (void)be;
-    free(ptr);
+    if (!ptr) return;
+    char *p = (char *)ptr - CPU_HEADER;
+    size_t total;
+    memcpy(&total, p, sizeof total);
+    gc_mem_sub(&cpu_mem, (int64_t)total);
+    free(p);
+}
+
+static gc_status cpu_memory_stats(const gc_backend *be, gc_memory_stats *out)
+{
+    (void)be;
+    gc_mem_read(&cpu_mem, &out->allocated_bytes, &out->peak_bytes);
+    out->device_free_bytes = out->device_total_bytes = -1;
+    return GC_OK;
+}
+
+static void cpu_reset_peak(const gc_backend *be)
+{
+    (void)be;
+    gc_mem_reset_peak(&cpu_mem);
 }
 
 static gc_status cpu_copy(const gc_backend *be, void *dst, const void *src, size_t nbytes)
@@ -61,6 +93,8 @@ static const gc_backend cpu_backend = {
         GC_OP_LIST(X)
 #undef X
     },
+    .memory_stats = cpu_memory_stats,
+    .reset_peak = cpu_reset_peak,
     .impl = NULL,
 };
 

@@ -235,6 +235,41 @@ typedef gc_status (*gc_op_fn)(const gc_backend *be, const gc_op_call *call);
 struct gc_opt_hparams; /* below, with the plan */
 struct gc_opt_slot;
 
+/* Memory accounting of one backend (its memory_stats slot). allocated_bytes: what the
+ * backend holds now for its allocations -- every be->alloc not yet released, plus its
+ * own device buffers (a GPU backend's workspace, scratch, error flags); peak_bytes: the
+ * high-water mark of allocated_bytes since start or the last reset_peak. The device
+ * figures come from the driver (cudaMemGetInfo): -1 where the backend has none (CPU). */
+typedef struct {
+    int64_t allocated_bytes, peak_bytes;
+    int64_t device_free_bytes, device_total_bytes;
+} gc_memory_stats;
+
+/* The counter the backends keep: lock-free (GCC/Clang __atomic builtins, usable from C
+ * and from nvcc's host code alike), so alloc and release from any thread stay exact.
+ * The peak is raised with a compare-and-swap loop; a reset sets it to the current value. */
+typedef struct {
+    int64_t cur, peak;
+} gc_mem_counter;
+static inline void gc_mem_add(gc_mem_counter *c, int64_t n)
+{
+    int64_t now = __atomic_add_fetch(&c->cur, n, __ATOMIC_RELAXED);
+    int64_t p = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+    while (now > p && !__atomic_compare_exchange_n(&c->peak, &p, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+static inline void gc_mem_sub(gc_mem_counter *c, int64_t n) { __atomic_sub_fetch(&c->cur, n, __ATOMIC_RELAXED); }
+static inline void gc_mem_read(const gc_mem_counter *c, int64_t *cur, int64_t *peak)
+{
+    *cur = __atomic_load_n(&c->cur, __ATOMIC_RELAXED);
+    *peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+    if (*peak < *cur) *peak = *cur; /* an add between the two loads */
+}
+static inline void gc_mem_reset_peak(gc_mem_counter *c)
+{
+    __atomic_store_n(&c->peak, __atomic_load_n(&c->cur, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
 struct gc_backend {
     const char *name;          /* "cpu", "cuda" */
     int device_index;
@@ -262,6 +297,12 @@ struct gc_backend {
     gc_status (*optim_multi)(const gc_backend *be, const struct gc_opt_hparams *hp, const float *dyn,
                              const float *skip, const struct gc_opt_slot *slots, int n_slots,
                              int64_t max_n);
+    /* Optional: the backend's memory accounting (gc_memory_stats) and a reset of its
+     * peak to the current value. Call them through gc_backend_memory_stats /
+     * gc_backend_reset_peak, which are NULL-safe. A GPU backend initialises its device
+     * (as its first op would) to ask the driver for free / total memory. */
+    gc_status (*memory_stats)(const gc_backend *be, gc_memory_stats *out);
+    void (*reset_peak)(const gc_backend *be);
     void *impl;                /* backend private state */
 };
 
@@ -280,6 +321,10 @@ gc_status gc_backend_get(const char *name, const gc_backend **out);
 int gc_backend_count(void);
 const gc_backend *gc_backend_at(int i);
 gc_status gc_backend_register(const gc_backend *be);
+/* The memory_stats / reset_peak slots of `be`; a backend without the slot reports
+ * GC_ERR_UNSUPPORTED (stats zeroed, device figures -1) and ignores the reset. */
+gc_status gc_backend_memory_stats(const gc_backend *be, gc_memory_stats *out);
+void gc_backend_reset_peak(const gc_backend *be);
 
 /* Validates the call against the op's shape / param rules (core/validate.c) and
  * runs it on `be`, converting f16/bf16 storage through f32 temporaries when the

@@ -1,4 +1,5 @@
-/* bench.c -- gpucmp._core.bench_gemm / bench_conv: time one op on backend-resident data.
+/* bench.c -- gpucmp._core.bench_gemm / bench_conv / bench_copy: time one op or one copy on
+ * backend-resident data.
  *
  * What it provides: two module functions (added by gpucmp_add_bench, bench.h) that
  * return the median seconds of one GEMM or one convolution pass on a backend ('cpu',
@@ -17,7 +18,9 @@
  * for users. dtype 'float32' is exact float32 (allow_tf32 off for the call), 'tfloat32'
  * lets GPU backends use TF32 (on for the call); the setting is restored afterwards.
  * Everything between argument parsing and the result runs with the GIL released and
- * has one cleanup path; a status becomes the same exception as in module.c. */
+ * has one cleanup path; a status becomes the same exception as in module.c.
+ * bench_copy times the backend's device-to-device copy the same way (the harness's
+ * bandwidth workload); both share the sampling loop (bench_sample). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -122,7 +125,7 @@ static int bench_counts(const char *fn, int repeats, int warmup, int inner)
     return 0;
 }
 
-static const gc_backend *bench_backend(PyObject *name, const char *fn)
+const gc_backend *bench_backend(PyObject *name, const char *fn)
 {
     if (!PyUnicode_Check(name)) {
         PyErr_Format(PyExc_TypeError, "%s: device must be a string such as 'cpu' or 'cuda:0', got %R", fn, name);
@@ -218,11 +221,52 @@ static gc_status bench_make(const gc_backend *be, gc_tensor *t, int random, void
 
 static int bench_is_float(gc_dtype d) { return d == GC_F32 || d == GC_F16 || d == GC_BF16; }
 
+/* The timing both jobs share: `warmup` steps and a sync, then `repeats` samples of
+ * `inner` steps between two be->sync on the monotonic clock; *median = the median
+ * sample / inner. step(ctx) is one timed call; its first failure ends the run. */
+typedef gc_status (*bench_step_fn)(const gc_backend *be, void *ctx);
+
+static gc_status bench_sample(const gc_backend *be, bench_step_fn step, void *ctx, int warmup, int repeats,
+                              int inner, double *median)
+{
+    gc_status s = GC_OK;
+    for (int w = 0; w < warmup && s == GC_OK; w++) s = step(be, ctx);
+    if (s == GC_OK) s = be->sync(be);
+    if (s) return s;
+    double *times = (double *)malloc((size_t)repeats * sizeof(double));
+    if (!times) return gc_fail(GC_ERR_NOMEM, "bench: no host memory");
+    for (int r = 0; r < repeats && s == GC_OK; r++) {
+        double t0 = bench_now();
+        for (int i = 0; i < inner && s == GC_OK; i++) s = step(be, ctx);
+        if (s == GC_OK) s = be->sync(be);
+        double t1 = bench_now();
+        times[r] = (t1 - t0) / (double)inner;
+    }
+    if (s == GC_OK) {
+        qsort(times, (size_t)repeats, sizeof(double), bench_cmp);
+        *median = repeats % 2 ? times[repeats / 2] : 0.5 * (times[repeats / 2 - 1] + times[repeats / 2]);
+    }
+    free(times);
+    return s;
+}
+
+/* one op call: the backend's slot when it takes the dtypes natively, else through core */
+typedef struct {
+    gc_op_fn fn;
+    int direct;
+    gc_op_call *call;
+} bench_op_ctx;
+
+static gc_status bench_op_step(const gc_backend *be, void *ctx)
+{
+    bench_op_ctx *c = (bench_op_ctx *)ctx;
+    return c->direct ? c->fn(be, c->call) : gc_op_run(be, c->call);
+}
+
 /* Runs the job; GIL released by the caller. */
 static gc_status bench_run(const gc_backend *be, bench_job *j, double *median)
 {
     void *dev_in[GC_MAX_OP_IN] = {0}, *dev_out[GC_MAX_OP_OUT] = {0};
-    double *times = NULL;
     int old_tf32 = gc_get_allow_tf32();
     int direct = 0;
     gc_op_fn fn = be->ops[j->op];
@@ -258,27 +302,9 @@ static gc_status bench_run(const gc_backend *be, bench_job *j, double *median)
     /* the first call goes through gc_op_run: every core check (vendor on a host backend,
      * a missing slot) is made there and reported as such */
     s = gc_op_run(be, &call);
-    for (int w = 1; w < j->warmup && s == GC_OK; w++) s = direct ? fn(be, &call) : gc_op_run(be, &call);
-    if (s == GC_OK) s = be->sync(be);
-    if (s) goto done;
-
-    times = (double *)malloc((size_t)j->repeats * sizeof(double));
-    if (!times) {
-        s = gc_fail(GC_ERR_NOMEM, "bench: no host memory");
-        goto done;
-    }
-    for (int r = 0; r < j->repeats; r++) {
-        double t0 = bench_now();
-        for (int i = 0; i < j->inner && s == GC_OK; i++) s = direct ? fn(be, &call) : gc_op_run(be, &call);
-        if (s == GC_OK) s = be->sync(be);
-        double t1 = bench_now();
-        if (s) goto done;
-        times[r] = (t1 - t0) / (double)j->inner;
-    }
-    qsort(times, (size_t)j->repeats, sizeof(double), bench_cmp);
-    {
-        int r = j->repeats;
-        *median = r % 2 ? times[r / 2] : 0.5 * (times[r / 2 - 1] + times[r / 2]);
+    if (s == GC_OK) {
+        bench_op_ctx ctx = {fn, direct, &call};
+        s = bench_sample(be, bench_op_step, &ctx, j->warmup > 1 ? j->warmup - 1 : 0, j->repeats, j->inner, median);
     }
 
 done:
@@ -289,7 +315,6 @@ done:
         if (dev_in[k]) be->release(be, dev_in[k]);
     for (int k = 0; k < GC_MAX_OP_OUT; k++)
         if (dev_out[k]) be->release(be, dev_out[k]);
-    free(times);
     return s;
 }
 
@@ -445,6 +470,95 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     return bench_finish(be, &j);
 }
 
+/* ------------------------------------------------------------------ bench_copy
+ * One device-to-device copy through be->copy: source and destination allocated on the
+ * backend, the source filled once with random values (bench_make), then bench_sample. */
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} bench_copy_ctx;
+
+static gc_status bench_copy_step(const gc_backend *be, void *ctx)
+{
+    bench_copy_ctx *c = (bench_copy_ctx *)ctx;
+    return be->copy(be, c->dst, c->src, c->nbytes);
+}
+
+/* GIL released by the caller */
+static gc_status bench_copy_run(const gc_backend *be, size_t nbytes, int warmup, int repeats, int inner,
+                                double *median)
+{
+    void *dst = NULL, *src = NULL;
+    gc_clear_error();
+    gc_status s = be->alloc(be, nbytes, &dst); /* the destination first: a size too large fails here */
+    if (s == GC_OK) s = be->fill_zero(be, dst, nbytes);
+    if (s == GC_OK) {
+        int64_t n4 = (int64_t)((nbytes + 3) / 4); /* float32 values covering nbytes */
+        gc_tensor t = gc_tensor_make(NULL, GC_F32, 1, &n4);
+        s = bench_make(be, &t, 1, &src);
+    }
+    if (s == GC_OK) {
+        bench_copy_ctx ctx = {dst, src, nbytes};
+        s = bench_sample(be, bench_copy_step, &ctx, warmup, repeats, inner, median);
+    }
+    if (src) be->release(be, src);
+    if (dst) be->release(be, dst);
+    return s;
+}
+
+#define BENCH_COPY_TARGET_BYTES ((long long)256 << 20) /* inner=None: copies per sample >= this */
+
+static PyObject *py_bench_copy(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"device", "nbytes", "repeats", "inner", "warmup", NULL};
+    PyObject *device, *inner_o = Py_None, *warmup_o = Py_None;
+    long long nbytes;
+    int repeats = 20;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OL|iOO:bench_copy", kwlist, &device, &nbytes, &repeats, &inner_o,
+                                     &warmup_o))
+        return NULL;
+    const char *fn = "bench_copy";
+    if (nbytes < 1)
+        return PyErr_Format(PyExc_ValueError, "%s: nbytes must be >= 1, got %lld", fn, nbytes);
+    if ((unsigned long long)nbytes > (unsigned long long)(SIZE_MAX / 2))
+        return PyErr_Format(PyExc_MemoryError, "%s: nbytes=%lld is too large to allocate", fn, nbytes);
+    long inner = 0, warmup = 0;
+    if (inner_o == Py_None) {
+        long long want = (BENCH_COPY_TARGET_BYTES + nbytes - 1) / nbytes;
+        inner = (long)(want < 1 ? 1 : want > 1000 ? 1000 : want);
+    } else {
+        if (!PyLong_Check(inner_o))
+            return PyErr_Format(PyExc_TypeError, "%s: inner must be an int or None, got %R", fn, inner_o);
+        inner = PyLong_AsLong(inner_o);
+        if (inner == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (warmup_o == Py_None) {
+        warmup = inner; /* one sample's worth */
+    } else {
+        if (!PyLong_Check(warmup_o))
+            return PyErr_Format(PyExc_TypeError, "%s: warmup must be an int or None, got %R", fn, warmup_o);
+        warmup = PyLong_AsLong(warmup_o);
+        if (warmup == -1 && PyErr_Occurred()) return NULL;
+    }
+    /* (clamped to int for bench_counts, which rejects anything outside its ranges) */
+    inner = inner < INT32_MIN ? INT32_MIN : inner > INT32_MAX ? INT32_MAX : inner;
+    warmup = warmup < INT32_MIN ? INT32_MIN : warmup > INT32_MAX ? INT32_MAX : warmup;
+    if (bench_counts(fn, repeats, (int)warmup, (int)inner)) return NULL;
+    const gc_backend *be = bench_backend(device, fn);
+    if (!be) return NULL;
+
+    double median = 0.0;
+    gc_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = bench_copy_run(be, (size_t)nbytes, (int)warmup, repeats, (int)inner, &median);
+    Py_END_ALLOW_THREADS
+    if (s) return gc_py_raise(s);
+    return PyFloat_FromDouble(median);
+}
+
 /* ------------------------------------------------------------------ registration */
 
 static PyMethodDef bench_methods[] = {
@@ -461,6 +575,12 @@ static PyMethodDef bench_methods[] = {
      "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), no bias:\n"
      "which = 'fwd' (y), 'bwd_data' (dx from dy) or 'bwd_filter' (dw from x, dy). dtype and impl as for\n"
      "bench_gemm ('vendor' = cuDNN)."},
+    {"bench_copy", (PyCFunction)(void (*)(void))py_bench_copy, METH_VARARGS | METH_KEYWORDS,
+     "bench_copy(device, nbytes, repeats=20, inner=None, warmup=None) -> float\n\n"
+     "Median seconds of one device-to-device copy of nbytes bytes through the backend's copy (source and\n"
+     "destination in backend memory, the source random). Each of `repeats` samples times `inner` copies\n"
+     "between two backend syncs; inner=None copies at least 256 MiB per sample (1 to 1000 copies);\n"
+     "warmup=None runs one sample's worth of copies first. MemoryError when the buffers do not fit."},
     {NULL, NULL, 0, NULL}};
 
 int gpucmp_add_bench(PyObject *module)

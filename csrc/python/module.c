@@ -22,6 +22,7 @@
 #include "gpucmp.h"
 #include "cpu_kernels.h"
 #include "bench.h"
+#include "device_api.h"
 
 #ifdef GPUCMP_WITH_CUDA
 extern gc_status gc_cuda_register_all(void);
@@ -1398,7 +1399,7 @@ PyMODINIT_FUNC PyInit__core(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (gpucmp_add_bench(m) < 0) {
+    if (gpucmp_add_bench(m) < 0 || gpucmp_add_device_api(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
