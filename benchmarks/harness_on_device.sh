@@ -37,7 +37,8 @@ for stage in "$@"; do
       tests/harness tests/test_cuda_fast_paths.py tests/test_plan_resident.py ;;
   calibrate)
     run python3 -m gpucmp devices
-    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json"
+    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" \
+      --ops-budget-s "${OPS_BUDGET_S:-150}"
     CAL=$OUT/calibration.json ;;
   bench)
     run timeout 240 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth --precision float32 float16 \
@@ -46,7 +47,10 @@ for stage in "$@"; do
     run timeout 100 python3 benchmarks/bench_gemm.py --no-cpu --gpu-sizes 8192 --repeats 10
     run timeout 100 python3 benchmarks/bench_conv.py --device cuda:0 --repeats 10 --no-torch
     run timeout 150 python3 benchmarks/bench_cnn.py --devices cuda:0 --frameworks gpucmp --samples 60000 \
-      --repeats 3 --batch-sizes 32 128 --precision float32 mixed_float16 ;;
+      --repeats 3 --batch-sizes 32 128 --precision ${CNN_PRECISIONS:-float32 mixed_float16} ;;
+  standalone-cnn)
+    run timeout 100 python3 benchmarks/bench_cnn.py --devices cuda:0 --frameworks gpucmp --samples 60000 \
+      --repeats 3 --batch-sizes 32 128 --precision float32 ;;
   partitions)
     for n in ${PARTITIONS:-16 32 64}; do
       GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth \

@@ -50,7 +50,6 @@ def main():
         cal["peaks"]["per_sm_copy_from"] = f"bandwidth workload measured on {fitted_sms} SMs"
         if a.write_calibration:
             results._atomic_write(a.write_calibration, json.dumps(cal, indent=1, sort_keys=True) + "\n")
-    origin = projection.origin_model(cal)
     lines = ["| workload | precision | batch | SMs | measured step | projected step | error |",
              "|---|---|---|---|---|---|---|"]
     errors = []
@@ -64,7 +63,7 @@ def main():
                 continue
             c = cfgs[0]
             sms = int(r["sms"])
-            p = projection.project(w, cal["gpu"], r["precision"], c, cal, origin, sms=sms)
+            p = projection.project(w, cal["gpu"], r["precision"], c, cal, sms=sms)
             err = p["step_time_s"] / r["step_time_s"] - 1
             fitted = w.name == "bandwidth" and sms == fitted_sms
             if not fitted:

@@ -15,9 +15,11 @@ so the shipped numbers are reproducible with one command on the card they name.
 """
 import datetime
 import json
+import math
 import platform
 
 from . import devices as devices_mod
+from . import energy
 from . import results
 from . import workloads as wl
 from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION
@@ -25,7 +27,7 @@ from .workloads.base import canonical_precision
 
 BENCH_DTYPE = {"fp32": "float32", "tf32": "tfloat32", "fp16": "float16", "bf16": "bfloat16"}
 PEAK_N = 8192
-COPY_BYTES = 1 << 30
+COPY_BYTES = 1 << 30        # the bandwidth workload's copy on a GPU
 SAMPLE_S = 0.02
 
 
@@ -41,38 +43,66 @@ def _timed(fn, target_s=SAMPLE_S, repeats=5):
     return fn(inner, repeats)
 
 
-def measure_peaks(device, n=PEAK_N, copy_bytes=COPY_BYTES):
+def measure_peaks(device, n=PEAK_N, repeats=3):
+    """The card's sustained achievable peaks through benchmark(): the n^3 GEMM per precision
+    and the 1 GiB copy, each with the SM clock and power it held (the projection's clock
+    model needs both); the conv rows come along as further sustained kernel steps. Returns
+    (peaks, kernel rows)."""
+    from .runner import benchmark
     core = _core()
-    flops = {}
-    for unit in UNIT_COLUMN:
-        dt = BENCH_DTYPE[unit]
-        sec = _timed(lambda inner, reps: core.bench_gemm(device, n, n, n, dt, repeats=reps, warmup=1, inner=inner),
-                     0.2, 5)
-        flops[PEAK_PRECISION[unit]] = 2.0 * n ** 3 / sec
-    sec = _timed(lambda inner, reps: core.bench_copy(device, copy_bytes, repeats=reps, inner=inner), 0.2, 5)
+    df = benchmark([f"gemm:{n}", "conv", "bandwidth"], [device], ["float32", "tf32", "float16", "bfloat16"],
+                   repeats=repeats, min_sample_s=0.5)
+    rows = [{"workload": r["workload"], "precision": r["precision"], "batch_size": int(r["batch_size"]),
+             "step_time_s": float(r["step_time_s"]), "sm_clock_mhz": float(r["sm_clock_mhz"]),
+             "avg_power_w": float(r["avg_power_w"])} for r in df.to_dict("records")]
+    gemm = {r["precision"]: r for r in rows if r["workload"] == "gemm"}
+    copy = next(r for r in rows if r["workload"] == "bandwidth")
     launch = _timed(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps, warmup=5,
                                                         inner=inner), 0.05, 7)
-    return {"gemm_flops": flops, "gemm_n": n, "copy_bytes_per_s": 2.0 * copy_bytes / sec, "copy_bytes": copy_bytes,
-            "launch_s": launch}
+    peaks = {"gemm_flops": {p: 2.0 * n ** 3 / r["step_time_s"] for p, r in gemm.items()},
+             "gemm_clock_mhz": {p: r["sm_clock_mhz"] for p, r in gemm.items()}, "gemm_n": n,
+             "copy_bytes_per_s": 2.0 * COPY_BYTES / copy["step_time_s"], "copy_bytes": COPY_BYTES,
+             "launch_s": launch}
+    return peaks, rows
 
 
-def _bench_op(device, op):
-    core, e, dt = _core(), op.extra, BENCH_DTYPE[op.unit]
+def _idle_power(device, info):
+    mod, h = energy.nvml_handle(info.get("pci_bus_id"), int(device.split(":")[1]))
+    try:
+        return mod.nvmlDeviceGetPowerUsage(h) / 1000.0 if h is not None else math.nan
+    except Exception:
+        return math.nan
+
+
+def _sized(fn, estimate_s, target_s=SAMPLE_S, repeats=5):
+    """fn(inner, repeats) with inner sized from an estimate of one call (one core call, no probe)."""
+    return fn(max(1, min(10000, int(target_s / max(estimate_s, 1e-6)))), repeats)
+
+
+def _bench_op(device, op, estimate_s):
+    core, e = _core(), op.extra
     if op.kind == "copy":
         nbytes = int(op.bytes // 2)
-        return _timed(lambda inner, reps: core.bench_copy(device, nbytes, repeats=reps, inner=inner))
+        return _sized(lambda inner, reps: core.bench_copy(device, nbytes, repeats=reps, inner=inner), estimate_s)
+    dt = BENCH_DTYPE[op.unit]
     if op.kind == "gemm":
-        return _timed(lambda inner, reps: core.bench_gemm(device, e["m"], e["n"], e["k"], dt, repeats=reps,
+        return _sized(lambda inner, reps: core.bench_gemm(device, e["m"], e["n"], e["k"], dt, repeats=reps,
                                                           trans_a=e["trans_a"], trans_b=e["trans_b"], warmup=2,
-                                                          inner=inner))
-    return _timed(lambda inner, reps: core.bench_conv(device, e["n"], e["h"], e["w"], e["c"], e["f"], e["kh"],
+                                                          inner=inner), estimate_s)
+    return _sized(lambda inner, reps: core.bench_conv(device, e["n"], e["h"], e["w"], e["c"], e["f"], e["kh"],
                                                       e["kw"], strides=e["strides"], padding=e["padding"], dtype=dt,
-                                                      which=e["which"], repeats=reps, warmup=2, inner=inner))
+                                                      which=e["which"], repeats=reps, warmup=2, inner=inner),
+                  estimate_s)
 
 
 def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "resnet50"),
-              precisions=("float32", "float16", "bfloat16"), batch_sizes=None, step_repeats=3, progress=None):
-    """Measure the calibration of `device` (see the module docstring)."""
+              precisions=("float32", "float16"), batch_sizes=None, step_repeats=3, progress=None,
+              ops_budget_s=None, path=None):
+    """Measure the calibration of `device` (see the module docstring). ops_budget_s bounds
+    the time spent timing single ops (those left are projected from their kind's measured
+    efficiency); path, when given, is written after each phase, so a cut-off run keeps
+    what it measured."""
+    import time
     from .runner import benchmark
     core = _core()
     device = devices_mod.check_device(device)
@@ -82,13 +112,40 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     if not record.get("gpu"):
         raise ValueError(f"calibrate: {record.get('name')!r} has no row in the spec database")
     info = dict(core.device_info(device))
-    peaks = measure_peaks(device)
+    power = {"idle_w": _idle_power(device, info), "limit_w": record.get("power_limit_w"),
+             "max_sm_clock_mhz": record.get("max_sm_clock_mhz")}
+    peaks, kernels = measure_peaks(device)
     origin = DeviceModel(record["gpu"], int(info["sms"]),
                          {u: peaks["gemm_flops"][PEAK_PRECISION[u]] for u in UNIT_COLUMN},
                          peaks["copy_bytes_per_s"], peaks["launch_s"])
     ws = wl.resolve_list(list(workloads))
     precs = [canonical_precision(p) for p in precisions]
-    ops = {}
+    ops, skipped = {}, []
+    models = [w for w in ws if w.kind == "model" and w.measurable]
+    steps = []
+    from .. import __version__
+
+    def result():
+        return {
+            "schema": CALIBRATION_SCHEMA, "gpu": record["gpu"], "sms": int(info["sms"]),
+            "provenance": {"device": record["name"], "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"), "driver": record.get("driver_version"), "cuda_runtime": info.get("runtime_version"),
+                "gpucmp": __version__, "host": platform.node(), "sm_clock_mhz": record.get("sm_clock_mhz"),
+                "power_limit_w": record.get("power_limit_w"), "sm_limit": info.get("sm_limit"),
+                "command": "gpucmp calibrate"},
+            "peaks": peaks, "power": power, "kernels": kernels, "ops": ops, "steps": steps,
+            "skipped_ops": skipped,
+        }
+    if path:
+        save(result(), path)
+    if models:
+        df = benchmark(models, [device], precs, batch_sizes, repeats=step_repeats, min_sample_s=0.5,
+                       progress=progress)
+        steps = [{"workload": r["workload"], "precision": r["precision"], "batch_size": int(r["batch_size"]),
+                  "step_time_s": float(r["step_time_s"]), "peak_memory_bytes": r["peak_memory_bytes"],
+                  "modeled_memory_bytes": r["modeled_memory_bytes"], "sm_clock_mhz": float(r["sm_clock_mhz"]),
+                  "avg_power_w": float(r["avg_power_w"])} for r in df.to_dict("records")]
+    t_start = time.perf_counter()            # the ops budget starts once the steps are measured
     for w in ws:
         for p in precs:
             if not w.supports(p):
@@ -97,26 +154,22 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                 for op in w.ops(c, p):
                     if op.kind in ("gemm", "copy") or op.kind.startswith("conv2d_"):
                         if op.key and op.key not in ops:
-                            sec = _bench_op(device, op)
+                            if ops_budget_s is not None and time.perf_counter() - t_start > ops_budget_s:
+                                skipped.append(f"{op.key}: not timed (ops budget of {ops_budget_s} s spent)")
+                                continue
+                            try:
+                                sec = _bench_op(device, op, 2 * origin.roofline(op) + peaks["launch_s"])
+                            except (ValueError, NotImplementedError, RuntimeError, MemoryError) as exc:
+                                skipped.append(f"{op.key}: {exc}")
+                                continue
                             ops[op.key] = {"seconds": sec, "kind": op.kind, "unit": op.unit, "flops": op.flops,
                                            "bytes": op.bytes, "blocks": op.blocks, "roofline_s": origin.roofline(op)}
-    models = [w for w in ws if w.kind == "model" and w.measurable]
-    steps = []
-    if models:
-        df = benchmark(models, [device], precs, batch_sizes, repeats=step_repeats, min_sample_s=0.5,
-                       progress=progress)
-        steps = [{"workload": r["workload"], "precision": r["precision"], "batch_size": int(r["batch_size"]),
-                  "step_time_s": float(r["step_time_s"]), "peak_memory_bytes": r["peak_memory_bytes"],
-                  "modeled_memory_bytes": r["modeled_memory_bytes"]} for r in df.to_dict("records")]
-    from .. import __version__
-    return {
-        "schema": CALIBRATION_SCHEMA, "gpu": record["gpu"], "sms": int(info["sms"]),
-        "provenance": {"device": record["name"], "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"), "driver": record.get("driver_version"), "cuda_runtime": info.get("runtime_version"),
-            "gpucmp": __version__, "host": platform.node(), "sm_clock_mhz": record.get("sm_clock_mhz"),
-            "power_limit_w": record.get("power_limit_w"), "sm_limit": info.get("sm_limit")},
-        "peaks": peaks, "ops": ops, "steps": steps,
-    }
+        if path:
+            save(result(), path)
+    cal = result()
+    if path:
+        save(cal, path)
+    return cal
 
 
 def save(cal, path):

@@ -122,9 +122,8 @@ def cmd_bench(args):
 
 
 def cmd_calibrate(args):
-    from .calibration import calibrate, save
-    cal = calibrate(args.device)
-    save(cal, args.out)
+    from .calibration import calibrate
+    cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out)
     print(f"wrote {args.out}: {cal['gpu']}, {len(cal['ops'])} ops, {len(cal['steps'])} model steps")
     return 0
 
@@ -201,6 +200,7 @@ def build_parser():
     k = sub.add_parser("calibrate", help="measure the calibration projections start from (needs a GPU)")
     k.add_argument("--device", default="cuda:0")
     k.add_argument("--out", required=True)
+    k.add_argument("--ops-budget-s", type=float, default=None, help="time spent timing single ops at most")
     k.set_defaults(func=cmd_calibrate)
 
     n = sub.add_parser("cnn", help="train the seeds' CNN on real handwritten digits")

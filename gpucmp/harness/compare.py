@@ -24,7 +24,7 @@ from .memory import CONTEXT_RESERVE_BYTES
 from .runner import benchmark, DEFAULT_PRECISIONS
 from .workloads.base import canonical_precision
 
-COLUMNS = ["gpu", "workload", "precision", "batch_size", "size", "throughput", "unit", "ratio", "step_time_s",
+COLUMNS = ["gpu", "device", "workload", "precision", "batch_size", "size", "throughput", "unit", "ratio", "step_time_s",
            "source", "perf_per_watt", "perf_per_dollar", "power_w", "price_usd", "memory_needed_bytes", "fits",
            "max_batch", "origin", "note"]
 
@@ -69,11 +69,11 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
     sizes = _batch_list(batch_sizes)
     given = [results] if isinstance(results, (str, pd.DataFrame)) or hasattr(results, "__fspath__") else (results or [])
     frames = [_load(r) for r in given]
+    _check_fit(names, ws, precs, sizes)
     if measure:
         frames += _measured_here(names, ws, precs, sizes, include_local)
     measured = _merge(frames)
     cal = calibration if isinstance(calibration, dict) else projection.load_calibration(calibration)
-    origin = projection.origin_model(cal)
     rows = []
     for w in ws:
         for p in precs:
@@ -83,13 +83,12 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
                 block = []
                 for g in names:
                     m = _find(measured, g, w.name, p, c.batch_size)
-                    row = dict(m) if m is not None else projection.project(w, g, p, c, cal, origin)
+                    row = dict(m) if m is not None else projection.project(w, g, p, c, cal)
                     block.append(_decorate(row, g, w, p, c))
                 base = block[0]["throughput"]
                 for r in block:
                     r["ratio"] = r["throughput"] / base if base and not math.isnan(base) else math.nan
                 rows.extend(block)
-    _check_fit(rows, sizes, names)
     out = pd.DataFrame(rows)
     local = _local_rows(measured, names)
     if include_local and len(local):
@@ -102,20 +101,20 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
     return out
 
 
-def _check_fit(rows, sizes, names):
-    """A batch size the user asked for that fits none of the GPUs is an error, not a table of 'no'."""
-    if not sizes:
-        return
-    for b in sizes:
-        hits = [r for r in rows if r["batch_size"] == b and not (isinstance(r["max_batch"], float)
-                                                                 and math.isnan(r["max_batch"]))]
-        if hits and not any(r["fits"] for r in hits):
-            best = {}
-            for r in hits:
-                if r["workload"] not in best or r["max_batch"] > best[r["workload"]]["max_batch"]:
-                    best[r["workload"]] = r
-            detail = "; ".join(f"{w}: at most {r['max_batch']:,} on {r['gpu']}" for w, r in best.items())
-            raise ValueError(f"batch size {b} does not fit the memory of any of {', '.join(names)} ({detail})")
+def _check_fit(names, ws, precs, sizes):
+    """A batch size the user asked for that fits none of the GPUs is an error, raised before
+    anything is measured (not a table of 'does not fit')."""
+    for w in ws:
+        if w.kind != "model" or not sizes:
+            continue
+        for p in precs:
+            if not w.supports(p):
+                continue
+            best = max(((w.max_batch(float(specs.spec(g)["memory_gb"]) * 1e9, p), g) for g in names))
+            too_big = [b for b in sizes if b > best[0]]
+            if too_big:
+                raise ValueError(f"batch size {too_big[0]} of workload '{w.name}' ({p}) does not fit the memory of "
+                                 f"any of {', '.join(names)}: at most {best[0]:,} on {best[1]}")
 
 
 def _load(r):
@@ -147,7 +146,7 @@ def _decorate(row, gpu, w, p, c):
         power = float(sp["tdp_w"])
     price = float(sp["launch_price_usd"])
     tp = float(row.get("throughput", math.nan))
-    out = {k: row.get(k) for k in ("size", "step_time_s", "source", "origin", "note")}
+    out = {k: row.get(k) for k in ("device", "size", "step_time_s", "source", "origin", "note")}
     out.update(gpu=gpu, workload=w.name, precision=p, batch_size=c.batch_size, size=row.get("size") or c.label,
                throughput=tp, unit=w.unit, power_w=power, price_usd=price,
                perf_per_watt=tp / power if power else math.nan,
@@ -169,6 +168,7 @@ def _local_rows(measured, names):
         return pd.DataFrame()
     out = other[["workload", "precision", "batch_size", "size", "throughput", "unit", "step_time_s", "source"]].copy()
     out.insert(0, "gpu", [f"this machine: {n or d}" for n, d in zip(other["device_name"], other["device"])])
+    out.insert(1, "device", other["device"].values)
     out["power_w"] = other["avg_power_w"].values
     out["origin"] = "measured here"
     return out.reset_index(drop=True)

@@ -51,7 +51,7 @@ class Unsupported(ValueError):
 class DeviceModel:
     name: str
     sms: int
-    peaks: dict                  # unit -> achievable FLOP/s
+    peaks: dict                  # unit -> achievable FLOP/s (at clock_mhz)
     bandwidth: float             # achievable bytes/s (read + written)
     launch_s: float
     per_sm_bandwidth: float = math.inf
@@ -59,6 +59,7 @@ class DeviceModel:
     tdp_w: float = math.nan
     price_usd: float = math.nan
     fallback: dict = field(default_factory=dict)   # unit -> unit used instead
+    clock_mhz: float = math.nan  # the SM clock the peaks hold at
 
     def peak(self, unit):
         unit = self.fallback.get(unit, unit)
@@ -105,30 +106,98 @@ def load_calibration(path=None):
     return cal
 
 
-def origin_model(cal):
-    """The DeviceModel of the card a calibration was measured on."""
+def gemm_clock(cal, unit):
+    """SM clock (MHz) the origin's GEMM peak of `unit` was measured at (sustained, under load)."""
+    clocks = cal["peaks"].get("gemm_clock_mhz", {})
+    prec = PEAK_PRECISION[unit]
+    if prec in clocks:
+        return float(clocks[prec])
+    if unit != "fp32" and "float16" in clocks:     # the same tensor pipes: tf32 / bf16 as fp16
+        return float(clocks["float16"])
+    return float(cal.get("power", {}).get("max_sm_clock_mhz", math.nan))
+
+
+def origin_model(cal, clock_mhz=None):
+    """The DeviceModel of the card a calibration was measured on, its peaks at clock_mhz
+    (default: the clocks they were measured at)."""
     p = cal["peaks"]
     row = specs.spec(cal["gpu"])
-    peaks = {u: p["gemm_flops"][PEAK_PRECISION[u]] for u in UNIT_COLUMN if PEAK_PRECISION[u] in p["gemm_flops"]}
+    peaks = {}
+    for u in UNIT_COLUMN:
+        if PEAK_PRECISION[u] not in p["gemm_flops"]:
+            continue
+        f = p["gemm_flops"][PEAK_PRECISION[u]]
+        g = gemm_clock(cal, u)
+        if clock_mhz is not None and not math.isnan(g):
+            f *= clock_mhz / g
+        peaks[u] = f
     return DeviceModel(cal["gpu"], int(cal.get("sms", row["sms"])), peaks, p["copy_bytes_per_s"], p["launch_s"],
                        p.get("per_sm_copy_bytes_per_s", math.inf), float(row["memory_gb"]) * 1e9,
-                       float(row["tdp_w"]), float(row["launch_price_usd"]))
+                       float(row["tdp_w"]), float(row["launch_price_usd"]),
+                       clock_mhz=clock_mhz if clock_mhz is not None else math.nan)
+
+
+def _rated_clock(row, unit):
+    """The clock a datasheet's rate for `unit` assumes: boost for the CUDA cores, the tensor clock
+    for the Tensor Cores (they differ on Hopper)."""
+    return float(row["boost_clock_mhz"] if unit == "fp32" else row["tensor_clock_mhz"])
 
 
 def efficiencies(origin, cal):
-    """Per unit: measured achievable peak / datasheet peak of the origin card; 'memory':
-    measured copy bandwidth / datasheet bandwidth."""
+    """Per unit: the origin's measured GEMM rate over its datasheet rate at the same clock (an
+    efficiency per clock, so a card that throttled while measuring does not pass its
+    throttling on); 'memory': measured copy bandwidth over datasheet bandwidth."""
     row = specs.spec(cal["gpu"])
-    scale = origin.sms / float(row["sms"])     # an SM-confined origin has a fraction of the datasheet
-    eff = {u: origin.peaks[u] / (float(row[c]) * 1e12 * scale) for u, c in UNIT_COLUMN.items()
-           if u in origin.peaks and not math.isnan(float(row[c]))}
-    eff["memory"] = origin.bandwidth / (float(row["bandwidth_gbs"]) * 1e9)
+    scale = int(cal.get("sms", row["sms"])) / float(row["sms"])   # an SM-confined origin
+    eff = {}
+    for u, c in UNIT_COLUMN.items():
+        if PEAK_PRECISION[u] not in cal["peaks"]["gemm_flops"] or math.isnan(float(row[c])):
+            continue
+        g = gemm_clock(cal, u)
+        clock_ratio = g / _rated_clock(row, u) if not math.isnan(g) else 1.0
+        eff[u] = cal["peaks"]["gemm_flops"][PEAK_PRECISION[u]] / (float(row[c]) * 1e12 * scale * clock_ratio)
+    eff["memory"] = cal["peaks"]["copy_bytes_per_s"] / (float(row["bandwidth_gbs"]) * 1e9)
     return eff
 
 
-def target_model(gpu, origin, eff, sms=None):
-    """The DeviceModel of spec row `gpu`: datasheet peaks times the origin's efficiencies.
-    sms < the card's SMs models that card confined to sms SMs (a green context)."""
+def sustained(cal, workload, precision):
+    """(SM clock MHz, average power W) of a workload measured on the origin, or (None, None)."""
+    for rec in list(cal.get("kernels", [])) + list(cal["steps"]):
+        if rec["workload"] == workload and rec["precision"] == precision and rec.get("sm_clock_mhz"):
+            return float(rec["sm_clock_mhz"]), float(rec.get("avg_power_w") or math.nan)
+    return None, None
+
+
+def clocks_for(cal, workload, precision, target_row, sms=None):
+    """(origin clock, target clock) in MHz for a workload: the origin's as measured; a target
+    that is the origin confined to fewer SMs gets the clock its power limit allows (dynamic
+    power ~ SMs x f^3, from the origin's own measurement); another card its rated clock --
+    the tensor clock for a workload that held the origin below its top clock, else boost."""
+    power = cal.get("power", {})
+    f_max = float(power.get("max_sm_clock_mhz", math.nan))
+    f_o, p_o = sustained(cal, workload, precision)
+    if f_o is None:
+        f_o = f_max
+    if math.isnan(f_o):
+        return None, None
+    heavy = f_o < 0.97 * f_max
+    same_card = target_row["name"] == cal["gpu"]
+    if same_card:
+        n_o = int(cal.get("sms", target_row["sms"]))
+        n_t = int(sms or target_row["sms"])
+        idle, limit = float(power.get("idle_w", math.nan)), float(power.get("limit_w", math.nan))
+        if p_o is None or math.isnan(p_o) or math.isnan(idle) or math.isnan(limit) or p_o <= idle:
+            return f_o, f_o if heavy else f_max
+        f_pl = f_o * ((limit - idle) / (p_o - idle) * n_o / n_t) ** (1 / 3)
+        return f_o, min(f_max, f_pl)
+    unit_clock = float(target_row["tensor_clock_mhz"]) if heavy else float(target_row["boost_clock_mhz"])
+    return f_o, unit_clock
+
+
+def target_model(gpu, origin, eff, sms=None, clock_mhz=None):
+    """The DeviceModel of spec row `gpu`: datasheet peaks times the origin's efficiencies, at
+    clock_mhz (default: the datasheet's own clocks). sms < the card's SMs models that card
+    confined to sms SMs (a green context)."""
     row = specs.spec(gpu) if isinstance(gpu, str) else gpu
     full = int(row["sms"])
     n = int(sms or full)
@@ -137,14 +206,16 @@ def target_model(gpu, origin, eff, sms=None):
     for u, c in UNIT_COLUMN.items():
         v = float(row[c])
         if not math.isnan(v) and u in eff:
-            peaks[u] = v * 1e12 * frac * eff[u]
+            at_clock = clock_mhz / _rated_clock(row, u) if clock_mhz else 1.0
+            peaks[u] = v * 1e12 * frac * eff[u] * at_clock
     if "tf32" not in peaks:
         fallback["tf32"] = "fp32"
     name = row["name"] if n == full else f"{row['name']} ({n} SMs)"
-    clock_ratio = float(row["tensor_clock_mhz"]) / max(1.0, float(specs.spec(origin.name.split(" (")[0])["tensor_clock_mhz"]))
+    o_row = specs.spec(origin.name.split(" (")[0])
+    clock_ratio = float(row["boost_clock_mhz"]) / max(1.0, float(o_row["boost_clock_mhz"]))
     return DeviceModel(name, n, peaks, float(row["bandwidth_gbs"]) * 1e9 * eff["memory"], origin.launch_s,
                        origin.per_sm_bandwidth * clock_ratio, float(row["memory_gb"]) * 1e9, float(row["tdp_w"]),
-                       float(row["launch_price_usd"]), fallback)
+                       float(row["launch_price_usd"]), fallback, clock_mhz if clock_mhz else math.nan)
 
 
 def kind_efficiency(origin, cal):
@@ -154,7 +225,9 @@ def kind_efficiency(origin, cal):
         t = rec["seconds"] - origin.launch_s
         if t <= 0 or not rec.get("roofline_s"):
             continue
-        by_kind.setdefault(rec["kind"], []).append(min(1.0, rec["roofline_s"] / t))
+        e = min(1.0, rec["roofline_s"] / t)
+        by_kind.setdefault((rec["kind"], rec["unit"]), []).append(e)
+        by_kind.setdefault(rec["kind"], []).append(e)
     return {k: statistics.median(v) for k, v in by_kind.items()}
 
 
@@ -167,26 +240,31 @@ def origin_op_time(op, origin, cal, kind_eff):
         default = kind_eff.get("copy", DEFAULT_EFFICIENCY["memory"])
     else:
         default = DEFAULT_EFFICIENCY["tensor"]
-    e = kind_eff.get(op.kind, default)
+    e = kind_eff.get((op.kind, op.unit), kind_eff.get(op.kind, default))
     return origin.launch_s + origin.roofline(op) / e, "estimated"
 
 
 def measured_step(cal, workload, precision, batch_size):
-    for s in cal["steps"]:
+    """A sustained step time of the workload measured on the origin (models and kernels)."""
+    for s in list(cal["steps"]) + list(cal.get("kernels", [])):
         if s["workload"] == workload and s["precision"] == precision and int(s["batch_size"]) == int(batch_size):
             return float(s["step_time_s"])
     return None
 
 
-def project_ops(ops, origin, target, cal, step_time_s=None):
-    """(projected step seconds, per-op table rows, host overhead seconds) of ops on target."""
+def project_ops(ops, origin, target, cal, step_time_s=None, whole=False):
+    """(projected step seconds, per-op table rows, host overhead seconds) of ops on target.
+    whole: the measured step is all device work (a kernel benchmark), so it replaces the
+    ops' own times instead of leaving an overhead."""
     kind_eff = kind_efficiency(origin, cal)
     times = [origin_op_time(op, origin, cal, kind_eff) for op in ops]
     total = sum(t for t, _ in times)
     overhead = 0.0
     scale = 1.0
     if step_time_s is not None:
-        if step_time_s >= total:
+        if whole:
+            scale = step_time_s / total
+        elif step_time_s >= total:
             overhead = step_time_s - total
         else:
             scale = step_time_s / total
@@ -202,32 +280,34 @@ def project_ops(ops, origin, target, cal, step_time_s=None):
     return projected, rows, overhead
 
 
-def project(workload, gpu, precision, config, cal=None, origin=None, step_time_s=None, sms=None, tf32=True):
+def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=None, tf32=True):
     """A projected results row for workload x gpu x precision x config.
 
-    cal: the calibration dict (default: the shipped one); origin: its DeviceModel;
-    step_time_s: a measured step of this workload on the origin (default: the
-    calibration's, if it has one); sms: project onto the gpu confined to that many SMs."""
+    cal: the calibration dict (default: the shipped one); step_time_s: a measured step of
+    this workload on the origin (default: the calibration's sustained one, if it has one);
+    sms: project onto the gpu confined to that many SMs."""
     from .workloads import get
     w = get(workload)
     p = canonical_precision(precision)
     cal = cal or load_calibration()
-    origin = origin or origin_model(cal)
-    eff = efficiencies(origin, cal)
+    eff = efficiencies(origin_model(cal), cal)
     row = specs.spec(gpu)
-    target = target_model(row, origin, eff, sms)
+    f_o, f_t = clocks_for(cal, w.name, p, row, sms)
+    origin = origin_model(cal, f_o)
+    target = target_model(row, origin, eff, sms, f_t)
     ops = w.ops(config, p, tf32)
-    if step_time_s is None and w.kind == "model":
+    if step_time_s is None:
         step_time_s = measured_step(cal, w.name, p, config.batch_size)
     out = {"gpu": target.name, "device": None, "device_name": target.name, "workload": w.name, "precision": p,
            "batch_size": config.batch_size, "size": config.label, "unit": w.unit, "source": "projected",
            "origin": f"{cal['gpu']} ({cal['provenance'].get('date', '?')})"}
     try:
-        t, _, overhead = project_ops(ops, origin, target, cal, step_time_s)
+        t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel")
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out
     out.update(step_time_s=t, throughput=w.throughput(config, p, t), host_overhead_s=overhead,
                flops_per_step=sum(o.flops for o in ops), bytes_per_step=sum(o.bytes for o in ops),
-               sms=target.sms, avg_power_w=target.tdp_w, energy_per_step_j=target.tdp_w * t)
+               sms=target.sms, sm_clock_mhz=target.clock_mhz, avg_power_w=target.tdp_w,
+               energy_per_step_j=target.tdp_w * t)
     return out

@@ -88,7 +88,8 @@ def _validate(df, where):
         raise ValueError(f"{where}: column 'source' must be 'measured' or 'projected', found {bad_src}")
     st = pd.to_numeric(df["step_time_s"], errors="coerce")
     tp = pd.to_numeric(df["throughput"], errors="coerce")
-    if ((st <= 0) | st.isna()).any():
+    unsupported = st.isna() & (df["source"] == "projected")       # a precision the card has no unit for
+    if ((st <= 0) | (st.isna() & ~unsupported)).any():
         raise ValueError(f"{where}: column 'step_time_s' holds missing, non-numeric or non-positive values")
     if (tp < 0).any():
         raise ValueError(f"{where}: column 'throughput' holds negative values")

@@ -15,7 +15,9 @@ meter (energy.py) records the counter throughout, and each sample's window is cu
 of it. Peak memory comes from the backend's own high-water mark, reset before the run.
 """
 import datetime
+import gc
 import math
+import os
 import platform
 import statistics
 import sys
@@ -184,6 +186,28 @@ def plan_runs(workloads=None, devices=None, precisions=None, batch_sizes=None):
     return runs
 
 
+def capacity_bytes(device, info):
+    """Memory a workload may use on the device: the GPU's memory, or the host's RAM for 'cpu'."""
+    if device.startswith("cuda"):
+        return float(info.get("total_memory_bytes") or math.inf)
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def check_fits(device, info, workload, config, precision):
+    """ValueError when the modelled training step cannot fit the device at all."""
+    if workload.kind != "model":
+        return
+    need = workload.memory(config, precision, config.batch_size, _kind(device))["total"]
+    cap = capacity_bytes(device, info)
+    if need > cap:
+        raise ValueError(f"batch size {config.batch_size} of workload '{workload.name}' does not fit {device}: "
+                         f"it needs about {need / 1e9:,.1f} GB, the device has {cap / 1e9:,.1f} GB "
+                         f"(largest batch that fits: {workload.max_batch(cap, precision):,})")
+
+
 def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, repeats=None,
               min_sample_s=None, progress=None):
     """Measure workloads on devices: one row per device x workload x precision x batch size.
@@ -201,8 +225,11 @@ def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, r
     runs = plan_runs(workloads, devices, precisions, batch_sizes)
     core = _core()
     rows, skipped = [], []
-    bar = _progress(len(runs), progress)
     infos = {}
+    for device, w, p, c in runs:      # every batch is checked against the memory before anything runs
+        if w.measurable:
+            check_fits(device, infos.setdefault(device, dict(core.device_info(device))), w, c, p)
+    bar = _progress(len(runs), progress)
     try:
         for device, w, p, c in runs:
             if not w.measurable:
@@ -215,7 +242,9 @@ def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, r
             info = infos.setdefault(device, dict(core.device_info(device)))
             record = devices_mod.device_record(device)
             reps = repeats or DEFAULT_REPEATS[kind]
+            gc.collect()                       # buffers of the previous run go before the peak is reset
             core.reset_peak_memory(device)
+            base = core.memory_stats(device)["allocated_bytes"]
             meter = energy.meter_for(device, info).start()
             try:
                 run = w.prepare(device, c, p)
@@ -228,9 +257,9 @@ def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, r
                 continue
             finally:
                 meter.stop()
-            peak = core.memory_stats(device)["peak_bytes"]
-            dataset_rows = getattr(run, "rows", 0)
-            mem = w.memory(c, p, dataset_rows) if w.kind == "model" else None
+            peak = core.memory_stats(device)["peak_bytes"] - base     # what this run added at most
+            dataset_rows = getattr(run, "last_rows", 0)    # the rows the last fit uploaded
+            mem = w.memory(c, p, dataset_rows, kind) if w.kind == "model" else None
             modeled = mem["total"] if mem else math.nan
             rows.append(_row(device, info, record, w, p, c, samples, n, peak, modeled))
             if bar:
@@ -260,7 +289,9 @@ def measure_callable(fn, args=(), kwargs=None, device=None, repeats=5, warmup=1,
         result = None
         for _ in range(max(0, int(warmup))):
             result = fn(*args, **kwargs)
+        gc.collect()
         core.reset_peak_memory(device)
+        base = core.memory_stats(device)["allocated_bytes"]
         meter = energy.meter_for(device, info).start()
         times, joules = [], []
         try:
@@ -277,7 +308,7 @@ def measure_callable(fn, args=(), kwargs=None, device=None, repeats=5, warmup=1,
                 joules.append(meter.joules(t0, t1) / inner)
         finally:
             meter.stop()
-        peak = core.memory_stats(device)["peak_bytes"]
+        peak = core.memory_stats(device)["peak_bytes"] - base
     finally:
         gpucmp.set_device(before)
     median = statistics.median(times)

@@ -127,11 +127,13 @@ class ModelRun(Run):
         self.work_per_step = float(batch)
         self.stamp = _Bracket()
         self.last_steps = 0
+        self.last_rows = 0
 
     def _fit(self, n_steps):
         epochs = max(1, -(-int(n_steps) // self.steps_per_epoch))
         rows = self.rows if epochs > 1 else max(self.batch, min(self.rows, int(n_steps) * self.batch))
         self.last_steps = epochs * (rows // self.batch)
+        self.last_rows = rows
         self.model.fit(self.x[:rows], self.y[:rows], batch_size=self.batch, epochs=epochs, verbose=0,
                        shuffle=True, callbacks=[self.stamp.callback])
         return self.stamp.t0, self.stamp.t1
@@ -142,6 +144,9 @@ class ModelRun(Run):
     def timed(self, n_steps):
         t0, t1 = self._fit(n_steps)
         return t1 - t0
+
+    def close(self):
+        self.model = self.x = self.y = None
 
     def steps_done(self):
         return self.last_steps
@@ -196,8 +201,9 @@ class ModelWorkload(Workload):
     def work_per_step(self, config, precision):
         return float(config.batch_size)
 
-    def memory(self, config, precision, dataset_rows=0):
-        return memory.plan_memory(self.descs(precision), config.batch_size, self._opt_kind(), dataset_rows)
+    def memory(self, config, precision, dataset_rows=0, backend="cuda"):
+        return memory.plan_memory(self.descs(precision), config.batch_size, self._opt_kind(), dataset_rows,
+                                  backend=backend)
 
     def max_batch(self, capacity_bytes, precision):
         return memory.max_batch(self.descs(precision), capacity_bytes, self._opt_kind())

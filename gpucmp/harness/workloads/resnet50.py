@@ -101,7 +101,7 @@ class ResNet50Workload(Workload):
     def work_per_step(self, config, precision):
         return float(config.batch_size)
 
-    def memory(self, config, precision, dataset_rows=0):
+    def memory(self, config, precision, dataset_rows=0, backend="cuda"):
         b, s = config.batch_size, 2 if STORAGE[precision] != "float32" else 4
         acts = 0
         for _, _, _, _, f, _, _, oh, ow in conv_layers():
