@@ -34,7 +34,7 @@ for stage in "$@"; do
     rm -f "$OUT/build.txt" ;;
   tests)
     run timeout "${TEST_S:-240}" python3 -m pytest -q -p no:cacheprovider -x -m cuda tests/test_core_harness_api.py \
-      tests/harness tests/test_cuda_fast_paths.py tests/test_plan_resident.py ;;
+      tests/harness ${MORE_TESTS-tests/test_cuda_fast_paths.py tests/test_plan_resident.py} ;;
   calibrate)
     run python3 -m gpucmp devices
     run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" \
@@ -57,7 +57,7 @@ for stage in "$@"; do
         --precision float32 float16 --repeats 3 --json "$OUT/bench_sm$n.json"
     done
     run python3 benchmarks/validate_projection.py --calibration "$CAL" --per-sm-from "$OUT/bench_sm16.json" \
-      --write-calibration "$OUT/calibration_per_sm.json" --measured "$OUT"/bench_sm*.json ;;
+      --write-calibration "$OUT/calibration_per_sm.json" --measured "$OUT"/bench_sm*.json --out "$OUT/validation.md" ;;
   *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -40,10 +40,13 @@ def main():
     ap.add_argument("--measured", nargs="+", required=True)
     ap.add_argument("--per-sm-from", default=None)
     ap.add_argument("--write-calibration", default=None)
+    ap.add_argument("--fitted-sms", type=int, default=None,
+                    help="the SM count the calibration's per-SM copy rate was taken from (its bandwidth row is "
+                         "marked fitted, not counted as a validation point)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     cal = projection.load_calibration(a.calibration)
-    fitted_sms = None
+    fitted_sms = a.fitted_sms
     if a.per_sm_from:
         rate, fitted_sms = per_sm_rate(results.load(a.per_sm_from))
         cal["peaks"]["per_sm_copy_bytes_per_s"] = rate

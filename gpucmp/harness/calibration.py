@@ -27,7 +27,6 @@ from .workloads.base import canonical_precision
 
 BENCH_DTYPE = {"fp32": "float32", "tf32": "tfloat32", "fp16": "float16", "bf16": "bfloat16"}
 PEAK_N = 8192
-COPY_BYTES = 1 << 30        # the bandwidth workload's copy on a GPU
 SAMPLE_S = 0.02
 
 
@@ -61,7 +60,8 @@ def measure_peaks(device, n=PEAK_N, repeats=3):
                                                         inner=inner), 0.05, 7)
     peaks = {"gemm_flops": {p: 2.0 * n ** 3 / r["step_time_s"] for p, r in gemm.items()},
              "gemm_clock_mhz": {p: r["sm_clock_mhz"] for p, r in gemm.items()}, "gemm_n": n,
-             "copy_bytes_per_s": 2.0 * COPY_BYTES / copy["step_time_s"], "copy_bytes": COPY_BYTES,
+             "copy_bytes_per_s": 2.0 * (copy["batch_size"] << 20) / copy["step_time_s"],
+             "copy_bytes": copy["batch_size"] << 20,
              "launch_s": launch}
     return peaks, rows
 

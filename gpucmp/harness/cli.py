@@ -45,7 +45,8 @@ def print_compare(df, out=sys.stdout):
         "gpu": df["gpu"], "workload": df["workload"], "precision": df["precision"],
         "batch": [("" if (isinstance(b, float) and math.isnan(b)) or w in ("gemm", "bandwidth") else int(b))
                   for b, w in zip(df["batch_size"], df["workload"])],
-        "throughput": [_fmt_rate(v, u) for v, u in zip(df["throughput"], df["unit"])],
+        "throughput": [f"does not fit ({_fmt_rate(v, u)})" if isinstance(f, (bool, np.bool_)) and not f
+                       else _fmt_rate(v, u) for v, u, f in zip(df["throughput"], df["unit"], df["fits"])],
         "ratio": [("" if isinstance(r, float) and math.isnan(r) else f"{r:.2f}x") for r in df["ratio"]],
         "source": df["source"],
         "per W": [("" if isinstance(v, float) and math.isnan(v) else f"{v:.3g}") for v in df["perf_per_watt"]],
