@@ -27,11 +27,16 @@ class EnergyMeter:
 
     def __init__(self):
         self._samples = []            # (host time, cumulative joules)
+        self._clocks = []             # (host time, SM clock MHz) where the device reports it
         self._stop = threading.Event()
         self._thread = None
 
     def read_joules(self):
         """The cumulative counter now (joules), or None when unreadable."""
+        return None
+
+    def read_clock(self):
+        """The SM clock now (MHz), or None."""
         return None
 
     def start(self):
@@ -46,8 +51,17 @@ class EnergyMeter:
     def _loop(self):
         while not self._stop.wait(SAMPLE_S):
             v = self.read_joules()
+            now = time.perf_counter()
             if v is not None:
-                self._samples.append((time.perf_counter(), v))
+                self._samples.append((now, v))
+            c = self.read_clock()
+            if c is not None:
+                self._clocks.append((now, c))
+
+    def mean_clock(self, t0, t1):
+        """The SM clock averaged over the samples taken between t0 and t1 (NaN without any)."""
+        inside = [c for t, c in self._clocks if t0 <= t <= t1]
+        return sum(inside) / len(inside) if inside else math.nan
 
     def stop(self):
         self._stop.set()
@@ -103,6 +117,12 @@ class _NvmlEnergy(EnergyMeter):
         except Exception:
             self.method = "nvml_power"
             self._acc, self._last = 0.0, None
+
+    def read_clock(self):
+        try:
+            return float(self.nvml.nvmlDeviceGetClockInfo(self.h, self.nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
 
     def read_joules(self):
         try:

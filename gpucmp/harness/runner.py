@@ -86,10 +86,10 @@ def _versions(device, info):
 
 
 class _Sample:
-    __slots__ = ("seconds", "steps", "joules")
+    __slots__ = ("seconds", "steps", "joules", "clock")
 
-    def __init__(self, seconds, steps, joules):
-        self.seconds, self.steps, self.joules = seconds, steps, joules
+    def __init__(self, seconds, steps, joules, clock):
+        self.seconds, self.steps, self.joules, self.clock = seconds, steps, joules, clock
 
 
 def _one_sample(run, n, meter):
@@ -105,7 +105,7 @@ def _one_sample(run, n, meter):
         w0, w1 = run.window()
     else:
         w0, w1 = t_end - t, t_end
-    return _Sample(t, steps, meter.joules(w0, w1))
+    return _Sample(t, steps, meter.joules(w0, w1), meter.mean_clock(w0, w1))
 
 
 def _measure_run(run, kind, repeats, min_sample_s, meter):
@@ -134,12 +134,18 @@ def _row(device, info, record, workload, precision, config, samples, n, peak, mo
         "steps_per_repeat": n, "throughput": workload.throughput(config, precision, step), "unit": workload.unit,
         "flops_per_step": flops, "bytes_per_step": nbytes, "peak_memory_bytes": peak,
         "modeled_memory_bytes": modeled, "energy_per_step_j": power * step if not math.isnan(power) else math.nan,
-        "avg_power_w": power, "sm_clock_mhz": _sm_clock(device, info), "sms": record.get("sms"),
+        "avg_power_w": power, "sm_clock_mhz": _clock(samples, device, info), "sms": record.get("sms"),
         "source": "measured", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
     }
     row.update(_versions(device, info))
     return row
+
+
+def _clock(samples, device, info):
+    """The SM clock the samples ran at: the median of their time-averaged clocks, else a reading now."""
+    clocks = [s.clock for s in samples if not math.isnan(s.clock)]
+    return statistics.median(clocks) if clocks else _sm_clock(device, info)
 
 
 def _sm_clock(device, info):
