@@ -23,7 +23,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpucmp.harness import projection, results, workloads  # noqa: E402
-from gpucmp.harness.workloads import Config  # noqa: E402
 
 
 def per_sm_rate(df):

@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ if not keras.__version__.startswith("3."):
     pytest.skip(f"needs Keras 3, found {keras.__version__}", allow_module_level=True)
 
 import gpucmp.keras as gk  # noqa: E402
+from gpucmp.harness.workloads.seeds import build_seed_cnn  # noqa: E402
 
 # Keras' own variables trip a NumPy 2 deprecation in get_weights(); not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -38,17 +40,11 @@ def rel_err(a, b):
 
 
 def seeds_cnn(K):
-    model = K.models.Sequential()
-    model.add(K.layers.Input(shape=(28, 28, 1)))
-    model.add(K.layers.Conv2D(32, (3, 3), activation="relu"))
-    model.add(K.layers.MaxPooling2D((2, 2)))
-    model.add(K.layers.Conv2D(64, (3, 3), activation="relu"))
-    model.add(K.layers.MaxPooling2D((2, 2)))
-    model.add(K.layers.Conv2D(64, (3, 3), activation="relu"))
-    model.add(K.layers.Flatten())
-    model.add(K.layers.Dense(64, activation="relu"))
-    model.add(K.layers.Dense(10, activation="softmax"))
-    return model
+    """The seeds' CNN as the package defines it (harness/workloads/seeds.py), built by K.
+    Real Keras 3 warns about input_shape= on a layer (the seed program's own style)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return build_seed_cnn(K, compile=False)
 
 
 def digits(n, seed=0):

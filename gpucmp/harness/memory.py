@@ -18,7 +18,7 @@ from .describe import _numel, _weights
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 STATE_PER_WEIGHT = {"adam": 2, "rmsprop": 1, "sgd": 0, "sgd_momentum": 1}
-BACKEND_FIXED_BYTES = {"cuda": (4 << 20) + 64 + (16 << 20), "cpu": 0}   # scratch, flags, staging
+BACKEND_FIXED_BYTES = {"cuda": (4 << 20) + 64, "cpu": 0}   # the CUDA backend's scratch and error flags
 CONTEXT_RESERVE_BYTES = 600 << 20   # CUDA context, modules and the allocator's slack on a real card
 
 

@@ -16,9 +16,10 @@ import io
 import json
 import math
 import os
-import tempfile
 
 import pandas as pd
+
+from .._files import atomic_write
 
 SCHEMA = "gpucmp-results/1"
 CSV_MAGIC = "# gpucmp-results schema=1"
@@ -42,18 +43,7 @@ def frame(rows):
 
 
 def _atomic_write(path, text):
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".gpucmp-", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, lambda fh: fh.write(text))
 
 
 def _jsonable(v):

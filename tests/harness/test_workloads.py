@@ -8,7 +8,6 @@ import pytest
 from gpucmp import keras
 from gpucmp.harness import costs, describe, memory, workloads
 from gpucmp.harness.workloads import Config, resnet50
-from gpucmp.harness.workloads.seeds import build_seed_cnn
 
 # forward FLOPs of one sample of the seeds' CNN, layer by layer (2 x MACs)
 CNN_FWD = [26 * 26 * 32 * 9 * 1 * 2, 11 * 11 * 64 * 9 * 32 * 2, 3 * 3 * 64 * 9 * 64 * 2, 576 * 64 * 2, 64 * 10 * 2]

@@ -17,11 +17,12 @@ JSON, weight count and shapes) and raise ValueError naming what is wrong.
 import io
 import json
 import os
-import tempfile
 import zipfile
 import zlib
 
 import numpy as np
+
+from ..._files import atomic_write
 
 FORMAT = "gpucmp.keras"
 VERSION = 1
@@ -33,23 +34,12 @@ def _atomic_write(filepath, members, overwrite):
         raise IsADirectoryError(f"Cannot save to {filepath!r}: it is a directory")
     if not overwrite and os.path.exists(filepath):
         raise FileExistsError(f"{filepath!r} exists and overwrite=False")
-    directory = os.path.dirname(os.path.abspath(filepath))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(filepath) + ".", suffix=".tmp",
-                               dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                for name, payload in members.items():
-                    zf.writestr(name, payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, filepath)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+
+    def write(fh):
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for name, payload in members.items():
+                zf.writestr(name, payload)
+    atomic_write(filepath, write, binary=True)
 
 
 def _npz_bytes(arrays):
