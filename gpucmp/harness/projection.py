@@ -26,7 +26,13 @@ against the target's roofline ridge gives -- with these differences:
   efficiency measured for their kind;
 - host overhead is carried separately: the part of a measured step that its ops do not
   account for (Python, graph launch) is added unscaled; when the ops add up to more than
-  the step (they overlap), they are scaled down to it.
+  the step (they overlap), they are scaled down to it;
+- clocks: a long GEMM holds a card at its power limit, below its top clock, so the
+  origin's efficiencies are per clock (measured rate over the datasheet rate at the
+  time-averaged clock it held), each workload runs at the clock measured for it on the
+  origin, and the target at the clock its power allows: for the origin confined to fewer
+  SMs, dynamic power ~ SMs x f^3 from the origin's own measurement; for other cards, their
+  rated clock (tensor clock for a workload that throttled the origin, else boost).
 """
 import json
 import math

@@ -17,6 +17,7 @@ of it. Peak memory comes from the backend's own high-water mark, reset before th
 import datetime
 import gc
 import math
+import numbers
 import os
 import platform
 import statistics
@@ -67,7 +68,7 @@ def _batch_list(batch_sizes):
         return None
     out = []
     for b in sizes:
-        if isinstance(b, bool) or not isinstance(b, (int,)) and not (hasattr(b, "__int__") and float(b) == int(b)):
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral):
             raise TypeError(f"batch sizes must be positive integers, got {b!r}")
         if int(b) < 1:
             raise ValueError(f"batch sizes must be positive integers, got {b!r}")
@@ -108,7 +109,7 @@ def _one_sample(run, n, meter):
     return _Sample(t, steps, meter.joules(w0, w1), meter.mean_clock(w0, w1))
 
 
-def _measure_run(run, kind, repeats, min_sample_s, meter):
+def _measure_run(run, repeats, min_sample_s, meter):
     _one_sample(run, 1, meter)                     # warm-up: plans, kernels, graph capture
     probe = _one_sample(run, 3, meter)
     per_step = max(probe.seconds / max(1, probe.steps), 1e-7)
@@ -255,7 +256,7 @@ def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, r
             try:
                 run = w.prepare(device, c, p)
                 try:
-                    samples, n = _measure_run(run, kind, reps, min_sample_s or MIN_SAMPLE_S[kind], meter)
+                    samples, n = _measure_run(run, reps, min_sample_s or MIN_SAMPLE_S[kind], meter)
                 finally:
                     run.close()
             except NotMeasurable as exc:
