@@ -63,7 +63,7 @@ def cmd_compare(args):
     from . import specs as specs_mod
     df = compare(args.gpus, args.workloads, args.precision, args.batch_size, args.results or None,
                  measure=not args.no_measure, include_local=not args.no_local)
-    gpus = list(dict.fromkeys(g for g in df["gpu"] if not str(g).startswith("this machine")))
+    gpus = list(dict.fromkeys(df.loc[~df["reference"].astype(bool), "gpu"]))
     cols = ["name", "architecture", "sms", "fp32_tflops", "tf32_tflops", "fp16_tflops", "memory_gb",
             "bandwidth_gbs", "tdp_w", "launch_price_usd"]
     print("Specs (dense Tensor Core TFLOP/s with fp32 accumulation):")

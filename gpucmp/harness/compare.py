@@ -7,13 +7,15 @@ performance per watt (measured power, or TDP for projected rows) and per dollar 
 price), the memory the step needs, whether it fits the card and the largest batch that
 does. Results passed in (`results=`: DataFrames or files from `benchmark` on other
 machines) and GPUs present here (measured when `measure=True`) replace projections;
-`include_local` adds this machine's CPU (or unlisted GPU) as measured reference rows.
+`include_local` adds the measured rows of other devices -- this machine's CPU, GPUs not
+in the list -- as reference rows (column `reference`; no ratio).
 
 Why it is built this way: the user's question is one table -- "A4000 or A5000, for my
 work" -- so every row says where its number comes from, and measured numbers always win
 over the model (results.merge decides).
 """
 import math
+import platform
 
 import pandas as pd
 
@@ -26,7 +28,7 @@ from .workloads.base import canonical_precision
 
 COLUMNS = ["gpu", "device", "workload", "precision", "batch_size", "size", "throughput", "unit", "ratio", "step_time_s",
            "source", "perf_per_watt", "perf_per_dollar", "power_w", "price_usd", "memory_needed_bytes", "fits",
-           "max_batch", "origin", "note"]
+           "max_batch", "origin", "note", "reference"]
 
 
 def _gpu_list(gpus):
@@ -62,9 +64,11 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
     .csv/.json files of measured rows to use instead of projections."""
     names = _gpu_list(gpus)
     ws = wl.resolve_list(workloads)
-    precs = [canonical_precision(p) for p in (precisions if precisions is not None else DEFAULT_PRECISIONS["cuda"])]
     if isinstance(precisions, (list, tuple)) and not precisions:
         raise ValueError("compare: precisions is empty")
+    if isinstance(precisions, str):
+        precisions = [precisions]
+    precs = [canonical_precision(p) for p in (precisions if precisions is not None else DEFAULT_PRECISIONS["cuda"])]
     from .runner import _batch_list
     sizes = _batch_list(batch_sizes)
     given = [results] if isinstance(results, (str, pd.DataFrame)) or hasattr(results, "__fspath__") else (results or [])
@@ -89,7 +93,7 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
                 for r in block:
                     r["ratio"] = r["throughput"] / base if base and not math.isnan(base) else math.nan
                 rows.extend(block)
-    out = pd.DataFrame(rows)
+    out = pd.DataFrame(rows).assign(reference=False)
     local = _local_rows(measured, names)
     if include_local and len(local):
         out = pd.concat([out, local], ignore_index=True)
@@ -167,8 +171,11 @@ def _local_rows(measured, names):
     if not len(other):
         return pd.DataFrame()
     out = other[["workload", "precision", "batch_size", "size", "throughput", "unit", "step_time_s", "source"]].copy()
-    out.insert(0, "gpu", [f"this machine: {n or d}" for n, d in zip(other["device_name"], other["device"])])
+    here = platform.node()
+    out.insert(0, "gpu", [f"{'this machine' if h == here else f'measured on {h}'}: {n or d}"
+                          for n, d, h in zip(other["device_name"], other["device"], other["host"])])
     out.insert(1, "device", other["device"].values)
     out["power_w"] = other["avg_power_w"].values
-    out["origin"] = "measured here"
+    out["origin"] = [f"measured on {h} ({dt})" for h, dt in zip(other["host"], other["date"])]
+    out["reference"] = True
     return out.reset_index(drop=True)

@@ -25,7 +25,8 @@ def _plt():
 
 def _bars(df, column, ylabel, ax=None):
     plt = _plt()
-    data = df[~df["gpu"].astype(str).str.startswith("this machine")].dropna(subset=[column])
+    data = df[~df["reference"].astype(bool)].dropna(subset=[column]) if "reference" in df else \
+        df.dropna(subset=[column])
     groups = list(dict.fromkeys(zip(data["workload"], data["precision"], data["batch_size"])))
     gpus = list(dict.fromkeys(data["gpu"]))
     if ax is None:
@@ -111,7 +112,7 @@ def roofline(gpus, workloads=("cnn", "conv", "gemm"), precision="float16", ax=No
 def save_report(df, path, gpus=None):
     """Throughput, perf/W and roofline panels of a compare() table, written to `path`."""
     plt = _plt()
-    gpus = gpus or [g for g in dict.fromkeys(df["gpu"]) if not str(g).startswith("this machine")]
+    gpus = gpus or list(dict.fromkeys(df.loc[~df["reference"].astype(bool), "gpu"]))
     fig, axes = plt.subplots(3, 1, figsize=(10, 12))
     throughput_bars(df, axes[0])
     axes[0].set_title("throughput")

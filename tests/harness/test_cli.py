@@ -30,13 +30,14 @@ def test_compare_a4000_a5000_prints_measured_and_projected_rows(tmp_path):
     assert "RTX A4000" in r.stdout and "RTX A5000" in r.stdout and "projected" in r.stdout
     df = results.load(out)
     gpus = df[df["gpu"].isin(["RTX A4000", "RTX A5000"])]
+    assert not gpus["reference"].astype(bool).any()
     assert set(gpus["workload"]) == {"cnn", "gemm", "bandwidth", "resnet50"}
     assert (gpus["throughput"] > 0).all()
     a4000 = gpus[gpus["gpu"] == "RTX A4000"]
     assert (a4000["ratio"].round(12) == 1.0).all()
     if not any(d.startswith("cuda") for d in gpucmp.available_devices()):
         assert (gpus["source"] == "projected").all()
-        local = df[df["gpu"].str.startswith("this machine")]
+        local = df[df["reference"].astype(bool)]
         assert len(local) and (local["source"] == "measured").all()
 
 
