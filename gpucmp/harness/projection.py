@@ -22,11 +22,13 @@ against the target's roofline ridge gives -- with these differences:
   rate measured on the origin, which matters only for cards with few SMs;
 - each op's measured time is split into a launch latency (measured on the origin, kept)
   and a device part, which is scaled by the ratio of the target's roofline time to the
-  origin's; ops without a measured time get the origin's roofline time over the
-  efficiency measured for their kind;
+  origin's; an op without a measured time gets the origin's roofline time over the
+  efficiency the same op reached at the nearest measured batch size, else over what
+  measured ops of its kind and unit reach at its size;
 - host overhead is carried separately: the part of a measured step that its ops do not
   account for (Python, graph launch) is added unscaled; when the ops add up to more than
-  the step (they overlap), they are scaled down to it;
+  the step (they overlap), they are scaled down to it; a batch size whose step was not
+  measured takes that attribution from the nearest one that was;
 - clocks: a long GEMM holds a card at its power limit, below its top clock, so the
   origin's efficiencies are per clock (measured rate over the datasheet rate at the
   time-averaged clock it held), each workload runs at the clock measured for it on the
@@ -225,28 +227,51 @@ def target_model(gpu, origin, eff, sms=None, clock_mhz=None):
 
 
 def kind_efficiency(origin, cal):
-    """Per op kind: median of (origin roofline / measured device time) over the calibrated ops."""
+    """Per op kind, and per (kind, unit): the calibrated ops' efficiencies (origin roofline /
+    measured device time) as (log10 FLOPs, efficiency) pairs sorted by size -- small kernels
+    reach a small fraction of the roofline, large ones most of it."""
     by_kind = {}
     for rec in cal["ops"].values():
         t = rec["seconds"] - origin.launch_s
         if t <= 0 or not rec.get("roofline_s"):
             continue
-        e = min(1.0, rec["roofline_s"] / t)
-        by_kind.setdefault((rec["kind"], rec["unit"]), []).append(e)
-        by_kind.setdefault(rec["kind"], []).append(e)
-    return {k: statistics.median(v) for k, v in by_kind.items()}
+        point = (math.log10(max(rec.get("flops") or rec.get("bytes") or 1.0, 1.0)), min(1.0, rec["roofline_s"] / t))
+        by_kind.setdefault((rec["kind"], rec["unit"]), []).append(point)
+        by_kind.setdefault(rec["kind"], []).append(point)
+    return {k: sorted(v) for k, v in by_kind.items()}
 
 
-def origin_op_time(op, origin, cal, kind_eff):
-    """Measured seconds of op on the origin, else its roofline over its kind's efficiency."""
+def _efficiency_at(points, size):
+    """Efficiency at log10 size, interpolated linearly between the calibrated ops around it
+    (the nearest one's beyond either end)."""
+    x = math.log10(max(size, 1.0))
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, e0), (x1, e1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return e0 if x1 == x0 else e0 + (e1 - e0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def origin_op_time(op, origin, cal, kind_eff, siblings=None):
+    """Measured seconds of op on the origin; else its roofline over the efficiency of the
+    same op of the workload measured at another batch size (siblings: op name ->
+    efficiency), else over the efficiency that calibrated ops of its kind and unit reach
+    at its size."""
     rec = cal["ops"].get(op.key) if op.key else None
     if rec is not None:
         return rec["seconds"], "measured"
-    if op.unit == "memory":     # elementwise passes: the copy's efficiency unless their kind was measured
-        default = kind_eff.get("copy", DEFAULT_EFFICIENCY["memory"])
+    if siblings and op.name in siblings:
+        return origin.launch_s + origin.roofline(op) / siblings[op.name], "estimated from its other batch sizes"
+    points = kind_eff.get((op.kind, op.unit)) or kind_eff.get(op.kind)
+    if points is None and op.unit == "memory":     # elementwise passes: the copy's efficiency
+        points = kind_eff.get("copy")
+    if points:
+        e = _efficiency_at(points, op.flops or op.bytes)
     else:
-        default = DEFAULT_EFFICIENCY["tensor"]
-    e = kind_eff.get((op.kind, op.unit), kind_eff.get(op.kind, default))
+        e = DEFAULT_EFFICIENCY["memory" if op.unit == "memory" else "tensor"]
     return origin.launch_s + origin.roofline(op) / e, "estimated"
 
 
@@ -258,22 +283,26 @@ def measured_step(cal, workload, precision, batch_size):
     return None
 
 
-def project_ops(ops, origin, target, cal, step_time_s=None, whole=False):
+def _attribution(total, step_time_s, whole):
+    """(scale of the ops' times, host overhead) that make ops adding up to `total` fit a
+    measured step: the step's surplus is host overhead; a deficit means the ops overlap (or
+    were slower timed alone than inside the plan's graph), so their times are scaled down."""
+    if step_time_s is None:
+        return 1.0, 0.0
+    if whole or step_time_s < total:
+        return step_time_s / total, 0.0
+    return 1.0, step_time_s - total
+
+
+def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, siblings=None, anchor=None):
     """(projected step seconds, per-op table rows, host overhead seconds) of ops on target.
     whole: the measured step is all device work (a kernel benchmark), so it replaces the
-    ops' own times instead of leaving an overhead."""
+    ops' own times instead of leaving an overhead. anchor: (scale, overhead) taken from a
+    measured step at another batch size, for a step that was not measured itself."""
     kind_eff = kind_efficiency(origin, cal)
-    times = [origin_op_time(op, origin, cal, kind_eff) for op in ops]
+    times = [origin_op_time(op, origin, cal, kind_eff, siblings) for op in ops]
     total = sum(t for t, _ in times)
-    overhead = 0.0
-    scale = 1.0
-    if step_time_s is not None:
-        if whole:
-            scale = step_time_s / total
-        elif step_time_s >= total:
-            overhead = step_time_s - total
-        else:
-            scale = step_time_s / total
+    scale, overhead = anchor if step_time_s is None and anchor else _attribution(total, step_time_s, whole)
     rows, projected = [], overhead
     for op, (t_o, how) in zip(ops, times):
         t_o *= scale
@@ -284,6 +313,37 @@ def project_ops(ops, origin, target, cal, step_time_s=None, whole=False):
         rows.append({"op": op.name, "kind": op.kind, "unit": op.unit, "flops": op.flops, "bytes": op.bytes,
                      "origin_s": t_o, "origin_time": how, "target_s": t_t, "intensity": op.intensity})
     return projected, rows, overhead
+
+
+def _measured_batches(w, p, config, cal, tf32):
+    """The workload's other default batch sizes, nearest first in log scale, with their ops."""
+    others = [c for c in w.configs("cuda") if c.batch_size != config.batch_size]
+    others.sort(key=lambda c: abs(math.log(c.batch_size / config.batch_size)))
+    return [(c, w.ops(c, p, tf32)) for c in others]
+
+
+def siblings_and_anchor(w, p, config, origin, cal, tf32=True):
+    """For a model workload at a batch size the calibration lacks: each op's efficiency at the
+    nearest batch where the same op (same name) was measured, and (scale, overhead) from the
+    nearest batch whose whole step was measured."""
+    if w.kind != "model":
+        return None, None
+    siblings, anchor = {}, None
+    kind_eff = kind_efficiency(origin, cal)
+    for c, ops in _measured_batches(w, p, config, cal, tf32):
+        for op in ops:
+            rec = cal["ops"].get(op.key) if op.key else None
+            if op.name in siblings or rec is None:
+                continue
+            t = rec["seconds"] - origin.launch_s
+            r = origin.roofline(op)
+            if t > 0 and r > 0:
+                siblings[op.name] = min(1.0, r / t)
+        step = measured_step(cal, w.name, p, c.batch_size)
+        if anchor is None and step is not None:
+            total = sum(origin_op_time(op, origin, cal, kind_eff)[0] for op in ops)
+            anchor = _attribution(total, step, False)
+    return siblings, anchor
 
 
 def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=None, tf32=True):
@@ -307,8 +367,10 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
     out = {"gpu": target.name, "device": None, "device_name": target.name, "workload": w.name, "precision": p,
            "batch_size": config.batch_size, "size": config.label, "unit": w.unit, "source": "projected",
            "origin": f"{cal['gpu']} ({cal['provenance'].get('date', '?')})"}
+    siblings, anchor = (None, None) if step_time_s is not None else siblings_and_anchor(w, p, config, origin, cal, tf32)
     try:
-        t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel")
+        t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel",
+                                     siblings=siblings, anchor=anchor)
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out

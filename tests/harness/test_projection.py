@@ -136,3 +136,14 @@ def test_corrupt_calibration_is_refused(tmp_path):
     p.write_text('{"schema": "something-else"}')
     with pytest.raises(ValueError, match="schema"):
         projection.load_calibration(str(p))
+
+
+@pytest.mark.parametrize("gpu", ["RTX A4000", "RTX A5000", "H100 SXM"])
+def test_a_batch_between_calibrated_ones_projects_between_them(gpu):
+    """cnn is calibrated at batch 32 and 128; 64 borrows its ops' efficiencies and its step's
+    attribution from those, so its step time lands between theirs."""
+    cal = projection.load_calibration()
+    w = get("cnn")
+    assert projection.measured_step(cal, "cnn", "float32", 64) is None
+    t = {b: projection.project(w, gpu, "float32", Config(b, ""), cal)["step_time_s"] for b in (32, 64, 128)}
+    assert t[32] < t[64] < t[128]
