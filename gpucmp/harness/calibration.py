@@ -35,11 +35,9 @@ def _core():
     return _core
 
 
-def _timed(fn, target_s=SAMPLE_S, repeats=5):
-    """Median seconds of one call of fn(inner, repeats) with inner sized to ~target_s per sample."""
-    t = fn(1, 3)
-    inner = max(1, min(10000, int(target_s / max(t, 1e-7))))
-    return fn(inner, repeats)
+def _sized(fn, estimate_s, target_s=SAMPLE_S, repeats=5):
+    """fn(inner, repeats) with inner sized from an estimate of one call (one core call, no probe)."""
+    return fn(max(1, min(10000, int(target_s / max(estimate_s, 1e-6)))), repeats)
 
 
 def measure_peaks(device, n=PEAK_N, repeats=3):
@@ -56,8 +54,8 @@ def measure_peaks(device, n=PEAK_N, repeats=3):
              "avg_power_w": float(r["avg_power_w"])} for r in df.to_dict("records")]
     gemm = {r["precision"]: r for r in rows if r["workload"] == "gemm"}
     copy = next(r for r in rows if r["workload"] == "bandwidth")
-    launch = _timed(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps, warmup=5,
-                                                        inner=inner), 0.05, 7)
+    launch = _sized(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps, warmup=5,
+                                                        inner=inner), 5e-6, 0.05, 7)
     peaks = {"gemm_flops": {p: 2.0 * n ** 3 / r["step_time_s"] for p, r in gemm.items()},
              "gemm_clock_mhz": {p: r["sm_clock_mhz"] for p, r in gemm.items()}, "gemm_n": n,
              "copy_bytes_per_s": 2.0 * (copy["batch_size"] << 20) / copy["step_time_s"],
@@ -72,11 +70,6 @@ def _idle_power(device, info):
         return mod.nvmlDeviceGetPowerUsage(h) / 1000.0 if h is not None else math.nan
     except Exception:
         return math.nan
-
-
-def _sized(fn, estimate_s, target_s=SAMPLE_S, repeats=5):
-    """fn(inner, repeats) with inner sized from an estimate of one call (one core call, no probe)."""
-    return fn(max(1, min(10000, int(target_s / max(estimate_s, 1e-6)))), repeats)
 
 
 def _bench_op(device, op, estimate_s):

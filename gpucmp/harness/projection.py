@@ -38,7 +38,6 @@ against the target's roofline ridge gives -- with these differences:
 """
 import json
 import math
-import statistics
 from dataclasses import dataclass, field
 from importlib import resources
 
