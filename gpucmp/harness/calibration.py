@@ -24,15 +24,11 @@ from . import results
 from . import workloads as wl
 from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION
 from .workloads.base import canonical_precision
+from .. import _core
 
 BENCH_DTYPE = {"fp32": "float32", "tf32": "tfloat32", "fp16": "float16", "bf16": "bfloat16"}
 PEAK_N = 8192
 SAMPLE_S = 0.02
-
-
-def _core():
-    from .. import _core
-    return _core
 
 
 def _sized(fn, estimate_s, target_s=SAMPLE_S, repeats=5):
@@ -46,7 +42,7 @@ def measure_peaks(device, n=PEAK_N, repeats=3):
     model needs both); the conv rows come along as further sustained kernel steps. Returns
     (peaks, kernel rows)."""
     from .runner import benchmark
-    core = _core()
+    core = _core
     df = benchmark([f"gemm:{n}", "conv", "bandwidth"], [device], ["float32", "tf32", "float16", "bfloat16"],
                    repeats=repeats, min_sample_s=0.5)
     rows = [{"workload": r["workload"], "precision": r["precision"], "batch_size": int(r["batch_size"]),
@@ -73,7 +69,7 @@ def _idle_power(device, info):
 
 
 def _bench_op(device, op, estimate_s):
-    core, e = _core(), op.extra
+    core, e = _core, op.extra
     if op.kind == "copy":
         nbytes = int(op.bytes // 2)
         return _sized(lambda inner, reps: core.bench_copy(device, nbytes, repeats=reps, inner=inner), estimate_s)
@@ -97,7 +93,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     what it measured."""
     import time
     from .runner import benchmark
-    core = _core()
+    core = _core
     device = devices_mod.check_device(device)
     if not device.startswith("cuda"):
         raise ValueError(f"calibrate: {device!r} is not a GPU; a calibration is measured on a CUDA device")

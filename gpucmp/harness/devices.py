@@ -18,19 +18,15 @@ import math
 import pandas as pd
 
 from . import energy, specs
+from .. import _core
 
 COLUMNS = ["device", "kind", "name", "gpu", "compute_capability", "sms", "sm_limit", "memory_bytes",
            "sm_clock_mhz", "max_sm_clock_mhz", "memory_clock_mhz", "power_limit_w", "driver_version",
            "cores", "threads", "simd"]
 
 
-def _core():
-    from .. import _core
-    return _core
-
-
 def available():
-    return list(_core().backends())
+    return list(_core.backends())
 
 
 def check_device(name):
@@ -65,7 +61,7 @@ def _nvml_extra(info, index):
 def device_record(name):
     """One device as a dict with the COLUMNS keys (NaN / None where unknown)."""
     name = check_device(name)
-    info = dict(_core().device_info(name))
+    info = dict(_core.device_info(name))
     row = dict.fromkeys(COLUMNS)
     row["device"] = name
     if name == "cpu":

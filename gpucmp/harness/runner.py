@@ -29,16 +29,12 @@ from . import devices as devices_mod
 from . import energy, results
 from . import workloads as wl
 from .workloads.base import NotMeasurable, canonical_precision
+from .. import _core
 
 DEFAULT_PRECISIONS = {"cpu": ("float32",), "cuda": ("float32", "float16")}
 DEFAULT_REPEATS = {"cpu": 3, "cuda": 5}
 MIN_SAMPLE_S = {"cpu": 0.2, "cuda": 1.0}
 MAX_STEPS_PER_SAMPLE = 200000
-
-
-def _core():
-    from .. import _core
-    return _core
 
 
 def _kind(device):
@@ -230,7 +226,7 @@ def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, r
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     named = workloads is not None
     runs = plan_runs(workloads, devices, precisions, batch_sizes)
-    core = _core()
+    core = _core
     rows, skipped = [], []
     infos = {}
     for device, w, p, c in runs:      # every batch is checked against the memory before anything runs
@@ -288,7 +284,7 @@ def measure_callable(fn, args=(), kwargs=None, device=None, repeats=5, warmup=1,
     import gpucmp
     kwargs = kwargs or {}
     device = devices_mod.check_device(device or gpucmp.get_device())
-    core = _core()
+    core = _core
     info = dict(core.device_info(device))
     before = gpucmp.get_device()
     gpucmp.set_device(device)

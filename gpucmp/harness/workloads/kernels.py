@@ -13,14 +13,10 @@ a 2-core CPU run short.
 """
 from .. import costs
 from .base import Config, Run, Workload
+from ... import _core
 
 BENCH_DTYPE = {"float32": "float32", "tf32": "tfloat32", "float16": "float16", "bfloat16": "bfloat16"}
 STORAGE = {"float32": "float32", "tf32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-
-
-def _core():
-    from ... import _core
-    return _core
 
 
 class _BenchRun(Run):
@@ -59,7 +55,7 @@ class GemmWorkload(Workload):
         return 2.0 * n ** 3
 
     def prepare(self, device, config, precision):
-        n, core = config.params["n"], _core()
+        n, core = config.params["n"], _core
         return _BenchRun(lambda inner: core.bench_gemm(device, n, n, n, BENCH_DTYPE[precision], repeats=1,
                                                        warmup=1, inner=inner), self.work_per_step(config, precision))
 
@@ -86,7 +82,7 @@ class ConvWorkload(Workload):
         return 2.0 * b * self.HW * self.HW * self.F * 9 * self.C
 
     def prepare(self, device, config, precision):
-        b, core, hw, c = config.params["n"], _core(), self.HW, self.C
+        b, core, hw, c = config.params["n"], _core, self.HW, self.C
         return _BenchRun(lambda inner: core.bench_conv(device, b, hw, hw, c, self.F, 3, 3, padding="same",
                                                        dtype=BENCH_DTYPE[precision], repeats=1, warmup=1,
                                                        inner=inner), self.work_per_step(config, precision))
@@ -110,6 +106,6 @@ class BandwidthWorkload(Workload):
         return 2.0 * config.params["nbytes"]
 
     def prepare(self, device, config, precision):
-        nbytes, core = config.params["nbytes"], _core()
+        nbytes, core = config.params["nbytes"], _core
         return _BenchRun(lambda inner: core.bench_copy(device, nbytes, repeats=1, inner=inner),
                          self.work_per_step(config, precision))
