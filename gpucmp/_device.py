@@ -23,14 +23,22 @@ def get_device():
     return _current
 
 
-def set_device(name):
-    """Select the device ("cpu", "cuda", "cuda:N") for models built afterwards."""
-    global _current
+def canonical_device(name, what=""):
+    """The present device `name` names ('cuda' -> 'cuda:0'); TypeError for a non-string,
+    ValueError listing the present devices for anything else. `what` (the caller) prefixes
+    the message."""
+    prefix = f"{what}: " if what else ""
     if not isinstance(name, str):
-        raise TypeError(f"set_device: expected a device name such as 'cpu' or 'cuda:0', got {name!r}")
+        raise TypeError(f"{prefix}expected a device name such as 'cpu' or 'cuda:0', got {name!r}")
     wanted = "cuda:0" if name == "cuda" else name
     devices = available_devices()
     if wanted not in devices:
-        raise ValueError(f"set_device: unknown or unavailable device {name!r} (available: {devices})")
-    _current = wanted
+        raise ValueError(f"{prefix}device {name!r} is not present (present: {', '.join(devices)})")
+    return wanted
+
+
+def set_device(name):
+    """Select the device ("cpu", "cuda", "cuda:N") for models built afterwards."""
+    global _current
+    _current = canonical_device(name, "set_device")
     return _current

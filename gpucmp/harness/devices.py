@@ -31,13 +31,8 @@ def available():
 
 def check_device(name):
     """The canonical device name ('cuda' -> 'cuda:0'); ValueError listing the present ones."""
-    if not isinstance(name, str):
-        raise TypeError(f"a device is a name such as 'cpu' or 'cuda:0', got {name!r}")
-    wanted = "cuda:0" if name.strip() == "cuda" else name.strip()
-    present = available()
-    if wanted not in present:
-        raise ValueError(f"device {name!r} is not present (present: {', '.join(present)})")
-    return wanted
+    from .._device import canonical_device
+    return canonical_device(name)
 
 
 def _nvml_extra(info, index):

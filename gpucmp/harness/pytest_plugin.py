@@ -39,13 +39,11 @@ def _devices(config):
     names = [d.strip() for d in wanted.split(",") if d.strip()]
     if names == ["all"]:
         return present
-    out = []
-    for d in names:
-        d = "cuda:0" if d == "cuda" else d
-        if d not in present:
-            raise pytest.UsageError(f"--gpucmp-devices: device {d!r} is not present (present: {', '.join(present)})")
-        out.append(d)
-    return out
+    from gpucmp._device import canonical_device
+    try:
+        return [canonical_device(d, "--gpucmp-devices") for d in names]
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_generate_tests(metafunc):
