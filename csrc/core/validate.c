@@ -91,7 +91,6 @@ static gc_status want1(const gc_op_call *c, const gc_tensor *t, const char *name
  * where labels are allowed. */
 static gc_status dtypes(const gc_op_call *c, int labels_slot)
 {
-    static const char *const in_names[] = {"input 0", "input 1", "input 2"};
     gc_dtype common = GC_DTYPE_COUNT;
     int nin = gc_op_num_inputs(c->op), nout = gc_op_num_outputs(c->op);
     for (int k = 0; k < nin + nout; k++) {
@@ -106,10 +105,13 @@ static gc_status dtypes(const gc_op_call *c, int labels_slot)
                                gc_dtype_name(t->dtype));
             continue;
         }
-        if (!is_float(t->dtype))
-            return gc_fail(GC_ERR_DTYPE, "%s: %s must be a float tensor, got %s",
-                           gc_op_name(c->op), k < nin ? in_names[k] : "an output",
+        if (!is_float(t->dtype)) {
+            char what[24];
+            if (k < nin) snprintf(what, sizeof what, "input %d", k);
+            else snprintf(what, sizeof what, "output %d", k - nin);
+            return gc_fail(GC_ERR_DTYPE, "%s: %s must be a float tensor, got %s", gc_op_name(c->op), what,
                            gc_dtype_name(t->dtype));
+        }
         if (c->op == GC_OP_CAST) continue;
         if (common == GC_DTYPE_COUNT) common = t->dtype;
         else if (t->dtype != common)
@@ -133,6 +135,13 @@ static gc_status act_ok(const gc_op_call *c, gc_act a, int allow_softmax)
         gc_status s_ = (expr);       \
         if (s_ != GC_OK) return s_;  \
     } while (0)
+
+/* One validator per op of GC_OP_LIST, v_<name>, declared here from the list and put in
+ * the dispatch table at the end: an op without one fails to build. Ops that share
+ * their rules call the shared function from a one-line v_<name>. */
+#define GC_X_VDECL(E, n, P, ni, no) static gc_status v_##n(const gc_op_call *c);
+GC_OP_LIST(GC_X_VDECL)
+#undef GC_X_VDECL
 
 static gc_status v_gemm(const gc_op_call *c)
 {
@@ -328,7 +337,7 @@ static gc_status v_loss(const gc_op_call *c)
 {
     const gc_loss_params *p = c->params;
     int allow_sparse = c->op == GC_OP_SOFTMAX_XENT || (c->op == GC_OP_XENT_PROBS && !p->binary);
-    int64_t rows;
+    int64_t rows = 0;
     TRY(v_rows_labels(c, c->op == GC_OP_REGRESSION_LOSS ? "pred" : "logits", allow_sparse, &rows));
     TRY(need(c, c->out[0], "loss"));
     if (gc_tensor_numel(c->out[0]) != rows)
@@ -403,7 +412,7 @@ static gc_status v_rmsprop(const gc_op_call *c)
 static gc_status v_accuracy(const gc_op_call *c)
 {
     const gc_accuracy_params *p = c->params;
-    int64_t rows;
+    int64_t rows = 0;
     if ((unsigned)p->kind > GC_ACC_BINARY)
         return gc_fail(GC_ERR_INVALID_ARG, "accuracy: unknown kind %d", (int)p->kind);
     TRY(v_rows_labels(c, "pred", p->kind == GC_ACC_SPARSE, &rows));
@@ -545,40 +554,27 @@ static gc_status v_embedding_bwd(const gc_op_call *c)
     return dtypes(c, 1);
 }
 
+/* the shared rules, one name per op */
+static gc_status v_maxpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
+static gc_status v_avgpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
+static gc_status v_softmax_xent(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_sigmoid_bce(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_xent_probs(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_regression_loss(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_dropout_fwd(const gc_op_call *c) { return v_dropout(c); }
+static gc_status v_dropout_bwd(const gc_op_call *c) { return v_dropout(c); }
+
+typedef gc_status (*validator)(const gc_op_call *c);
+static const validator validators[GC_OP_COUNT] = {
+#define GC_X_VSLOT(E, n, P, ni, no) [GC_OP_##E] = v_##n,
+    GC_OP_LIST(GC_X_VSLOT)
+#undef GC_X_VSLOT
+};
+
 gc_status gc_op_validate(const gc_op_call *c)
 {
     if (!c || (unsigned)c->op >= GC_OP_COUNT)
         return gc_fail(GC_ERR_INVALID_ARG, "unknown op");
     if (!c->params) return gc_fail(GC_ERR_INVALID_ARG, "%s: parameters are missing", gc_op_name(c->op));
-    switch (c->op) {
-    case GC_OP_GEMM: return v_gemm(c);
-    case GC_OP_CONV2D_FWD: return v_conv2d_fwd(c);
-    case GC_OP_CONV2D_BWD_DATA: return v_conv2d_bwd_data(c);
-    case GC_OP_CONV2D_BWD_FILTER: return v_conv2d_bwd_filter(c);
-    case GC_OP_MAXPOOL2D_FWD:
-    case GC_OP_AVGPOOL2D_FWD: return v_pool_fwd(c);
-    case GC_OP_MAXPOOL2D_BWD: return v_maxpool2d_bwd(c);
-    case GC_OP_AVGPOOL2D_BWD: return v_avgpool2d_bwd(c);
-    case GC_OP_ACT_FWD: return v_act_fwd(c);
-    case GC_OP_ACT_BWD: return v_act_bwd(c);
-    case GC_OP_BIAS_GRAD: return v_bias_grad(c);
-    case GC_OP_SOFTMAX_XENT:
-    case GC_OP_SIGMOID_BCE:
-    case GC_OP_XENT_PROBS:
-    case GC_OP_REGRESSION_LOSS: return v_loss(c);
-    case GC_OP_DROPOUT_FWD:
-    case GC_OP_DROPOUT_BWD: return v_dropout(c);
-    case GC_OP_ADAM: return v_adam(c);
-    case GC_OP_SGD: return v_sgd(c);
-    case GC_OP_RMSPROP: return v_rmsprop(c);
-    case GC_OP_ACCURACY: return v_accuracy(c);
-    case GC_OP_CAST: return v_cast(c);
-    case GC_OP_EMBEDDING_FWD: return v_embedding_fwd(c);
-    case GC_OP_EMBEDDING_BWD: return v_embedding_bwd(c);
-    case GC_OP_REDUCE_SUM: return v_reduce_sum(c);
-    case GC_OP_SCALE_CAST: return v_scale_cast(c);
-    case GC_OP_LOSS_SCALE_UPDATE: return v_loss_scale_update(c);
-    case GC_OP_COUNT: break;
-    }
-    return gc_fail(GC_ERR_INVALID_ARG, "unknown op %d", (int)c->op);
+    return validators[c->op](c);
 }

@@ -211,8 +211,8 @@ typedef enum {
     GC_OP_COUNT
 } gc_op;
 
-#define GC_MAX_OP_IN 3
-#define GC_MAX_OP_OUT 3
+#define GC_MAX_OP_IN 8  /* add and concat take up to 8 operands */
+#define GC_MAX_OP_OUT 4 /* batchnorm's four */
 
 const char *gc_op_name(gc_op op);
 int gc_op_from_name(const char *name); /* -1 when unknown */
