@@ -237,9 +237,10 @@ static gc_status give(gc_plan *p, const plan_node *l, int k, void *src, int64_t 
         if (!l->in_accum[k]) return GC_OK;
         g = dst;
     }
-    if (l->in_accum[k]) { /* PENDING-ADD: the add op lands with the ops branch */
-        (void)g;
-        return gc_fail(GC_ERR_UNSUPPORTED, "plan: node %d: accumulating gradients needs the add op", l->idx);
+    if (l->in_accum[k]) {
+        gc_act_params ap = {GC_ACT_LINEAR};
+        gc_tensor acc = gc_t1(P->gout, P->dt, n), add = gc_t1(g, P->dt, n);
+        return gc_plan_run(p, GC_OP_ADD, &ap, &acc, &add, NULL, &acc, NULL, NULL);
     }
     return gc_plan_copy(p, P->gout, g, (size_t)n * gc_dtype_size(P->dt));
 }

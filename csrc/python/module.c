@@ -1543,7 +1543,14 @@ static PyMethodDef plan_methods[] = {
      "use_fused_optimizer(bool) -> bool: one launch for the whole optimizer step (GPU) or one op per tensor"},
     {NULL, NULL, 0, NULL}};
 
+static PyObject *plan_get_bytes(PlanObject *p, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(gc_plan_bytes(p->plan));
+}
+
 static PyGetSetDef plan_getset[] = {
+    {"bytes", (getter)plan_get_bytes, NULL, "backend memory the plan holds (activations, gradients, scratch)", NULL},
     {"backend", (getter)plan_get_backend, NULL, "backend name", NULL},
     {"max_batch", (getter)plan_get_max_batch, NULL, "largest batch the plan holds", NULL},
     {"graph_replays", (getter)plan_get_graph_replays, NULL, "steps replayed from a captured graph", NULL},
