@@ -51,6 +51,8 @@ class Layer:
     """Base layer. Subclasses override ``build``, ``compute_output_shape``,
     ``plan_layers`` and ``get_config``."""
 
+    _training_matters = False   # True where training/inference differ (Dropout, BatchNormalization)
+
     def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
                  batch_input_shape=None, batch_size=None, input_dim=None, **kwargs):
         cls_name = type(self).__name__
@@ -220,6 +222,12 @@ class Layer:
         if kwargs:
             raise TypeError(f"{type(self).__name__}.__call__ got unexpected arguments {sorted(kwargs)}")
         if is_symbolic(inputs):
+            if training is not None and self._training_matters:
+                raise NotImplementedError(
+                    f"Layer '{self.name}': `training={training!r}` in a functional call is not "
+                    "supported; the plan runs training mode in fit / train_on_batch and "
+                    "inference mode otherwise (set `layer.trainable = False` before compile() "
+                    "for a frozen layer in inference mode)")
             return self._call_symbolic(inputs)
         if isinstance(inputs, (list, tuple)) and any(isinstance(t, KerasTensor) for t in inputs):
             raise ValueError(f"Layer '{self.name}' was called on a list mixing KerasTensors and "

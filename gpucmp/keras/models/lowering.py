@@ -143,12 +143,19 @@ def describe(flat, trainable_of):
                 "within one model is not supported by the plan yet")
         seen.add(id(layer))
         descs = layer.plan_layers(step.input_shape)
-        prev = [index[r] for r in step.inputs]
+        args = [index[r] for r in step.inputs]
         if not descs:                       # the identity (e.g. a one-input merge)
-            index[step.out] = prev[0]
+            index[step.out] = args[0]
             continue
+        prev = None
         for d in descs:
-            d["inputs"] = prev
+            # the first dict takes the layer's arguments, each later one the dict before it;
+            # "_args" (argument positions) picks the arguments a dict takes (besides that)
+            picked = [args[i] for i in d.pop("_args")] if "_args" in d else None
+            if prev is None:
+                d["inputs"] = args if picked is None else picked
+            else:
+                d["inputs"] = prev + (picked or [])
             d["trainable"] = bool(trainable_of(layer))
             d.setdefault("dtype", layer.compute_dtype)   # the layer's dtype policy
             nodes.append(d)
