@@ -29,7 +29,7 @@ def rel(*parts):
 # "auto": the CUDA backend is built wherever nvcc is found (it has run on an H200).
 DEFAULT_CUDA_MODE = "auto"
 
-C_SOURCES = sorted(glob(rel("core", "*.c")) + glob(rel("cpu", "*.c")) + glob(rel("python", "*.c")))
+C_SOURCES = sorted(glob(rel("core", "*.c")) + glob(rel("plan", "*.c")) + glob(rel("cpu", "*.c")) + glob(rel("python", "*.c")))
 CU_SOURCES = sorted(glob(rel("cuda", "*.cu")))
 
 

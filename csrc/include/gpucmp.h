@@ -3,8 +3,8 @@
  * What it provides: status codes, run-time dtypes, a tensor descriptor, typed
  * parameter structs per op, the one op list (GC_OP_LIST X-macro) from which the
  * op enum, the op names, every backend's op table and the test registry are
- * derived, the backend table itself, and the execution plan (a compiled
- * Sequential model: one training step is one call).
+ * derived, and the backend table itself. The execution plan built on top of it is
+ * declared in gpucmp_plan.h.
  *
  * Why it is built this way (DESIGN.md, "Rules of the core"): backends are tables
  * of function pointers chosen at run time; every op slot has the same signature
@@ -232,7 +232,7 @@ typedef struct {
 typedef struct gc_backend gc_backend;
 typedef gc_status (*gc_op_fn)(const gc_backend *be, const gc_op_call *call);
 
-struct gc_opt_hparams; /* below, with the plan */
+struct gc_opt_hparams; /* below, after the backend table */
 struct gc_opt_slot;
 
 /* Memory accounting of one backend (its memory_stats slot). allocated_bytes: what the
@@ -306,6 +306,20 @@ struct gc_backend {
     void *impl;                /* backend private state */
 };
 
+typedef enum { GC_OPT_SGD = 0, GC_OPT_ADAM, GC_OPT_RMSPROP, GC_OPT_COUNT } gc_opt_kind;
+
+/* Per-step optimizer hyper-parameters (the learning rate may change between steps): what
+ * the plan passes to a fused update (optim_multi) and the per-tensor optimizer ops take. */
+typedef struct gc_opt_hparams {
+    gc_opt_kind kind;
+    float lr, beta_1, beta_2, epsilon, momentum, rho;
+    int nesterov;
+    int64_t t; /* iterations + 1 */
+    /* dynamic loss scaling (plans with gc_train_desc.loss_scaling): the scale and the
+     * count of good steps since it last changed, at the start of the call */
+    float loss_scale, loss_scale_good;
+} gc_opt_hparams;
+
 /* One tensor of a fused optimizer step: w and g, the state (adam: s1 = m, s2 = v; sgd:
  * s1 = momentum or NULL; rmsprop: s1 = v), n elements. */
 typedef struct gc_opt_slot {
@@ -373,128 +387,6 @@ static inline float gc_uniform01(uint64_t seed, uint64_t i)
 {
     return (float)(gc_hash32(seed, i) >> 8) * (1.0f / 16777216.0f);
 }
-
-/* ------------------------------------------------------------------ the execution plan
- * A compiled Sequential model. Layers form a chain; weights and optimizer state live
- * in buffers owned by the caller (shared between plans, as Keras models share
- * layers); activations and gradients are owned by the plan, allocated once through
- * the backend for max_batch rows. */
-typedef enum {
-    GC_LAYER_DENSE = 0,   /* weights: kernel (in, units), bias (units,) or NULL   */
-    GC_LAYER_CONV2D,      /* weights: kernel (kh, kw, in, f), bias (f,) or NULL    */
-    GC_LAYER_MAXPOOL2D,
-    GC_LAYER_AVGPOOL2D,
-    GC_LAYER_RESHAPE,     /* Flatten / Reshape: a view, no work                   */
-    GC_LAYER_DROPOUT,
-    GC_LAYER_ACTIVATION,
-    GC_LAYER_COUNT
-} gc_layer_kind;
-
-typedef struct {
-    gc_layer_kind kind;
-    int in_ndim, out_ndim;                 /* per-sample shapes (no batch axis) */
-    int64_t in_shape[GC_MAX_DIMS - 1], out_shape[GC_MAX_DIMS - 1];
-    gc_act act;                            /* dense / conv epilogue, activation layer */
-    int kernel_h, kernel_w;                /* conv2d window */
-    gc_conv2d_params conv;
-    gc_pool2d_params pool;
-    float dropout_rate;
-    int trainable;                         /* snapshot taken at compile() */
-    void *kernel, *bias;                   /* backend memory, float32; owned by caller */
-    gc_dtype dtype;                        /* compute dtype (Keras' policy): activations and
-                                            * their gradients are stored in it; f32 master
-                                            * weights are cast to it each step; 0 = f32 */
-} gc_layer_desc;
-
-typedef enum {
-    GC_LOSS_CATEGORICAL_XENT = 0, GC_LOSS_SPARSE_CATEGORICAL_XENT, GC_LOSS_BINARY_XENT,
-    GC_LOSS_MSE, GC_LOSS_MAE, GC_LOSS_COUNT
-} gc_loss_kind;
-
-typedef enum { GC_OPT_SGD = 0, GC_OPT_ADAM, GC_OPT_RMSPROP, GC_OPT_COUNT } gc_opt_kind;
-
-/* Per-step optimizer hyper-parameters (the learning rate may change between steps). */
-typedef struct gc_opt_hparams {
-    gc_opt_kind kind;
-    float lr, beta_1, beta_2, epsilon, momentum, rho;
-    int nesterov;
-    int64_t t; /* iterations + 1 */
-    /* dynamic loss scaling (plans with gc_train_desc.loss_scaling): the scale and the
-     * count of good steps since it last changed, at the start of the call */
-    float loss_scale, loss_scale_good;
-} gc_opt_hparams;
-
-/* Metrics the plan evaluates on device in the same pass (bit flags). */
-enum { GC_METRIC_ACC_CATEGORICAL = 1, GC_METRIC_ACC_SPARSE = 2, GC_METRIC_ACC_BINARY = 4,
-       GC_METRIC_MSE = 8, GC_METRIC_MAE = 16 };
-
-typedef struct {
-    gc_loss_kind loss;
-    int from_logits;  /* the last layer's output is a logit */
-    unsigned metrics; /* GC_METRIC_* flags */
-    gc_opt_kind opt;
-    /* optimizer state per trainable weight, in layer order (kernel then bias):
-     * adam: 2 buffers (m, v); sgd with momentum: 1 (m); rmsprop: 1 (v); sgd: 0. */
-    void **opt_state;
-    int n_opt_state;
-    /* Keras' LossScaleOptimizer (mixed_float16): the loss gradient is multiplied by the
-     * scale, weight gradients are unscaled into float32 and checked; a step with a
-     * non-finite gradient leaves weights and state as they were and halves the scale;
-     * loss_scale_growth good steps double it. All decided on the device. */
-    int loss_scaling;
-    int loss_scale_growth;
-} gc_train_desc;
-
-/* Sums over the rows of one call (divide by rows for means). */
-typedef struct {
-    double loss_sum;
-    double metric_sum[5]; /* indexed by bit position of GC_METRIC_* */
-    /* steps the optimizer applied (all of them without loss scaling), and the loss
-     * scale state after the call (loss scaling only) */
-    int64_t steps_applied;
-    double loss_scale, loss_scale_good;
-} gc_step_stats;
-
-typedef struct gc_plan gc_plan;
-
-gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *layers, int n_layers,
-                         const gc_train_desc *train /* NULL: inference only */,
-                         int64_t max_batch, gc_plan **out);
-void gc_plan_destroy(gc_plan *plan);
-/* x: host float32 (rows, *in_shape); y: host float32 (rows, *out_shape) or int32 (rows,)
- * for sparse labels. One forward + loss + backward + update, in one call. */
-gc_status gc_plan_train_step(gc_plan *plan, const float *x, const void *y, int64_t rows,
-                             const gc_opt_hparams *hp, uint64_t dropout_seed,
-                             gc_step_stats *stats);
-/* Loss and metrics without an update (no dropout). */
-gc_status gc_plan_eval_step(gc_plan *plan, const float *x, const void *y, int64_t rows,
-                            gc_step_stats *stats);
-/* Inference: out host float32 (rows, *out_shape). */
-gc_status gc_plan_predict(gc_plan *plan, const float *x, int64_t rows, float *out);
-
-/* Device-resident training (DESIGN.md, "The execution plan").
- * gc_plan_set_data uploads a whole data set once: x (n, *in_shape) float32, y labels as
- * for train_step (NULL data releases it). GC_ERR_NOMEM when it does not fit: the caller
- * then feeds batches through gc_plan_train_step.
- * gc_plan_train_steps runs ceil(n_rows / batch) steps over the resident data: step s
- * trains on the rows idx[s*batch ...] (host int32 indices into the data set; the last
- * step may be partial). Batches are gathered on the device, loss and metric sums are
- * accumulated there and come back once, in *st, for all the steps. hp->t is the step of
- * the first one (+1 per step); lrs / seeds give each step's learning rate and dropout
- * seed (NULL: hp->lr, 0). On a backend that can capture graphs the full-size step is
- * captured once (after one eager warm-up step) and replayed; gc_plan_use_graphs(p, 0)
- * turns that off (the results are the same: tests compare both). */
-gc_status gc_plan_set_data(gc_plan *plan, const float *x, const void *y, int64_t n);
-gc_status gc_plan_train_steps(gc_plan *plan, const int32_t *idx, int64_t n_rows, int64_t batch,
-                              const gc_opt_hparams *hp, const float *lrs, const uint64_t *seeds,
-                              gc_step_stats *st);
-void gc_plan_use_graphs(gc_plan *plan, int on);
-/* Number of steps replayed from a captured graph so far (for tests and benchmarks). */
-int64_t gc_plan_graph_replays(const gc_plan *plan);
-/* The optimizer step as one fused launch over every tensor (default where the backend
- * has optim_multi) or one op per tensor (on = 0); returns what is in effect. The
- * results are the same bit for bit (tests compare both). */
-int gc_plan_use_fused_optimizer(gc_plan *plan, int on);
 
 #ifdef __cplusplus
 }

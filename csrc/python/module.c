@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gpucmp.h"
+#include "gpucmp_plan.h"
 #include "cpu_kernels.h"
 #include "bench.h"
 #include "device_api.h"
@@ -764,8 +765,9 @@ typedef struct {
     PyObject *keep; /* list of Buffers the plan borrows */
     int64_t max_batch;
     int n_layers;
-    int in_ndim, out_ndim;
-    int64_t in_shape[GC_MAX_DIMS], out_shape[GC_MAX_DIMS];
+    int n_inputs;                                   /* model inputs, in order */
+    int in_ndim[GC_NODE_MAX_INPUTS], out_ndim;
+    int64_t in_shape[GC_NODE_MAX_INPUTS][GC_MAX_DIMS], out_shape[GC_MAX_DIMS];
     int has_train, sparse, loss_scaling;
     unsigned metrics;
     gc_opt_kind opt;
@@ -832,12 +834,103 @@ static int get_buffer(PyObject *d, const char *k, int idx, PyObject *keep, const
     return 0;
 }
 
-static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense", "conv2d", "maxpool2d", "avgpool2d",
-                                                        "reshape", "dropout", "activation"};
+static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense",   "conv2d",   "maxpool2d", "avgpool2d", "reshape",
+                                                        "dropout", "activation", "input", "add",      "multiply",
+                                                        "concat",  "batchnorm", "pad2d"};
 static const char *const loss_names[GC_LOSS_COUNT] = {"categorical_crossentropy", "sparse_categorical_crossentropy",
                                                       "binary_crossentropy", "mse", "mae"};
 static const char *const opt_names[GC_OPT_COUNT] = {"sgd", "adam", "rmsprop"};
-static const char *const metric_names[5] = {"acc_categorical", "acc_sparse", "acc_binary", "mse", "mae"};
+static const char *const metric_names[GC_METRIC_COUNT] = {"acc_categorical", "acc_sparse", "acc_binary", "mse", "mae"};
+
+/* "inputs": the producers of a node, as indices into the node list */
+static int get_inputs(PyObject *d, int idx, gc_layer_desc *L)
+{
+    PyObject *v = item(d, "inputs");
+    if (!v || v == Py_None) return 0;
+    PyObject *seq = PySequence_Fast(v, "");
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "Plan: node %d 'inputs' must be a list of node indices, got %R", idx, v);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > GC_NODE_MAX_INPUTS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "Plan: node %d has %zd inputs (at most %d)", idx, n, GC_NODE_MAX_INPUTS);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        long x = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, k));
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Plan: node %d 'inputs' must hold ints, got %R", idx, v);
+            return -1;
+        }
+        L->inputs[k] = (int)x;
+    }
+    L->n_inputs = (int)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* pad2d "padding": an int, (h, w), or ((top, bottom), (left, right)) */
+static int get_pad2d(PyObject *d, int idx, int *pad)
+{
+    PyObject *v = item(d, "padding");
+    pad[0] = pad[1] = pad[2] = pad[3] = 1;
+    if (!v || v == Py_None) return 0;
+    if (PyLong_Check(v)) {
+        int x;
+        if (to_int(v, "padding", &x)) return -1;
+        pad[0] = pad[1] = pad[2] = pad[3] = x;
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(v, "");
+    int ok = seq && PySequence_Fast_GET_SIZE(seq) == 2;
+    for (int k = 0; ok && k < 2; k++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, k);
+        if (PyLong_Check(e)) {
+            ok = to_int(e, "padding", &pad[2 * k]) == 0;
+            pad[2 * k + 1] = pad[2 * k];
+        } else {
+            PyObject *pr = PySequence_Fast(e, "");
+            ok = pr && PySequence_Fast_GET_SIZE(pr) == 2 &&
+                 to_int(PySequence_Fast_GET_ITEM(pr, 0), "padding", &pad[2 * k]) == 0 &&
+                 to_int(PySequence_Fast_GET_ITEM(pr, 1), "padding", &pad[2 * k + 1]) == 0;
+            Py_XDECREF(pr);
+        }
+    }
+    Py_XDECREF(seq);
+    if (!ok) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "Plan: pad2d node %d 'padding' must be an int, (h, w) or "
+                         "((top, bottom), (left, right)), got %R", idx, v);
+        }
+        return -1;
+    }
+    for (int k = 0; k < 4; k++)
+        if (pad[k] < 0) {
+            PyErr_Format(PyExc_ValueError, "Plan: pad2d node %d has a negative padding %R", idx, v);
+            return -1;
+        }
+    return 0;
+}
+
+/* the weight buffers each kind takes, by slot */
+static const char *const *weight_names(gc_layer_kind kind)
+{
+    static const char *const dense[] = {"kernel", "bias", NULL};
+    static const char *const bn[] = {"gamma", "beta", "moving_mean", "moving_variance", NULL};
+    static const char *const none[] = {NULL};
+    switch (kind) {
+    case GC_LAYER_DENSE:
+    case GC_LAYER_CONV2D: return dense;
+    case GC_LAYER_BATCHNORM: return bn;
+    default: return none;
+    }
+}
 
 static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *be, gc_layer_desc *L)
 {
@@ -854,8 +947,14 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
     }
     if (parse_enum(k, "layer kind", layer_kinds, GC_LAYER_COUNT, &kind)) return -1;
     L->kind = (gc_layer_kind)kind;
+    if (L->kind == GC_LAYER_INPUT) {
+        if (get_shape(d, "out_shape", idx, &L->out_ndim, L->out_shape)) return -1;
+        L->in_ndim = L->out_ndim;
+        memcpy(L->in_shape, L->out_shape, sizeof L->in_shape);
+        return 0;
+    }
     if (get_shape(d, "in_shape", idx, &L->in_ndim, L->in_shape) ||
-        get_shape(d, "out_shape", idx, &L->out_ndim, L->out_shape) ||
+        get_shape(d, "out_shape", idx, &L->out_ndim, L->out_shape) || get_inputs(d, idx, L) ||
         p_enum(d, "activation", act_names, GC_ACT_COUNT, 0, &act) || p_bool(d, "trainable", 1, &tr) ||
         p_float(d, "rate", 0.0, &L->dropout_rate) || p_enum(d, "dtype", compute_dtype_names, 3, 0, &dt))
         return -1;
@@ -885,8 +984,24 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
         }
         L->pool.padding = (gc_padding)pad;
     }
-    if (get_buffer(d, "kernel", idx, keep, be, &L->kernel) || get_buffer(d, "bias", idx, keep, be, &L->bias))
+    if (L->kind == GC_LAYER_CONCAT) {
+        long long axis = -1;
+        if (p_long(d, "axis", -1, &axis)) return -1;
+        if (axis < 0) axis += L->out_ndim;
+        if (axis < 0 || axis >= L->out_ndim) {
+            PyErr_Format(PyExc_ValueError, "Plan: concat node %d axis %lld is outside the sample rank %d", idx,
+                         axis, L->out_ndim);
+            return -1;
+        }
+        L->axis = (int)axis;
+    }
+    if (L->kind == GC_LAYER_PAD2D && get_pad2d(d, idx, L->pad)) return -1;
+    if (L->kind == GC_LAYER_BATCHNORM &&
+        (p_float(d, "epsilon", 1e-3, &L->epsilon) || p_float(d, "momentum", 0.99, &L->momentum)))
         return -1;
+    const char *const *wn = weight_names(L->kind);
+    for (int w = 0; wn[w]; w++)
+        if (get_buffer(d, wn[w], idx, keep, be, &L->weights[w])) return -1;
     return 0;
 }
 
@@ -947,7 +1062,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             ok = seq != NULL;
             for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(seq); i++) {
                 int m;
-                ok = parse_enum(PySequence_Fast_GET_ITEM(seq, i), "metric", metric_names, 5, &m) == 0;
+                ok = parse_enum(PySequence_Fast_GET_ITEM(seq, i), "metric", metric_names, GC_METRIC_COUNT, &m) == 0;
                 if (ok) td.metrics |= 1u << m;
             }
             Py_XDECREF(seq);
@@ -995,8 +1110,17 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (ok) {
         p->max_batch = max_batch;
         p->n_layers = (int)n;
-        p->in_ndim = L[0].in_ndim;
-        memcpy(p->in_shape, L[0].in_shape, sizeof L[0].in_shape);
+        p->n_inputs = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (L[i].kind == GC_LAYER_INPUT) {
+                p->in_ndim[p->n_inputs] = L[i].out_ndim;
+                memcpy(p->in_shape[p->n_inputs++], L[i].out_shape, sizeof L[i].out_shape);
+            }
+        if (!p->n_inputs) { /* the implicit input of a plain chain */
+            p->n_inputs = 1;
+            p->in_ndim[0] = L[0].in_ndim;
+            memcpy(p->in_shape[0], L[0].in_shape, sizeof L[0].in_shape);
+        }
         p->out_ndim = L[n - 1].out_ndim;
         memcpy(p->out_shape, L[n - 1].out_shape, sizeof L[n - 1].out_shape);
     }
@@ -1009,34 +1133,104 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)p;
 }
 
-/* x as float32 (rows, *in_shape), C-contiguous; returns a new reference */
-static PyArrayObject *plan_x(PlanObject *p, PyObject *x, int64_t *rows)
+/* The model inputs of a call: one float32 C-contiguous array per input, (rows, *shape)
+ * (set_data: any rows >= 1, returned in *rows). x is the array itself for a one-input
+ * plan, else a list or tuple of one array per input. Fills xa[] with new references. */
+typedef struct {
+    int n;
+    PyArrayObject *a[GC_NODE_MAX_INPUTS];
+    const float *ptr[GC_NODE_MAX_INPUTS];
+} plan_inputs;
+
+static void inputs_release(plan_inputs *in)
 {
-    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(x, NPY_FLOAT32, 1, GC_MAX_DIMS,
-                                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
-    if (!a) return NULL;
-    int ok = PyArray_NDIM(a) == p->in_ndim + 1;
-    for (int i = 0; ok && i < p->in_ndim; i++) ok = PyArray_DIM(a, i + 1) == p->in_shape[i];
-    if (!ok) {
-        PyObject *want = PyTuple_New(p->in_ndim + 1);
-        PyTuple_SET_ITEM(want, 0, Py_None);
-        Py_INCREF(Py_None);
-        for (int i = 0; i < p->in_ndim; i++) PyTuple_SET_ITEM(want, i + 1, PyLong_FromLongLong(p->in_shape[i]));
-        PyObject *got = PyObject_GetAttrString((PyObject *)a, "shape");
-        PyErr_Format(PyExc_ValueError, "Plan: x must have shape %R, got %R", want, got);
-        Py_XDECREF(want);
-        Py_XDECREF(got);
-        Py_DECREF(a);
-        return NULL;
+    for (int k = 0; k < in->n; k++) Py_XDECREF(in->a[k]);
+    in->n = 0;
+}
+
+static int plan_inputs_get(PlanObject *p, PyObject *x, const char *what, int any_rows, int64_t *rows,
+                           plan_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    PyObject *items[GC_NODE_MAX_INPUTS];
+    int multi = p->n_inputs > 1;
+    if (!multi && (PyList_Check(x) || PyTuple_Check(x)) && PySequence_Size(x) == 1) {
+        PyObject *e = PySequence_GetItem(x, 0); /* [array]: the list of one input */
+        if (e && PyArray_Check(e)) multi = 1;
+        Py_XDECREF(e);
+        PyErr_Clear();
     }
-    *rows = PyArray_DIM(a, 0);
-    if (*rows < 1 || *rows > p->max_batch) {
-        PyErr_Format(PyExc_ValueError, "Plan: batch of %lld rows, expected 1..%lld", (long long)*rows,
+    if (multi) {
+        if (!PyList_Check(x) && !PyTuple_Check(x)) {
+            PyErr_Format(PyExc_ValueError, "Plan.%s: the model has %d inputs; x must be a list of %d arrays, got %s",
+                         what, p->n_inputs, p->n_inputs, Py_TYPE(x)->tp_name);
+            return -1;
+        }
+        if (PySequence_Size(x) != p->n_inputs) {
+            PyErr_Format(PyExc_ValueError, "Plan.%s: the model has %d inputs, x holds %zd arrays", what,
+                         p->n_inputs, PySequence_Size(x));
+            return -1;
+        }
+        for (int k = 0; k < p->n_inputs; k++) items[k] = PySequence_GetItem(x, k);
+    } else {
+        items[0] = x;
+        Py_INCREF(x);
+    }
+    int64_t n_rows = -1;
+    int ok = 1;
+    for (int k = 0; k < p->n_inputs; k++) {
+        PyArrayObject *a = ok && items[k] ? (PyArrayObject *)PyArray_FROMANY(items[k], NPY_FLOAT32, 1, GC_MAX_DIMS,
+                                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST)
+                                          : NULL;
+        Py_XDECREF(items[k]);
+        if (!a) {
+            ok = 0;
+            continue;
+        }
+        in->a[in->n++] = a;
+        int nd = p->in_ndim[k];
+        int good = PyArray_NDIM(a) == nd + 1;
+        for (int i = 0; good && i < nd; i++) good = PyArray_DIM(a, i + 1) == p->in_shape[k][i];
+        if (!good) {
+            PyObject *want = PyTuple_New(nd + 1);
+            PyTuple_SET_ITEM(want, 0, Py_None);
+            Py_INCREF(Py_None);
+            for (int i = 0; i < nd; i++) PyTuple_SET_ITEM(want, i + 1, PyLong_FromLongLong(p->in_shape[k][i]));
+            PyObject *got = PyObject_GetAttrString((PyObject *)a, "shape");
+            if (p->n_inputs > 1)
+                PyErr_Format(PyExc_ValueError, "Plan.%s: input %d must have shape %R, got %R", what, k, want, got);
+            else
+                PyErr_Format(PyExc_ValueError, "Plan: x must have shape %R, got %R", want, got);
+            Py_XDECREF(want);
+            Py_XDECREF(got);
+            ok = 0;
+            continue;
+        }
+        int64_t r = PyArray_DIM(a, 0);
+        if (n_rows >= 0 && r != n_rows) {
+            PyErr_Format(PyExc_ValueError, "Plan.%s: input %d has %lld rows, input 0 has %lld", what, k,
+                         (long long)r, (long long)n_rows);
+            ok = 0;
+            continue;
+        }
+        n_rows = r;
+        in->ptr[k] = PyArray_DATA(a);
+    }
+    if (ok && !any_rows && (n_rows < 1 || n_rows > p->max_batch)) {
+        PyErr_Format(PyExc_ValueError, "Plan: batch of %lld rows, expected 1..%lld", (long long)n_rows,
                      (long long)p->max_batch);
-        Py_DECREF(a);
-        return NULL;
+        ok = 0;
     }
-    return a;
+    if (ok && any_rows && n_rows < 1) {
+        PyErr_Format(PyExc_ValueError, "Plan.%s: x must have shape (n, *in_shape) with n >= 1", what);
+        ok = 0;
+    }
+    if (!ok) {
+        inputs_release(in);
+        return -1;
+    }
+    *rows = n_rows;
+    return 0;
 }
 
 static PyArrayObject *plan_y(PlanObject *p, PyObject *y, int64_t rows)
@@ -1069,7 +1263,7 @@ static PyObject *stats_dict(PlanObject *p, const gc_step_stats *st)
     PyObject *v = PyFloat_FromDouble(st->loss_sum);
     if (!v || PyDict_SetItemString(d, "loss", v)) goto fail;
     Py_DECREF(v);
-    for (int bit = 0; bit < 5; bit++) {
+    for (int bit = 0; bit < GC_METRIC_COUNT; bit++) {
         if (!(p->metrics & (1u << bit))) continue;
         v = PyFloat_FromDouble(st->metric_sum[bit]);
         if (!v || PyDict_SetItemString(d, metric_names[bit], v)) goto fail;
@@ -1123,19 +1317,19 @@ static PyObject *plan_train_step(PlanObject *p, PyObject *args, PyObject *kw)
     gc_opt_hparams hp;
     if (parse_hparams(p, h, &hp)) return NULL;
     int64_t rows;
-    PyArrayObject *xa = plan_x(p, x, &rows);
-    if (!xa) return NULL;
+    plan_inputs xa;
+    if (plan_inputs_get(p, x, "train_step", 0, &rows, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, rows);
     if (!ya) {
-        Py_DECREF(xa);
+        inputs_release(&xa);
         return NULL;
     }
     gc_step_stats st;
     gc_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = gc_plan_train_step(p->plan, PyArray_DATA(xa), PyArray_DATA(ya), rows, &hp, seed, &st);
+    s = gc_plan_train_step(p->plan, xa.ptr, PyArray_DATA(ya), rows, &hp, seed, &st);
     Py_END_ALLOW_THREADS
-    Py_DECREF(xa);
+    inputs_release(&xa);
     Py_DECREF(ya);
     if (s) return gc_py_raise(s);
     return stats_dict(p, &st);
@@ -1147,19 +1341,19 @@ static PyObject *plan_eval_step(PlanObject *p, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO:eval_step", &x, &y)) return NULL;
     if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot evaluate");
     int64_t rows;
-    PyArrayObject *xa = plan_x(p, x, &rows);
-    if (!xa) return NULL;
+    plan_inputs xa;
+    if (plan_inputs_get(p, x, "eval_step", 0, &rows, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, rows);
     if (!ya) {
-        Py_DECREF(xa);
+        inputs_release(&xa);
         return NULL;
     }
     gc_step_stats st;
     gc_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = gc_plan_eval_step(p->plan, PyArray_DATA(xa), PyArray_DATA(ya), rows, &st);
+    s = gc_plan_eval_step(p->plan, xa.ptr, PyArray_DATA(ya), rows, &st);
     Py_END_ALLOW_THREADS
-    Py_DECREF(xa);
+    inputs_release(&xa);
     Py_DECREF(ya);
     if (s) return gc_py_raise(s);
     return stats_dict(p, &st);
@@ -1168,21 +1362,21 @@ static PyObject *plan_eval_step(PlanObject *p, PyObject *args)
 static PyObject *plan_predict(PlanObject *p, PyObject *x)
 {
     int64_t rows;
-    PyArrayObject *xa = plan_x(p, x, &rows);
-    if (!xa) return NULL;
+    plan_inputs xa;
+    if (plan_inputs_get(p, x, "predict", 0, &rows, &xa)) return NULL;
     npy_intp dims[GC_MAX_DIMS];
     dims[0] = rows;
     for (int i = 0; i < p->out_ndim; i++) dims[i + 1] = p->out_shape[i];
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(p->out_ndim + 1, dims, NPY_FLOAT32);
     if (!out) {
-        Py_DECREF(xa);
+        inputs_release(&xa);
         return NULL;
     }
     gc_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = gc_plan_predict(p->plan, PyArray_DATA(xa), rows, PyArray_DATA(out));
+    s = gc_plan_predict(p->plan, xa.ptr, rows, PyArray_DATA(out));
     Py_END_ALLOW_THREADS
-    Py_DECREF(xa);
+    inputs_release(&xa);
     if (s) {
         Py_DECREF(out);
         return gc_py_raise(s);
@@ -1201,25 +1395,18 @@ static PyObject *plan_set_data(PlanObject *p, PyObject *args)
         if (s) return gc_py_raise(s);
         Py_RETURN_NONE;
     }
-    PyArrayObject *xa = (PyArrayObject *)PyArray_FROMANY(x, NPY_FLOAT32, 1, GC_MAX_DIMS,
-                                                         NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
-    if (!xa) return NULL;
-    int ok = PyArray_NDIM(xa) == p->in_ndim + 1;
-    for (int i = 0; ok && i < p->in_ndim; i++) ok = PyArray_DIM(xa, i + 1) == p->in_shape[i];
-    int64_t n = PyArray_NDIM(xa) ? PyArray_DIM(xa, 0) : 0;
-    if (!ok || n < 1) {
-        Py_DECREF(xa);
-        return PyErr_Format(PyExc_ValueError, "Plan.set_data: x must have shape (n, *in_shape) with n >= 1");
-    }
+    plan_inputs xa;
+    int64_t n;
+    if (plan_inputs_get(p, x, "set_data", 1, &n, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, n);
     if (!ya) {
-        Py_DECREF(xa);
+        inputs_release(&xa);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    s = gc_plan_set_data(p->plan, PyArray_DATA(xa), PyArray_DATA(ya), n);
+    s = gc_plan_set_data(p->plan, xa.ptr, PyArray_DATA(ya), n);
     Py_END_ALLOW_THREADS
-    Py_DECREF(xa);
+    inputs_release(&xa);
     Py_DECREF(ya);
     if (s) return gc_py_raise(s);
     Py_RETURN_NONE;
@@ -1330,7 +1517,7 @@ static PyTypeObject PlanType = {
     .tp_basicsize = sizeof(PlanObject),
     .tp_dealloc = (destructor)plan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Plan(backend, layers, max_batch, train=None): a compiled Sequential model",
+    .tp_doc = "Plan(backend, nodes, max_batch, train=None): a compiled model (a graph of layer nodes)",
     .tp_methods = plan_methods,
     .tp_getset = plan_getset,
     .tp_new = plan_new,

@@ -1,0 +1,18 @@
+/* layers.c -- the registry of layer kinds: one table (gc_layer_ops) per kind, each in its
+ * own layer_*.c file. A kind without a table here is reported as unsupported. */
+#include "plan_internal.h"
+
+extern const gc_layer_ops gc_layer_dense, gc_layer_conv2d, gc_layer_maxpool2d, gc_layer_avgpool2d,
+    gc_layer_reshape, gc_layer_dropout, gc_layer_activation, gc_layer_input;
+
+static const gc_layer_ops *const kinds[GC_LAYER_COUNT] = {
+    [GC_LAYER_DENSE] = &gc_layer_dense,         [GC_LAYER_CONV2D] = &gc_layer_conv2d,
+    [GC_LAYER_MAXPOOL2D] = &gc_layer_maxpool2d, [GC_LAYER_AVGPOOL2D] = &gc_layer_avgpool2d,
+    [GC_LAYER_RESHAPE] = &gc_layer_reshape,     [GC_LAYER_DROPOUT] = &gc_layer_dropout,
+    [GC_LAYER_ACTIVATION] = &gc_layer_activation, [GC_LAYER_INPUT] = &gc_layer_input,
+};
+
+const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind)
+{
+    return (unsigned)kind < GC_LAYER_COUNT ? kinds[kind] : NULL;
+}

@@ -1,0 +1,820 @@
+/* plan.c -- the execution plan's driver: the graph, its buffers, one step, the entry points.
+ *
+ * What it provides: gc_plan_create / destroy, train_step / eval_step / predict, and the
+ * helpers the layer kinds use (plan_internal.h). A plan owns every activation and
+ * gradient buffer (allocated once, for max_batch rows, through the backend table),
+ * borrows the weights and optimizer state from the caller, and runs one training step
+ * -- forward, loss, metrics, backward, update -- in a single call that only touches
+ * backend ops, so any backend plugs in without changes here.
+ *
+ * Why this shape: small models are launch-bound, so everything that can be decided once
+ * is decided at creation. The graph (nodes in topological order, each naming its
+ * producers) is analysed once: which gradients are needed at all (none upstream of the
+ * first trainable node), which consumer writes a fanned-out gradient first and which
+ * accumulate into it, which views alias their input, and when each gradient buffer is
+ * live, so buffers are reused once their last reader has run (an interval allocator;
+ * inference-only plans reuse activation buffers the same way). Every float32 weight
+ * gradient lives in one arena. Creation also runs the whole step once in "check" mode,
+ * where each op call is validated by core instead of executed; steps then call the
+ * backend slots directly.
+ *
+ * Mixed precision (Keras' dtype policies): each node has a compute dtype. Its output and
+ * the gradient of its output are stored in it; an input of another dtype is cast on the
+ * way in (and its gradient on the way back); float32 master weights are cast to it at
+ * every forward pass (kinds that compute in float32, such as BatchNormalization, read
+ * them as they are); weight gradients come out in it and are converted to float32 for the
+ * optimizer. A backend without native half storage (the CPU) computes each op in
+ * float32 through core's widening (gc_op_run): storage precision as on the GPU, float32
+ * arithmetic. Loss, metrics and the update are in loss.c and update.c; device-resident
+ * training and CUDA graphs in resident.c. */
+#include "plan_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------ tensors */
+
+int64_t gc_numel(const int64_t *shape, int nd)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    return n;
+}
+
+gc_tensor gc_btd(void *data, gc_dtype dt, int64_t rows, const int64_t *shape, int nd)
+{
+    gc_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = nd + 1;
+    t.shape[0] = rows;
+    for (int i = 0; i < nd; i++) t.shape[i + 1] = shape[i];
+    return t;
+}
+
+gc_tensor gc_t1(void *data, gc_dtype dt, int64_t n) { return gc_tensor_make(data, dt, 1, &n); }
+
+gc_tensor gc_t2(void *data, gc_dtype dt, int64_t r, int64_t c)
+{
+    gc_tensor t = gc_t1(data, dt, r);
+    t.ndim = 2;
+    t.shape[1] = c;
+    return t;
+}
+
+gc_tensor gc_none(void)
+{
+    gc_tensor t;
+    memset(&t, 0, sizeof t);
+    return t;
+}
+
+/* ------------------------------------------------------------------ running ops */
+
+static gc_status run_call(gc_plan *p, const gc_op_call *c)
+{
+    if (p->checking) {
+        gc_status s = gc_op_validate(c);
+        if (s) return s;
+        if (!p->be->ops[c->op])
+            return gc_fail(GC_ERR_UNSUPPORTED, "%s: not implemented on backend '%s'", gc_op_name(c->op),
+                           p->be->name);
+        return GC_OK;
+    }
+    if (p->widen) return gc_op_run(p->be, c); /* half storage, float32 compute */
+    return p->be->ops[c->op](p->be, c);
+}
+
+gc_status gc_plan_run_n(gc_plan *p, gc_op op, const void *params, const gc_tensor *const *in, int n_in,
+                        gc_tensor *const *out, int n_out)
+{
+    gc_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.params = params;
+    for (int k = 0; k < n_in && k < GC_MAX_OP_IN; k++) c.in[k] = in[k];
+    for (int k = 0; k < n_out && k < GC_MAX_OP_OUT; k++) c.out[k] = out[k];
+    return run_call(p, &c);
+}
+
+gc_status gc_plan_run(gc_plan *p, gc_op op, const void *params, const gc_tensor *i0, const gc_tensor *i1,
+                      const gc_tensor *i2, gc_tensor *o0, gc_tensor *o1, gc_tensor *o2)
+{
+    const gc_tensor *in[3] = {i0, i1, i2};
+    gc_tensor *out[3] = {o0, o1, o2};
+    return gc_plan_run_n(p, op, params, in, 3, out, 3);
+}
+
+gc_status gc_plan_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n)
+{
+    gc_no_params none = {0};
+    gc_tensor tx = gc_t1((void *)x, xdt, n), ty = gc_t1(y, ydt, n);
+    return gc_plan_run(p, GC_OP_CAST, &none, &tx, NULL, NULL, &ty, NULL, NULL);
+}
+
+gc_status gc_plan_copy(gc_plan *p, void *dst, const void *src, size_t bytes)
+{
+    if (p->checking || dst == src || bytes == 0) return GC_OK;
+    return p->be->copy(p->be, dst, src, bytes);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static gc_status alloc_bytes(gc_plan *p, size_t bytes, void **out)
+{
+    if (p->n_blocks == p->cap_blocks) {
+        int cap = p->cap_blocks ? 2 * p->cap_blocks : 64;
+        plan_block *b = realloc(p->blocks, (size_t)cap * sizeof *b);
+        if (!b) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+        p->blocks = b;
+        p->cap_blocks = cap;
+    }
+    if (bytes == 0) bytes = 4;
+    TRY(p->be->alloc(p->be, bytes, out));
+    p->blocks[p->n_blocks].ptr = *out;
+    p->blocks[p->n_blocks].bytes = bytes;
+    p->n_blocks++;
+    p->bytes += (int64_t)bytes;
+    return p->be->fill_zero(p->be, *out, bytes);
+}
+
+gc_status gc_plan_alloc(gc_plan *p, int64_t n, gc_dtype dt, void **out)
+{
+    return alloc_bytes(p, (size_t)(n > 0 ? n : 1) * gc_dtype_size(dt), out);
+}
+
+/* Buffers whose lives are known intervals [start, end] of one schedule: a request reuses
+ * the smallest block already allocated that is free by its start and large enough, else
+ * gets a new block. Requests must come in order of start. */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+    int busy_until;
+} pool_block;
+
+typedef struct {
+    pool_block *b;
+    int n, cap;
+} pool;
+
+static gc_status pool_get(gc_plan *p, pool *pl, size_t bytes, int start, int end, void **out)
+{
+    int best = -1;
+    for (int i = 0; i < pl->n; i++)
+        if (pl->b[i].busy_until < start && pl->b[i].bytes >= bytes &&
+            (best < 0 || pl->b[i].bytes < pl->b[best].bytes))
+            best = i;
+    if (best < 0) {
+        if (pl->n == pl->cap) {
+            int cap = pl->cap ? 2 * pl->cap : 32;
+            pool_block *nb = realloc(pl->b, (size_t)cap * sizeof *nb);
+            if (!nb) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+            pl->b = nb;
+            pl->cap = cap;
+        }
+        void *ptr;
+        TRY(alloc_bytes(p, bytes, &ptr));
+        pl->b[pl->n] = (pool_block){ptr, bytes, -1};
+        best = pl->n++;
+    }
+    pl->b[best].busy_until = end;
+    *out = pl->b[best].ptr;
+    return GC_OK;
+}
+
+/* ------------------------------------------------------------------ what kinds use */
+
+void *gc_node_input(const gc_plan *p, const plan_node *l, int k)
+{
+    return l->xc[k] ? l->xc[k] : p->L[l->in[k]].out;
+}
+
+void *gc_node_weight(const plan_node *l, int k) { return l->w[k].wc ? l->w[k].wc : l->w[k].w; }
+
+static const plan_node *producer(const gc_plan *p, const plan_node *l, int k) { return &p->L[l->in[k]]; }
+
+gc_tensor gc_node_in_tensor(const gc_plan *p, const plan_node *l, int k, int64_t rows)
+{
+    const plan_node *src = producer(p, l, k);
+    return gc_btd(gc_node_input(p, l, k), l->dt, rows, src->d.out_shape, src->d.out_ndim);
+}
+
+gc_tensor gc_node_out_tensor(const plan_node *l, int64_t rows)
+{
+    return gc_btd(l->out, l->dt, rows, l->d.out_shape, l->d.out_ndim);
+}
+
+gc_tensor gc_node_gout_tensor(const plan_node *l, int64_t rows)
+{
+    return gc_btd(l->gout, l->dt, rows, l->d.out_shape, l->d.out_ndim);
+}
+
+/* the gradient w.r.t. input k goes straight into the producer's gout unless it must be
+ * cast (another dtype) or added to a gradient already there (fan-out) */
+static int direct(const gc_plan *p, const plan_node *l, int k)
+{
+    return !l->in_accum[k] && producer(p, l, k)->dt == l->dt;
+}
+
+gc_tensor gc_node_gin_tensor(gc_plan *p, const plan_node *l, int k, int64_t rows)
+{
+    const plan_node *src = producer(p, l, k);
+    void *dst = direct(p, l, k) ? src->gout : p->gtmp;
+    return gc_btd(dst, l->dt, rows, src->d.out_shape, src->d.out_ndim);
+}
+
+/* src (l->dt, input k's shape): the gradient w.r.t. input k, into the producer's gout */
+static gc_status give(gc_plan *p, const plan_node *l, int k, void *src, int64_t rows)
+{
+    const plan_node *P = producer(p, l, k);
+    int64_t n = rows * l->in_numel[k];
+    void *g = src;
+    if (P->dt != l->dt) { /* back to the producer's dtype */
+        void *dst = l->in_accum[k] ? p->gtmp2 : P->gout;
+        TRY(gc_plan_cast(p, src, l->dt, dst, P->dt, n));
+        if (!l->in_accum[k]) return GC_OK;
+        g = dst;
+    }
+    if (l->in_accum[k]) { /* PENDING-ADD: the add op lands with the ops branch */
+        (void)g;
+        return gc_fail(GC_ERR_UNSUPPORTED, "plan: node %d: accumulating gradients needs the add op", l->idx);
+    }
+    return gc_plan_copy(p, P->gout, g, (size_t)n * gc_dtype_size(P->dt));
+}
+
+gc_status gc_node_deliver(gc_plan *p, const plan_node *l, int k, int64_t rows)
+{
+    if (direct(p, l, k)) return GC_OK;
+    return give(p, l, k, p->gtmp, rows);
+}
+
+gc_status gc_node_pass_grad(gc_plan *p, const plan_node *l, int k, void *src, int64_t rows)
+{
+    return give(p, l, k, src, rows);
+}
+
+gc_act gc_node_act(const gc_plan *p, const plan_node *l, run_mode mode)
+{
+    if (p->fused && l->idx == p->n - 1 && mode != MODE_PREDICT) return GC_ACT_LINEAR;
+    return l->d.act;
+}
+
+gc_status gc_node_dz(gc_plan *p, const plan_node *l, int64_t rows, gc_tensor *dz)
+{
+    gc_act act = gc_node_act(p, l, MODE_TRAIN);
+    *dz = gc_node_gout_tensor(l, rows);
+    if (act == GC_ACT_LINEAR || l->gout_masked) return GC_OK;
+    gc_act_params ap = {act};
+    gc_tensor y = gc_node_out_tensor(l, rows), gy = *dz;
+    *dz = gc_btd(p->scratch, l->dt, rows, l->d.out_shape, l->d.out_ndim);
+    return gc_plan_run(p, GC_OP_ACT_BWD, &ap, &y, &gy, NULL, dz, NULL, NULL);
+}
+
+int gc_node_trains_weight(const plan_node *l, int k) { return l->w[k].trains; }
+
+/* ------------------------------------------------------------------ forward / backward */
+
+gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
+{
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        for (int k = 0; k < l->n_in; k++) /* Keras casts a layer's inputs to its compute dtype */
+            if (l->xc[k]) {
+                const plan_node *src = producer(p, l, k);
+                TRY(gc_plan_cast(p, src->out, src->dt, l->xc[k], l->dt, rows * l->in_numel[k]));
+            }
+        for (int k = 0; k < l->n_w; k++) /* float32 master weights, cast for this pass */
+            if (l->w[k].wc) TRY(gc_plan_cast(p, l->w[k].w, GC_F32, l->w[k].wc, l->dt, l->w[k].n));
+        if (l->ops->forward) TRY(l->ops->forward(p, l, rows, mode, seed));
+    }
+    return GC_OK;
+}
+
+gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed)
+{
+    for (int i = p->n - 1; i >= 0; i--) {
+        plan_node *l = &p->L[i];
+        int any = l->trains;
+        for (int k = 0; k < l->n_in; k++) any |= l->in_grad[k];
+        if (!any || !l->ops->backward) continue;
+        TRY(l->ops->backward(p, l, rows, seed));
+    }
+    return GC_OK;
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+int gc_plan_num_inputs(const gc_plan *p) { return p ? p->n_inputs : 0; }
+
+int64_t gc_plan_input_numel(const gc_plan *p, int k)
+{
+    if (!p || k < 0 || k >= p->n_inputs) return 0;
+    return p->L[p->input_node[k]].out_numel;
+}
+
+int64_t gc_plan_bytes(const gc_plan *p) { return p ? p->bytes : 0; }
+
+static gc_status check_rows(const gc_plan *p, int64_t rows)
+{
+    if (rows < 1 || rows > p->max_batch)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: batch of %lld rows, expected 1..%lld",
+                       (long long)rows, (long long)p->max_batch);
+    return GC_OK;
+}
+
+static gc_status upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows)
+{
+    if (p->checking) return GC_OK;
+    if (!x) return gc_fail(GC_ERR_INVALID_ARG, "plan: no input arrays");
+    for (int k = 0; k < p->n_inputs; k++) {
+        const plan_node *in = &p->L[p->input_node[k]];
+        if (!x[k]) return gc_fail(GC_ERR_INVALID_ARG, "plan: input %d is missing", k);
+        TRY(p->be->upload(p->be, in->out, x[k], (size_t)(rows * in->out_numel) * sizeof(float)));
+    }
+    if (y) {
+        size_t per = p->sparse ? (size_t)p->rows_per_sample * sizeof(int32_t)
+                               : (size_t)p->out_numel * sizeof(float);
+        TRY(p->be->upload(p->be, p->y, y, (size_t)rows * per));
+    }
+    return GC_OK;
+}
+
+gc_status gc_plan_train_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                             const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    TRY(check_rows(p, rows));
+    memset(st, 0, sizeof *st);
+    TRY(gc_plan_loss_scale_begin(p, hp));
+    TRY(upload_batch(p, x, y, rows));
+    TRY(gc_plan_forward(p, rows, MODE_TRAIN, seed));
+    TRY(gc_plan_loss_and_metrics(p, rows, 1, st));
+    TRY(gc_plan_backward(p, rows, seed));
+    TRY(gc_plan_update(p, hp));
+    TRY(gc_plan_loss_scale_end(p, st));
+    /* one step: skipped exactly when the scale went down */
+    st->steps_applied = p->train.loss_scaling && !p->checking && st->loss_scale < hp->loss_scale ? 0 : 1;
+    return GC_OK;
+}
+
+gc_status gc_plan_eval_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                            gc_step_stats *st)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled with a loss");
+    TRY(check_rows(p, rows));
+    memset(st, 0, sizeof *st);
+    TRY(upload_batch(p, x, y, rows));
+    TRY(gc_plan_forward(p, rows, MODE_EVAL, 0));
+    return gc_plan_loss_and_metrics(p, rows, 0, st);
+}
+
+gc_status gc_plan_predict(gc_plan *p, const float *const *x, int64_t rows, float *out)
+{
+    if (!p) return gc_fail(GC_ERR_INVALID_ARG, "plan: missing");
+    TRY(check_rows(p, rows));
+    TRY(upload_batch(p, x, NULL, rows));
+    TRY(gc_plan_forward(p, rows, MODE_PREDICT, 0));
+    const plan_node *last = &p->L[p->n - 1];
+    const void *res = last->out;
+    if (p->logits32) { /* predictions come back as float32 */
+        TRY(gc_plan_cast(p, last->out, last->dt, p->logits32, GC_F32, rows * p->out_numel));
+        res = p->logits32;
+    }
+    if (p->checking) return GC_OK;
+    return p->be->download(p->be, out, res, (size_t)(rows * p->out_numel) * sizeof(float));
+}
+
+void gc_plan_destroy(gc_plan *p)
+{
+    if (!p) return;
+    const gc_backend *be = p->be;
+    gc_plan_release_resident(p);
+    if (p->graph && be->graph_destroy) be->graph_destroy(be, p->graph);
+    for (int i = 0; i < p->n_blocks; i++) be->release(be, p->blocks[i].ptr);
+    free(p->blocks);
+    free(p->L);
+    free(p->host_rows);
+    free(p->state_copy);
+    free(p);
+}
+
+/* ------------------------------------------------------------------ creation: the graph */
+
+static gc_status resolve_inputs(gc_plan *p, const gc_layer_desc *nodes, int n)
+{
+    int explicit_inputs = 0;
+    for (int i = 0; i < n; i++) explicit_inputs |= nodes[i].kind == GC_LAYER_INPUT;
+    /* a list without INPUT nodes: one implicit input node in front (shape: in_shape of
+     * node 0), and the nodes form a chain where they name no producers */
+    int shift = explicit_inputs ? 0 : 1;
+    p->n = n + shift;
+    p->L = calloc((size_t)p->n, sizeof *p->L);
+    if (!p->L) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    if (shift) {
+        plan_node *in = &p->L[0];
+        in->d.kind = GC_LAYER_INPUT;
+        in->d.out_ndim = nodes[0].in_ndim;
+        memcpy(in->d.out_shape, nodes[0].in_shape, sizeof in->d.out_shape);
+        in->d.in_ndim = in->d.out_ndim;
+        memcpy(in->d.in_shape, in->d.out_shape, sizeof in->d.in_shape);
+    }
+    for (int j = 0; j < n; j++) {
+        plan_node *l = &p->L[j + shift];
+        const gc_layer_desc *d = &nodes[j];
+        l->d = *d;
+        int i = j + shift;
+        if ((unsigned)d->kind >= GC_LAYER_COUNT)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d has unknown kind %d", j, (int)d->kind);
+        if (d->kind == GC_LAYER_INPUT) {
+            if (d->n_inputs)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: input node %d cannot take inputs", j);
+            if (p->n_inputs == GC_NODE_MAX_INPUTS)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: more than %d model inputs", GC_NODE_MAX_INPUTS);
+            l->d.in_ndim = d->out_ndim;
+            memcpy(l->d.in_shape, d->out_shape, sizeof l->d.in_shape);
+            continue;
+        }
+        if (d->n_inputs < 0 || d->n_inputs > GC_NODE_MAX_INPUTS)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d has %d inputs (at most %d)", j, d->n_inputs,
+                           GC_NODE_MAX_INPUTS);
+        if (d->n_inputs == 0) {
+            if (i == 0)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: node 0 (%s) has no input", gc_layer_ops_of(d->kind)
+                               ? gc_layer_ops_of(d->kind)->name : "?");
+            l->n_in = 1;
+            l->in[0] = i - 1;
+        } else {
+            l->n_in = d->n_inputs;
+            for (int k = 0; k < d->n_inputs; k++) {
+                int src = d->inputs[k] + shift;
+                if (d->inputs[k] < 0 || src >= i)
+                    return gc_fail(GC_ERR_INVALID_ARG,
+                                   "plan: node %d input %d refers to node %d; inputs must be earlier nodes "
+                                   "(a graph in topological order, no cycles)", j, k, d->inputs[k]);
+                l->in[k] = src;
+            }
+        }
+    }
+    for (int i = 0; i < p->n; i++)
+        if (p->L[i].d.kind == GC_LAYER_INPUT) p->input_node[p->n_inputs++] = i;
+    return GC_OK;
+}
+
+static gc_status check_nodes(gc_plan *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        gc_layer_desc *d = &l->d;
+        l->idx = i;
+        l->ops = gc_layer_ops_of(d->kind);
+        if (!l->ops)
+            return gc_fail(GC_ERR_UNSUPPORTED, "plan: node %d: layer kind %d is not supported by the plan yet", i,
+                           (int)d->kind);
+        if (d->dtype != GC_F32 && d->dtype != GC_F16 && d->dtype != GC_BF16)
+            return gc_fail(GC_ERR_DTYPE, "plan: node %d (%s) has compute dtype %s; expected float32, float16 "
+                           "or bfloat16", i, l->ops->name, gc_dtype_name(d->dtype));
+        if (d->out_ndim < 1 || d->out_ndim > GC_MAX_DIMS - 1)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) has output rank %d, expected 1..%d", i,
+                           l->ops->name, d->out_ndim, GC_MAX_DIMS - 1);
+        for (int k = 0; k < d->out_ndim; k++)
+            if (d->out_shape[k] < 1)
+                return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) output extent %d is %lld", i, l->ops->name,
+                               k, (long long)d->out_shape[k]);
+        l->out_numel = gc_numel(d->out_shape, d->out_ndim);
+        if (d->kind == GC_LAYER_INPUT) {
+            l->dt = GC_F32;
+            continue;
+        }
+        if (l->n_in < l->ops->min_inputs || l->n_in > l->ops->max_inputs)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) takes %d..%d inputs, got %d", i, l->ops->name,
+                           l->ops->min_inputs, l->ops->max_inputs, l->n_in);
+        int64_t shapes[GC_NODE_MAX_INPUTS][GC_MAX_DIMS - 1];
+        int nds[GC_NODE_MAX_INPUTS];
+        for (int k = 0; k < l->n_in; k++) {
+            const plan_node *src = &p->L[l->in[k]];
+            nds[k] = src->d.out_ndim;
+            memcpy(shapes[k], src->d.out_shape, sizeof shapes[k]);
+            l->in_numel[k] = src->out_numel;
+        }
+        /* the descriptor's in_shape must be what its first input produces */
+        int same = d->in_ndim == nds[0];
+        for (int k = 0; same && k < nds[0]; k++) same = d->in_shape[k] == shapes[0][k];
+        if (!same)
+            return gc_fail(GC_ERR_INVALID_ARG,
+                           "plan: node %d (%s) expects the output shape of node %d as its input", i, l->ops->name,
+                           l->in[0]);
+        if (l->ops->check) TRY(l->ops->check(d, i, l->n_in, (const int64_t(*)[GC_MAX_DIMS - 1])shapes, nds));
+        /* a view keeps its input's dtype */
+        l->is_view = l->ops->is_view;
+        l->dt = l->is_view ? p->L[l->in[0]].dt : d->dtype;
+        /* weights */
+        int64_t wn[GC_LAYER_MAX_WEIGHTS] = {0};
+        int wt[GC_LAYER_MAX_WEIGHTS] = {0};
+        if (l->ops->weights) l->ops->weights(d, shapes[0], wn, wt);
+        for (int k = 0; k < GC_LAYER_MAX_WEIGHTS; k++) {
+            if (!wn[k]) {
+                if (d->weights[k])
+                    return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) has no weight slot %d", i, l->ops->name, k);
+                continue;
+            }
+            l->w[k].w = d->weights[k];
+            l->w[k].n = wn[k];
+            l->w[k].trains = p->training && d->trainable && wt[k] && d->weights[k];
+            l->trains |= l->w[k].trains;
+            if (k + 1 > l->n_w) l->n_w = k + 1;
+        }
+    }
+    /* every node but the output feeds some node */
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        for (int k = 0; k < l->n_in; k++) {
+            plan_node *src = &p->L[l->in[k]];
+            src->n_consumers++;
+            src->last_consumer = i;
+        }
+    }
+    for (int i = 0; i < p->n - 1; i++)
+        if (!p->L[i].n_consumers)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) feeds no other node and is not the output "
+                           "(the last node)", i, p->L[i].ops->name);
+    if (p->L[p->n - 1].d.kind == GC_LAYER_INPUT && p->n > 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: the output node is a model input");
+    return GC_OK;
+}
+
+/* which gradients are needed, and which consumer of a fanned-out node writes first */
+static void analyse_gradients(gc_plan *p)
+{
+    if (!p->training) return;
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        int g = l->trains;
+        for (int k = 0; k < l->n_in; k++) {
+            l->in_grad[k] = p->L[l->in[k]].grad_needed;
+            g |= l->in_grad[k];
+        }
+        l->grad_needed = g;
+    }
+    /* backward runs in reverse order: per producer, the first gradient to arrive is
+     * written, later ones are added (within one node, the lower input slot first) */
+    int *seen = calloc((size_t)p->n, sizeof *seen);
+    for (int i = p->n - 1; i >= 0; i--) {
+        plan_node *l = &p->L[i];
+        for (int k = 0; k < l->n_in; k++) {
+            if (!l->in_grad[k]) continue;
+            int src = l->in[k];
+            l->in_accum[k] = seen ? seen[src] : 1;
+            if (seen) seen[src] = 1;
+        }
+    }
+    free(seen);
+}
+
+/* kind-specific pairings decided once: views, relu folded into a max pool's backward */
+static void analyse_fusions(gc_plan *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        if (!l->ops->is_view) continue;
+        plan_node *src = &p->L[l->in[0]];
+        /* a view's gradient is its input's gradient buffer when it is the only consumer */
+        l->gout_alias = src->n_consumers == 1 && !l->in_accum[0];
+    }
+    for (int i = 0; i < p->n && p->training; i++) {
+        plan_node *l = &p->L[i];
+        if (l->d.kind != GC_LAYER_MAXPOOL2D || l->n_in != 1) continue;
+        plan_node *prev = &p->L[l->in[0]];
+        if ((prev->d.kind == GC_LAYER_DENSE || prev->d.kind == GC_LAYER_CONV2D) && prev->d.act == GC_ACT_RELU &&
+            prev->n_consumers == 1 && !l->xc[0] && l->dt == prev->dt && l->in_grad[0] && !l->in_accum[0] &&
+            prev->idx != p->n - 1) {
+            l->fold_relu = 1;
+            prev->gout_masked = 1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ creation: buffers */
+
+static gc_status alloc_activations(gc_plan *p)
+{
+    /* inputs: float32, as the caller gives them */
+    /* training: every activation is kept for the backward pass; inference-only plans
+     * reuse a buffer once the last consumer of its node has run */
+    pool pl = {0};
+    gc_status s = GC_OK;
+    int *end = calloc((size_t)p->n, sizeof *end);
+    if (!end) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    for (int i = p->n - 1; i >= 0; i--) { /* a view extends its input's life to its own */
+        plan_node *l = &p->L[i];
+        int e = i == p->n - 1 ? p->n : l->last_consumer;
+        if (e < end[i]) e = end[i];
+        end[i] = e;
+        if (l->ops->is_view && end[l->in[0]] < e) end[l->in[0]] = e;
+    }
+    for (int i = 0; i < p->n && s == GC_OK; i++) {
+        plan_node *l = &p->L[i];
+        if (l->is_view) {
+            l->out = p->L[l->in[0]].out;
+            continue;
+        }
+        size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
+        if (p->training || l->d.kind == GC_LAYER_INPUT) s = alloc_bytes(p, bytes, &l->out);
+        else s = pool_get(p, &pl, bytes, i, end[i], &l->out);
+        l->owns_out = 1;
+    }
+    free(end);
+    free(pl.b);
+    return s;
+}
+
+static gc_status alloc_casts_and_scratch(gc_plan *p)
+{
+    int64_t biggest_out = 1, biggest_in = 1;
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        if (l->out_numel > biggest_out) biggest_out = l->out_numel;
+        for (int k = 0; k < l->n_in; k++) {
+            if (l->in_numel[k] > biggest_in) biggest_in = l->in_numel[k];
+            plan_node *src = &p->L[l->in[k]];
+            if (src->dt != l->dt && !l->ops->is_view)
+                TRY(gc_plan_alloc(p, p->max_batch * l->in_numel[k], l->dt, &l->xc[k]));
+        }
+    }
+    if (!p->training) return GC_OK;
+    TRY(gc_plan_alloc(p, p->max_batch * biggest_out, GC_F32, &p->scratch));
+    int need_tmp = 0, need_tmp2 = 0;
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        for (int k = 0; k < l->n_in; k++) {
+            if (!l->in_grad[k]) continue;
+            int cast = p->L[l->in[k]].dt != l->dt;
+            need_tmp |= cast || l->in_accum[k];
+            need_tmp2 |= cast && l->in_accum[k];
+        }
+    }
+    if (need_tmp) TRY(gc_plan_alloc(p, p->max_batch * biggest_in, GC_F32, &p->gtmp));
+    if (need_tmp2) TRY(gc_plan_alloc(p, p->max_batch * biggest_in, GC_F32, &p->gtmp2));
+    return GC_OK;
+}
+
+/* Gradient buffers, reused across the backward pass. Backward time t = p->n - i for node
+ * i (t = 0: the loss writes the output's gradient); gout[i] is live from when its first
+ * gradient arrives (its last consumer's backward) to its own backward. A view aliasing
+ * its input's gradient joins that buffer's life. */
+static gc_status alloc_gradients(gc_plan *p)
+{
+    if (!p->training) return GC_OK;
+    int *start = malloc((size_t)p->n * sizeof *start), *stop = malloc((size_t)p->n * sizeof *stop);
+    int *root = malloc((size_t)p->n * sizeof *root);
+    if (!start || !stop || !root) {
+        free(start), free(stop), free(root);
+        return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    }
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        root[i] = i;
+        start[i] = i == p->n - 1 ? 0 : p->n - l->last_consumer;
+        stop[i] = p->n - i;
+    }
+    for (int i = p->n - 1; i >= 0; i--) { /* views: one buffer with their input */
+        plan_node *l = &p->L[i];
+        if (!l->gout_alias) continue;
+        int r = l->in[0];
+        root[i] = r; /* resolved below, inputs first */
+        if (start[i] < start[r]) start[r] = start[i];
+        if (stop[i] > stop[r]) stop[r] = stop[i];
+    }
+    /* requests in order of start (insertion sort: n is small) */
+    int *order = malloc((size_t)p->n * sizeof *order);
+    int m = 0;
+    gc_status s = order ? GC_OK : gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    for (int i = 0; i < p->n && s == GC_OK; i++) {
+        /* the output's gradient is always written (by the loss) */
+        if (root[i] != i || (!p->L[i].grad_needed && i != p->n - 1) || p->L[i].d.kind == GC_LAYER_INPUT)
+            continue;
+        int j = m++;
+        while (j > 0 && start[order[j - 1]] > start[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    pool pl = {0};
+    for (int q = 0; q < m && s == GC_OK; q++) {
+        plan_node *l = &p->L[order[q]];
+        size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
+        s = pool_get(p, &pl, bytes, start[order[q]], stop[order[q]], &l->gout);
+    }
+    for (int i = 0; i < p->n && s == GC_OK; i++) { /* views share their input's */
+        plan_node *l = &p->L[i];
+        if (l->gout_alias) l->gout = p->L[l->in[0]].gout;
+    }
+    free(pl.b);
+    free(order);
+    free(start), free(stop), free(root);
+    return s;
+}
+
+/* Weight casts and gradients: every float32 gradient in one arena; half-precision casts
+ * and gradients in another. */
+static gc_status alloc_weights(gc_plan *p)
+{
+    int64_t f32 = 0, half = 0;
+    const int64_t align = 64; /* elements: 256 bytes */
+    for (int pass = 0; pass < 2; pass++) {
+        char *g = p->grad_arena, *h = p->half_arena;
+        for (int i = 0; i < p->n; i++) {
+            plan_node *l = &p->L[i];
+            int cast = l->dt != GC_F32 && l->d.kind != GC_LAYER_BATCHNORM;
+            for (int k = 0; k < l->n_w; k++) {
+                plan_weight *w = &l->w[k];
+                if (!w->w) continue;
+                int64_t n = (w->n + align - 1) / align * align;
+                if (cast) {
+                    if (pass) w->wc = h + half * 2;
+                    half += n;
+                }
+                if (!w->trains) continue;
+                if (pass) w->dw32 = g + f32 * 4;
+                f32 += n;
+                if (cast) {
+                    if (pass) w->dw = h + half * 2;
+                    half += n;
+                } else if (pass) {
+                    w->dw = w->dw32;
+                }
+            }
+        }
+        if (pass == 0) {
+            if (f32) TRY(gc_plan_alloc(p, f32, GC_F32, &p->grad_arena));
+            if (half) TRY(gc_plan_alloc(p, half, GC_F16, &p->half_arena));
+            p->grad_arena_numel = f32;
+            f32 = half = 0;
+        }
+    }
+    return GC_OK;
+}
+
+gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n_nodes,
+                         const gc_train_desc *train, int64_t max_batch, gc_plan **out)
+{
+    *out = NULL;
+    if (!be) return gc_fail(GC_ERR_INVALID_ARG, "plan: no backend");
+    if (n_nodes < 1 || !nodes) return gc_fail(GC_ERR_INVALID_ARG, "plan: the model has no layers");
+    if (max_batch < 1) return gc_fail(GC_ERR_INVALID_ARG, "plan: max_batch must be >= 1");
+    gc_plan *p = calloc(1, sizeof *p);
+    if (!p) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    p->be = be;
+    p->max_batch = max_batch;
+    p->training = train != NULL;
+    gc_status s = resolve_inputs(p, nodes, n_nodes);
+    if (s == GC_OK) s = check_nodes(p);
+    if (s == GC_OK) {
+        for (int i = 0; i < p->n; i++)
+            if (p->L[i].dt != GC_F32 && !(be->native_dtypes & (1u << p->L[i].dt))) p->widen = 1;
+        p->out_numel = p->L[p->n - 1].out_numel;
+        analyse_gradients(p);
+        s = alloc_activations(p);
+    }
+    if (s == GC_OK) s = alloc_casts_and_scratch(p);
+    if (s == GC_OK) analyse_fusions(p);
+    if (s == GC_OK) s = alloc_gradients(p);
+    if (s == GC_OK) s = alloc_weights(p);
+    for (int i = 0; i < p->n && s == GC_OK; i++) /* per-channel statistics of a batchnorm pass */
+        if (p->L[i].d.kind == GC_LAYER_BATCHNORM)
+            s = gc_plan_alloc(p, 2 * p->L[i].d.out_shape[p->L[i].d.out_ndim - 1], GC_F32, &p->L[i].save);
+    if (s == GC_OK && p->L[p->n - 1].dt != GC_F32) /* float32 loss input / predictions */
+        s = gc_plan_alloc(p, max_batch * p->out_numel, GC_F32, &p->logits32);
+    if (s == GC_OK && p->training) {
+        p->train = *train;
+        s = gc_plan_setup_loss(p);
+    }
+    if (s == GC_OK && p->training) s = gc_plan_setup_update(p, train);
+    if (s == GC_OK && p->training) { /* the fixed buffers a captured step reads */
+        s = gc_plan_alloc(p, max_batch, GC_F32, &p->idx_step);
+        if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn);
+        if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn_seed);
+        if (s == GC_OK) s = gc_plan_alloc(p, 6, GC_F32, &p->acc);
+        p->graphs_on = 1;
+    }
+    /* dry run: every op call of a full step, validated by core */
+    if (s == GC_OK) {
+        p->checking = 1;
+        if (p->training) {
+            gc_step_stats st;
+            gc_opt_hparams hp = {p->train.opt, 0.001f, 0.9f, 0.999f, 1e-7f, 0.0f, 0.9f, 0, 1, 1.0f, 0.0f};
+            if (p->train.opt == GC_OPT_SGD && p->state_copy) hp.momentum = 0.9f;
+            s = gc_plan_train_step(p, NULL, NULL, max_batch, &hp, 1, &st);
+        }
+        if (s == GC_OK) s = gc_plan_predict(p, NULL, max_batch, NULL);
+        p->checking = 0;
+    }
+    if (s != GC_OK) {
+        gc_plan_destroy(p);
+        return s;
+    }
+    *out = p;
+    return GC_OK;
+}

@@ -1,0 +1,191 @@
+/* plan_internal.h -- what the files of the execution plan share: the node and plan
+ * structs, the table each layer kind fills in, and the helpers the tables call.
+ *
+ * Why a table per kind (darknet's layer function pointers): the plan's driver code
+ * (plan.c: graph, buffers, the step; loss.c; update.c; resident.c) never switches over
+ * layer kinds. A kind says which weights it has, checks its shapes, and runs its
+ * forward and backward through backend ops; adding a kind is one layer_*.c file and
+ * one line in the kind registry (layers.c). */
+#ifndef GPUCMP_PLAN_INTERNAL_H
+#define GPUCMP_PLAN_INTERNAL_H
+
+#include "gpucmp_plan.h"
+
+#include <string.h>
+
+typedef enum { MODE_TRAIN, MODE_EVAL, MODE_PREDICT } run_mode;
+
+/* One weight of a node: the caller's float32 master copy, its cast to the node's
+ * compute dtype, and its gradient (in the compute dtype, and float32 for the update). */
+typedef struct {
+    void *w;          /* caller's buffer (float32) */
+    void *wc;         /* w cast to the node's dtype (dtype != f32), else NULL */
+    void *dw;         /* gradient in the node's dtype (in the f32 arena when f32) */
+    void *dw32;       /* float32 gradient the optimizer reads (the arena) */
+    void **state;     /* optimizer state buffers (the caller's) */
+    int64_t n;        /* elements */
+    int trains;       /* updated by this plan */
+} plan_weight;
+
+typedef struct plan_node plan_node;
+typedef struct gc_plan gc_plan;
+
+/* What a layer kind provides. `check` validates the descriptor against its inputs'
+ * shapes (in_shapes[k], in_nds[k]) at creation; `weights` fills the element count of
+ * each weight slot it uses (0 = unused) and whether the slot is trainable; forward and
+ * backward issue backend ops through gc_plan_run. */
+typedef struct {
+    const char *name;
+    int min_inputs, max_inputs;
+    gc_status (*check)(const gc_layer_desc *d, int idx, int n_in, const int64_t (*in_shapes)[GC_MAX_DIMS - 1],
+                       const int *in_nds);
+    void (*weights)(const gc_layer_desc *d, const int64_t *first_in_shape, int64_t *numel, int *trainable);
+    gc_status (*forward)(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed);
+    gc_status (*backward)(gc_plan *p, plan_node *l, int64_t rows, uint64_t seed);
+    int is_view;      /* out aliases the input (reshape): no forward work */
+    int elementwise;  /* out has the input's shape and depends on it per element */
+} gc_layer_ops;
+
+const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind);
+
+struct plan_node {
+    gc_layer_desc d;
+    const gc_layer_ops *ops;
+    int idx;
+    int n_in;
+    int in[GC_NODE_MAX_INPUTS];        /* producer nodes */
+    int64_t in_numel[GC_NODE_MAX_INPUTS], out_numel; /* per sample */
+    int n_consumers, last_consumer;
+    gc_dtype dt;                       /* compute dtype: out and gout are stored in it */
+    void *out, *gout;                  /* activations and the gradient w.r.t. them */
+    void *xc[GC_NODE_MAX_INPUTS];      /* input k cast to dt when its producer's dtype differs */
+    int n_w;
+    plan_weight w[GC_LAYER_MAX_WEIGHTS];
+    int trains;                        /* some weight is updated by this plan */
+    int grad_needed;                   /* the gradient w.r.t. out is needed upstream */
+    int in_grad[GC_NODE_MAX_INPUTS];   /* compute the gradient w.r.t. input k */
+    int in_accum[GC_NODE_MAX_INPUTS];  /* ... and add it to what is already there (fan-out) */
+    int is_view, owns_out;             /* out aliases input 0's out */
+    int gout_alias;                    /* gout is input 0's gout (a view with one consumer) */
+    int fold_relu;                     /* max pool after a ReLU: its backward applies relu' */
+    int gout_masked;                   /* a ReLU node whose gout already holds dz */
+    void *save;                        /* batchnorm: per-channel (mean, inv std) of the pass */
+};
+
+/* one block of backend memory the plan owns (released at destroy) */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} plan_block;
+
+struct gc_plan {
+    const gc_backend *be;
+    int n;
+    plan_node *L;
+    int64_t max_batch;
+    int n_inputs;
+    int input_node[GC_NODE_MAX_INPUTS];  /* the INPUT nodes, in order */
+    int64_t out_numel;                   /* per sample, model output (the last node) */
+    void *scratch;                       /* act' products (dz): largest output, 4 bytes/elem */
+    void *gtmp, *gtmp2;                  /* a gradient to be cast and / or accumulated */
+    int training;
+    gc_train_desc train;
+    void **state_copy;
+    /* loss / metrics */
+    int sparse;                  /* int32 labels */
+    int fused;                   /* last softmax/sigmoid folded into the loss */
+    int64_t rows_per_sample;     /* rows of the loss view per sample */
+    int64_t cols;                /* classes / last axis */
+    void *y, *loss_rows, *probs, *metric_rows, *count;
+    float *host_rows;            /* download area for per-row values */
+    int checking;                /* creation dry run: validate instead of execute */
+    /* device-resident training (gc_plan_train_steps) */
+    void *data_x[GC_NODE_MAX_INPUTS], *data_y; /* the data set, one array per input */
+    int64_t data_n;
+    void *idx_all, *dyn_all, *seed_all; /* one call's indices, per-step {lr, t}, seeds */
+    int64_t idx_cap, steps_cap, seed_cap;
+    void *idx_step;              /* this step's rows (int32, max_batch) */
+    void *dyn;                   /* float {lr, t} the optimizer kernels read */
+    void *dyn_seed;              /* uint64 the dropout kernels read */
+    void *acc;                   /* float[6]: loss total, then one per metric bit */
+    int device_mode;             /* gather on device, dynamic params, totals on device */
+    int graphs_on;               /* capture the full-size step when the backend can */
+    void *graph;                 /* captured step, for graph_rows rows */
+    int64_t graph_rows, warm_rows, replays;
+    /* mixed precision */
+    int widen;                   /* some dtype is not native to the backend: gc_op_run */
+    void *logits32, *glast32;    /* float32 last output / its loss gradient, when needed */
+    void *ls_state, *ls_bad;     /* loss scaling: float {scale, good steps}, bad count */
+    /* weights: every float32 gradient in one arena (one fused update, later one
+     * bucketed all-reduce), the half-precision gradients and weight casts in another */
+    void *grad_arena, *half_arena;
+    int64_t grad_arena_numel;
+    void *opt_slots;             /* backend memory: one gc_opt_slot per trained tensor */
+    int n_slots, fused_opt;
+    int64_t max_slot_n;
+    /* every block of backend memory the plan allocated */
+    plan_block *blocks;
+    int n_blocks, cap_blocks;
+    int64_t bytes;
+};
+
+/* ------------------------------------------------------------------ helpers (plan.c) */
+
+#define TRY(expr)                   \
+    do {                            \
+        gc_status s_ = (expr);      \
+        if (s_ != GC_OK) return s_; \
+    } while (0)
+
+/* an op call with up to 3 inputs and 3 outputs (NULL for absent ones) */
+gc_status gc_plan_run(gc_plan *p, gc_op op, const void *params, const gc_tensor *i0, const gc_tensor *i1,
+                      const gc_tensor *i2, gc_tensor *o0, gc_tensor *o1, gc_tensor *o2);
+/* an op call with any number of tensors (n_in <= GC_MAX_OP_IN, n_out <= GC_MAX_OP_OUT) */
+gc_status gc_plan_run_n(gc_plan *p, gc_op op, const void *params, const gc_tensor *const *in, int n_in,
+                        gc_tensor *const *out, int n_out);
+gc_status gc_plan_scale_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n,
+                             const float *dyn, int invert, int bad);
+gc_status gc_plan_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n);
+/* backend memory owned by the plan, zero-filled */
+gc_status gc_plan_alloc(gc_plan *p, int64_t n, gc_dtype dt, void **out);
+gc_status gc_plan_copy(gc_plan *p, void *dst, const void *src, size_t bytes);
+
+int64_t gc_numel(const int64_t *shape, int nd);
+gc_tensor gc_btd(void *data, gc_dtype dt, int64_t rows, const int64_t *shape, int nd);
+gc_tensor gc_t1(void *data, gc_dtype dt, int64_t n);
+gc_tensor gc_t2(void *data, gc_dtype dt, int64_t r, int64_t c);
+gc_tensor gc_none(void);
+
+/* what a kind's forward / backward read and write */
+void *gc_node_input(const gc_plan *p, const plan_node *l, int k);  /* input k in l->dt */
+void *gc_node_weight(const plan_node *l, int k);                   /* weight k in l->dt */
+gc_tensor gc_node_in_tensor(const gc_plan *p, const plan_node *l, int k, int64_t rows);
+gc_tensor gc_node_out_tensor(const plan_node *l, int64_t rows);
+gc_tensor gc_node_gout_tensor(const plan_node *l, int64_t rows);
+/* where the gradient w.r.t. input k goes (in l->dt, shape of input k); after writing it,
+ * call gc_node_deliver(p, l, k, rows), which casts and / or accumulates it into the
+ * producer's gout when it was not written there directly */
+gc_tensor gc_node_gin_tensor(gc_plan *p, const plan_node *l, int k, int64_t rows);
+gc_status gc_node_deliver(gc_plan *p, const plan_node *l, int k, int64_t rows);
+/* for kinds whose input gradient is a buffer that exists already (add, reshape,
+ * dropout at rate 0): copies, casts or accumulates src (l->dt) into the producer's gout */
+gc_status gc_node_pass_grad(gc_plan *p, const plan_node *l, int k, void *src, int64_t rows);
+/* the effective activation of a node in a mode: the fused last one is linear */
+gc_act gc_node_act(const gc_plan *p, const plan_node *l, run_mode mode);
+/* gradient of the op input w.r.t. an act epilogue: dz = act'(y) * gy in scratch
+ * (or gy itself when linear / already masked) */
+gc_status gc_node_dz(gc_plan *p, const plan_node *l, int64_t rows, gc_tensor *dz);
+int gc_node_trains_weight(const plan_node *l, int k);
+
+/* ------------------------------------------------------------------ the step's parts */
+gc_status gc_plan_loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_step_stats *st);
+gc_status gc_plan_setup_loss(gc_plan *p);
+gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp);
+gc_status gc_plan_setup_update(gc_plan *p, const gc_train_desc *t);
+gc_status gc_plan_loss_scale_begin(gc_plan *p, const gc_opt_hparams *hp);
+gc_status gc_plan_loss_scale_end(gc_plan *p, gc_step_stats *st);
+gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed);
+gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed);
+void gc_plan_release_resident(gc_plan *p);
+
+#endif /* GPUCMP_PLAN_INTERNAL_H */
