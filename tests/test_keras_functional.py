@@ -538,3 +538,34 @@ def test_one_sgd_step_with_batchnorm_matches_keras(bn_trainable):
     for kw, gw, path in zip(km.get_weights(), gm.get_weights(), [w.path for w in gm.weights]):
         assert rel_err(gw, kw) < 1e-5, path
     assert rel_err(gm.predict(xs, verbose=0), km.predict(xs, verbose=0)) < 1e-5
+
+
+def test_explicit_form_of_a_chain_computes_what_the_chain_form_does():
+    """The same chain handed to the plan in both forms (input node + 'inputs' keys, or
+    today's list) predicts and trains alike -- the explicit form as the lowering writes it."""
+    L = gk.layers
+    model = gk.Sequential([gk.Input((6, 6, 2)), L.Conv2D(3, 3, activation="relu"),
+                           L.MaxPooling2D(), L.Flatten(), L.Dense(4, activation="softmax")])
+    flat = lowering.flatten(model)
+    explicit = lowering.describe(flat, lambda l: True)
+    chain = lowering.as_plan_list(lowering.describe(flat, lambda l: True))
+    assert explicit[0]["kind"] == "input" and "inputs" not in chain[0]
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(5, 6, 6, 2)).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 5)]
+    preds = [np.asarray(lowering.make_plan(nodes, 5).predict(x)) for nodes in (explicit, chain)]
+    np.testing.assert_array_equal(preds[0], preds[1])
+    w0 = model.get_weights()
+    after = []
+    for nodes in (explicit, chain):
+        model.set_weights(w0)
+        opt = gk.optimizers.SGD(0.1)
+        train = {"loss": "categorical_crossentropy", "optimizer": "sgd", "metrics": [],
+                 "opt_state": opt.state_for(lowering.trainable_variables_in_plan_order(
+                     flat, lambda l: True))}
+        stats = lowering.make_plan(nodes, 5, train).train_step(x, y, opt.hparams())
+        after.append((stats["loss"], model.get_weights()))
+    assert after[0][0] == after[1][0]
+    for a, b in zip(after[0][1], after[1][1]):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(after[0][1][0], w0[0])
