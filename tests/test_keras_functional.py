@@ -357,20 +357,34 @@ class RecordingPlan:
         self._check(x, y)
         return {"loss": float(len(y))}
 
+    resident = False
+
     def set_data(self, x, y):
-        if x is not None:
-            raise MemoryError("not resident")        # exercise the one-call-per-step path
+        if x is not None and not self.resident:
+            raise MemoryError("not resident")        # the one-call-per-step path
+        self.data = None if x is None else (x, y)
+
+    def train_steps(self, indices, batch_size, hp, lrs=None, seeds=None):
+        x, y = self.data
+        rows = [a[indices] for a in x]
+        self._check(rows, y[indices])
+        np.testing.assert_array_equal(rows[0][:, 0, 0, 0], y[indices][:, 1])
+        steps = -(-len(indices) // batch_size)
+        self.steps.extend([batch_size] * steps)
+        return {"loss": float(len(indices)), "steps_applied": steps}
 
     def predict(self, x):
         assert isinstance(x, list) and len(x) == 2
         return np.tile(x[0][:, :1, 0, 0], (1, 2)).astype(np.float32)
 
 
-def test_fit_evaluate_predict_carry_one_array_per_input(monkeypatch):
+@pytest.mark.parametrize("resident", [False, True])
+def test_fit_evaluate_predict_carry_one_array_per_input(monkeypatch, resident):
     plans = []
 
     def make(nodes, mb, train=None):
         plans.append(RecordingPlan(nodes, mb, train))
+        plans[-1].resident = resident
         return plans[-1]
     monkeypatch.setattr(lowering, "make_plan", make)
     L = gk.layers
