@@ -583,3 +583,97 @@ def test_explicit_form_of_a_chain_computes_what_the_chain_form_does():
     for a, b in zip(after[0][1], after[1][1]):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(after[0][1][0], w0[0])
+
+
+# ------------------------------------------------------------------ the node list, executed in NumPy
+def run_nodes(nodes, xs):
+    """Inference over a plan node list (explicit form) in float64 with tests/reference.py:
+    what the C plan must compute from the dicts the lowering writes."""
+    import reference as ref
+
+    def buf(b, shape):
+        return np.frombuffer(b, np.float32)[: int(np.prod(shape))].reshape(shape).astype(np.float64)
+    vals = []
+    it = iter(xs)
+    for n in nodes:
+        args = [vals[i] for i in n.get("inputs", [])]
+        kind = n["kind"]
+        if kind == "input":
+            v = np.asarray(next(it), np.float64)
+        elif kind == "conv2d":
+            c, f = n["in_shape"][-1], n["out_shape"][-1]
+            k = buf(n["kernel"], tuple(n["kernel_size"]) + (c, f))
+            b = buf(n["bias"], (f,)) if n["bias"] is not None else None
+            v = ref.activation(ref.conv2d(args[0], k, b, strides=n["strides"], padding=n["padding"],
+                                          dilation_rate=n["dilation"]), n["activation"])
+        elif kind == "dense":
+            k = buf(n["kernel"], (n["in_shape"][-1], n["out_shape"][-1]))
+            v = ref.activation(args[0] @ k + buf(n["bias"], (k.shape[1],)), n["activation"])
+        elif kind in ("maxpool2d", "avgpool2d"):
+            pool = ref.max_pool2d if kind == "maxpool2d" else ref.avg_pool2d
+            v = pool(args[0], n["pool_size"], n["strides"], n["padding"])
+        elif kind == "reshape":
+            v = args[0].reshape((len(args[0]),) + tuple(n["out_shape"]))
+        elif kind == "activation":
+            v = ref.activation(args[0], n["activation"])
+        elif kind == "add":
+            v = sum(args)
+        elif kind == "multiply":
+            assert len(args) == 2
+            v = args[0] * args[1]
+        elif kind == "concat":
+            v = np.concatenate(args, axis=n["axis"] + 1)
+        elif kind == "pad2d":
+            (t, b), (l, r) = n["padding"]
+            v = np.pad(args[0], ((0, 0), (t, b), (l, r), (0, 0)))
+        elif kind == "batchnorm":
+            c = n["in_shape"][-1]
+            g = buf(n["gamma"], (c,)) if n["gamma"] is not None else 1.0
+            be = buf(n["beta"], (c,)) if n["beta"] is not None else 0.0
+            mean, var = buf(n["moving_mean"], (c,)), buf(n["moving_variance"], (c,))
+            v = (args[0] - mean) / np.sqrt(var + n["epsilon"]) * g + be
+        else:
+            raise AssertionError(f"no reference for {kind}")
+        assert v.shape[1:] == tuple(n["out_shape"]), (kind, v.shape, n["out_shape"])
+        if n.get("inputs"):
+            assert tuple(args[0].shape[1:]) == tuple(n["in_shape"]), kind
+        vals.append(v)
+    return vals[-1]
+
+
+@pytest.mark.parametrize("build", [branching, small_resnet_block])
+def test_node_list_run_in_numpy_predicts_what_keras_predicts(build):
+    """The lowering's node list, executed by a NumPy interpreter of the contract, gives
+    Keras' predictions: the dicts carry everything the plan needs (runs without the plan)."""
+    km, gm = pair(build)
+    rng = np.random.default_rng(6)
+    for layer in km.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.moving_mean.assign(rng.normal(size=layer.moving_mean.shape).astype("float32"))
+            layer.moving_variance.assign(rng.uniform(0.5, 2, size=layer.moving_variance.shape).astype("float32"))
+    gm.set_weights(km.get_weights())
+    xs = [rng.normal(size=(4,) + tuple(t.shape[1:])).astype(np.float32) for t in km.inputs]
+    nodes = lowering.describe(lowering.flatten(gm), lambda l: False)
+    got = run_nodes(nodes, xs)
+    assert rel_err(got, km.predict(xs if len(xs) > 1 else xs[0], verbose=0)) < 1e-5
+
+
+def test_resnet50_node_list_run_in_numpy_predicts_what_keras_predicts():
+    km = keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=7,
+                                     classifier_activation=None)
+    gm = gk.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=7,
+                                  classifier_activation=None)
+    rng = np.random.default_rng(8)
+    for layer in km.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.set_weights([rng.uniform(0.8, 1.2, c).astype("float32"),
+                               rng.normal(0, 0.1, c).astype("float32"),
+                               rng.normal(0, 0.1, c).astype("float32"),
+                               rng.uniform(0.8, 1.5, c).astype("float32")])
+    gm.set_weights(km.get_weights())
+    x = rng.uniform(0, 1, size=(2, 32, 32, 3)).astype(np.float32)
+    nodes = lowering.describe(lowering.flatten(gm), lambda l: False)
+    assert sum(n["kind"] == "batchnorm" for n in nodes) == 53
+    assert sum(n["kind"] == "add" for n in nodes) == 16
+    assert rel_err(run_nodes(nodes, [x]), km.predict(x, verbose=0)) < 1e-5
