@@ -650,7 +650,8 @@ def test_node_list_run_in_numpy_predicts_what_keras_predicts(build):
     for layer in km.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.moving_mean.assign(rng.normal(size=layer.moving_mean.shape).astype("float32"))
-            layer.moving_variance.assign(rng.uniform(0.5, 2, size=layer.moving_variance.shape).astype("float32"))
+            layer.moving_variance.assign(
+                rng.uniform(0.5, 2, size=layer.moving_variance.shape).astype("float32"))
     gm.set_weights(km.get_weights())
     xs = [rng.normal(size=(4,) + tuple(t.shape[1:])).astype(np.float32) for t in km.inputs]
     nodes = lowering.describe(lowering.flatten(gm), lambda l: False)

@@ -20,7 +20,7 @@ import math
 from .. import backend
 from ..keras_tensor import KerasTensor
 from ..layers.input_layer import InputLayer
-from ..layers.layer import Layer, format_shape, is_shape_list, normalize_shape, per_sample
+from ..layers.layer import Layer, format_shape, is_shape_list, normalize_shape
 from ..variables import assign_all
 from . import lowering
 from .functional import Graph, flatten_tensors
