@@ -28,7 +28,12 @@ class Graph:
         seen = set()
         for t in self.inputs:
             node = t._node
-            if node is None or not node.is_input:
+            if node is None:
+                raise ValueError(
+                    f"The input tensor {t!r} has no graph history: it was not made by "
+                    "keras.Input or a layer call (a gpucmp Sequential model's `.input` does "
+                    "not record a graph; build the model with the functional API instead)")
+            if not node.is_input:
                 raise ValueError(
                     f"Model inputs must come from `keras.Input()`: the input tensor "
                     f"{_tensor_name(t)} is computed by a layer, so it is not a model input. "
