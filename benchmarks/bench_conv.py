@@ -46,6 +46,34 @@ LAYERS = [
     ("seeds conv3 5x5x64->64", 128, 5, 5, 64, 64, 3, 3, 1, "valid"),
     ("3x3 64->64 56x56 same", 64, 56, 56, 64, 64, 3, 3, 1, "same"),
 ]
+
+
+def resnet50_layers(batch):
+    """Every distinct convolution of Keras' ResNet50 at 224x224 (NHWC, bias not timed), with
+    how many times it occurs: the stem's 7x7/2 on the zero-padded 230x230 image, then per
+    stage the bottleneck 1x1 -> 3x3 'same' -> 1x1 (stride 2 on the first 1x1 of stages 3-5,
+    as Keras places it) and the first block's 1x1 projection shortcut."""
+    out = [("resnet50 conv1 7x7/2 3->64", batch, 230, 230, 3, 64, 7, 7, 2, "valid", 1)]
+    size, cin = 56, 64
+    for stage, (filters, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3)), start=2):
+        s = 1 if stage == 2 else 2
+        hin = size if stage == 2 else size * 2
+        hw = size
+        tag = f"resnet50 conv{stage}"
+        out.append((f"{tag} 1x1/{s} {cin}->{filters} (block 1)", batch, hin, hin, cin, filters, 1, 1, s, "valid", 1))
+        out.append((f"{tag} 1x1/{s} {cin}->{4 * filters} shortcut", batch, hin, hin, cin, 4 * filters, 1, 1, s,
+                    "valid", 1))
+        out.append((f"{tag} 3x3 {filters}->{filters}", batch, hw, hw, filters, filters, 3, 3, 1, "same", blocks))
+        out.append((f"{tag} 1x1 {filters}->{4 * filters}", batch, hw, hw, filters, 4 * filters, 1, 1, 1, "valid",
+                    blocks))
+        if blocks > 1:
+            out.append((f"{tag} 1x1 {4 * filters}->{filters}", batch, hw, hw, 4 * filters, filters, 1, 1, 1, "valid",
+                        blocks - 1))
+        cin = 4 * filters
+        size //= 2
+    return out
+
+
 PASSES = ("fwd", "bwd_data", "bwd_filter")
 SAMPLE_SECONDS = 2e-3   # target length of one timed sample
 MAX_INNER = 500
@@ -178,6 +206,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="batch / 16, 2 repeats (smoke run)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--layers", choices=("default", "resnet50"), default="default",
+                    help="resnet50: every distinct conv of ResNet-50 at 224x224 (with its count)")
+    ap.add_argument("--batch", type=int, default=256, help="batch of the resnet50 layers")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -189,7 +220,14 @@ def main():
         sys.exit(f"bench_conv: device {device!r} is not available (gpucmp has {gpucmp.available_devices()})")
     on_gpu = device.startswith("cuda")
     dtypes = args.dtypes or (["float16", "bfloat16", "tfloat32"] if on_gpu else ["float32"])
-    layers = [tuple(L) for L in LAYERS]
+    counts = {}
+    if args.layers == "resnet50":
+        layers = []
+        for L in resnet50_layers(args.batch):
+            layers.append(tuple(L[:10]))
+            counts[L[0]] = L[10]
+    else:
+        layers = [tuple(L) for L in LAYERS]
     if args.quick:
         layers = [(L[0], max(1, L[1] // 16)) + L[2:] for L in layers]
         args.repeats = 2
@@ -238,6 +276,8 @@ def main():
             for pname, ks, mult in (("fwd", keys[:1], 1.0), ("fwd+bwd", keys, 3.0)):
                 flops = fwd_flops(layer) * mult
                 row = {"layer": layer[0], "batch": layer[1], "dtype": dtype, "pass": pname}
+                if counts:
+                    row["count"] = counts[layer[0]]
                 t_own, t_ven, t_tor = total(own, ks), total(ven, ks), total(tor, ks)
                 row["gpucmp ms"] = cell(t_own * 1e3 if isinstance(t_own, float) else t_own)
                 row[f"gpucmp {uname}"] = cell(rate(flops, t_own, unit))
@@ -250,7 +290,7 @@ def main():
                     if isinstance(t_own, float) and isinstance(t_tor, float):
                         row["gpucmp / PyTorch"] = t_tor / t_own
                 rows.append(row)
-    cols = ["layer", "batch", "dtype", "pass", "gpucmp ms", f"gpucmp {uname}"]
+    cols = ["layer", "batch"] + (["count"] if counts else []) + ["dtype", "pass", "gpucmp ms", f"gpucmp {uname}"]
     if on_gpu:
         cols += [f"{vendor_name} {uname}", f"gpucmp / {vendor_name}"]
     if tor:
@@ -259,6 +299,25 @@ def main():
     print(table(rows, cols))
     for k, reason in enumerate(notes, 1):
         print(f"({k}) {reason}")
+    if counts:   # the whole network's convolutions: each layer's time times its count
+        sums = []
+        for dtype in dtypes:
+            for pname, passes in (("fwd", PASSES[:1]), ("fwd+bwd", PASSES)):
+                agg = {}
+                for name, d in (("gpucmp", own), (vendor_name, ven), ("PyTorch", tor)):
+                    ts = [total(d, [f"{li}|{dtype}|{w}" for w in passes]) for li in range(len(layers))]
+                    if ts and all(isinstance(t, float) for t in ts):
+                        agg[name] = sum(t * counts[L[0]] for t, L in zip(ts, layers))
+                row = {"dtype": dtype, "pass": pname}
+                row.update({f"{k} ms": v * 1e3 for k, v in agg.items()})
+                for k in (vendor_name, "PyTorch"):
+                    if k in agg and "gpucmp" in agg:
+                        row[f"gpucmp / {k}"] = agg[k] / agg["gpucmp"]
+                sums.append(row)
+        cols2 = ["dtype", "pass"] + sorted({c for r in sums for c in r if c not in ("dtype", "pass")},
+                                           key=lambda c: (c.startswith("gpucmp /"), c))
+        print(f"\nResNet-50, all convolutions of one step (batch {args.batch}):")
+        print(table(sums, cols2))
 
 
 if __name__ == "__main__":

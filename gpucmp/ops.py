@@ -3,8 +3,8 @@
 What it provides: one function per op of the core (gemm/matmul, conv2d and its two
 backward passes, max/avg pooling and their backward passes, activations, the fused
 losses, bias_grad, dropout, the Adam / SGD / RMSprop updates, accuracy, cast, the
-embedding gather and its backward), each
-taking NumPy arrays and returning NumPy arrays, computed by `gpucmp._core.run_op` on
+embedding gather and its backward, and the graph ops: add, mul, batch normalization,
+zero padding, concat and its column slice), each taking NumPy arrays and returning NumPy arrays, computed by `gpucmp._core.run_op` on
 a backend ('cpu', 'cuda:0', ...) in a storage dtype ('float32', 'float16',
 'bfloat16').
 
@@ -48,6 +48,8 @@ __all__ = [
     "regression_loss", "mse", "mae", "bias_grad", "dropout", "dropout_backward",
     "adam_update", "sgd_update", "rmsprop_update", "accuracy", "cast",
     "embedding", "embedding_backward",
+    "add", "mul", "batchnorm_forward", "batchnorm_backward", "pad2d", "pad2d_backward",
+    "concat", "slice_cols",
     "float32_to_bfloat16_bits", "bfloat16_bits_to_float32",
 ]
 
@@ -1069,3 +1071,256 @@ def embedding_backward(dy, indices, vocab_size, *, backend=None, dtype=None):
     dtable = _poisoned((vocab_size, dy.shape[-1]), dt)
     _run("embedding_bwd", be, (_storage(dy, dt), idx), (dtable,), {})
     return _result(dtable, dt)
+
+
+# =====================================================================================
+# graph ops: add, mul, batch normalization, zero padding, concat / slice
+# =====================================================================================
+
+def _linear_or_relu(activation, what):
+    act = _activation_name(activation, what=what)
+    if act not in ("linear", "relu"):
+        raise ValueError(f"{what}: expected 'linear' or 'relu', got {activation!r}")
+    return act
+
+
+def _out_array(out, n, dt, what):
+    """The caller's output array (written in place, may be the first input) as a flat
+    storage view, checked: a writable C-contiguous array of the call's dtype and n elements."""
+    _state_dtype((out,), (what,), dt)
+    if out.size != n:
+        raise ValueError(f"{what}: shape {out.shape} has {out.size} elements, expected {n}")
+    return _flat_view(out)
+
+
+def _elementwise(op, arrays, names, params, out, backend, dtype):
+    arrays = [_array(a, nm, allow_empty=True) for a, nm in zip(arrays, names)]
+    for a, nm in zip(arrays[1:], names[1:]):
+        if a.size != arrays[0].size:
+            raise ValueError(f"{nm}: shape {a.shape} has {a.size} elements but {names[0]} "
+                             f"{arrays[0].shape} has {arrays[0].size}")
+    dt = _infer_dtype(dtype, arrays[0])
+    be = _resolve_backend(backend)
+    # flat views: a storage array that is `out` itself keeps its memory, so y aliases it
+    ins = [_storage(a, dt).reshape(-1) for a in arrays]
+    ins += [None] * (_core.op_arity(op)[0] - len(ins))
+    if out is None:
+        y = _poisoned(arrays[0].shape, dt)
+        _run(op, be, ins, (y.reshape(-1),), params)
+        return _result(y, dt)
+    _run(op, be, ins, (_out_array(out, arrays[0].size, dt, "out"),), params)
+    return out
+
+
+def add(*xs, activation="linear", out=None, backend=None, dtype=None):
+    """y = act(x0 + x1 + ...) elementwise over 2 to 8 arrays of one element count (shapes
+    may differ, the result has x0's shape), summed in float32 in argument order;
+    activation 'linear' or 'relu'. `out`: an array to write y into (IN PLACE; it may be
+    x0 itself, as the plan accumulates gradients: add(g, g2, out=g)); returned."""
+    if not 2 <= len(xs) <= 8:
+        raise ValueError(f"add: expected 2 to 8 arrays, got {len(xs)}")
+    act = _linear_or_relu(activation, "add activation")
+    return _elementwise("add", xs, [f"x{k}" for k in range(len(xs))], dict(act=act), out,
+                        backend, dtype)
+
+
+def mul(a, b, *, out=None, backend=None, dtype=None):
+    """y = a * b elementwise (one element count; y has a's shape). `out` as in add (it
+    may be a itself)."""
+    return _elementwise("mul", (a, b), ("a", "b"), {}, out, backend, dtype)
+
+
+def _channel_param(v, name, x_shape):
+    if v is None:
+        return None
+    C = x_shape[-1]
+    v = _array(v, name, ndim=1)
+    if v.shape != (C,):
+        raise ValueError(f"{name}: shape {v.shape}, expected ({C},) (the last axis of x {x_shape})")
+    return np.ascontiguousarray(v, dtype=np.float32)
+
+
+def _moving(a, name, x_shape):
+    C = x_shape[-1]
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        raise TypeError(f"{name}: must be a float32 NumPy array (it is read and updated in "
+                        f"place), got {type(a).__name__ if not isinstance(a, np.ndarray) else a.dtype}")
+    if a.shape != (C,) or not a.flags.c_contiguous or not a.flags.writeable:
+        raise ValueError(f"{name}: must be a writable C-contiguous float32 array of shape "
+                         f"({C},) (the last axis of x {x_shape}), got shape {a.shape}")
+    return a
+
+
+def batchnorm_forward(x, moving_mean, moving_variance, gamma=None, beta=None, residual=None, *,
+                      epsilon=1e-3, momentum=0.99, training=True, activation="linear",
+                      backend=None, dtype=None):
+    """Keras BatchNormalization over the LAST axis (C channels, R = x.size / C rows),
+    with a residual add and ReLU folded in: y = act(gamma * (x - mean) * invstd + beta +
+    residual). Returns (y, save): y has x's shape and dtype; save (2, C) float32 holds the
+    mean and the inverse std used (the backward's input).
+
+    training=True: mean and biased variance of the batch, invstd = 1/sqrt(var + epsilon),
+    and moving_mean / moving_variance (float32 (C,) arrays) are updated IN PLACE:
+    moving = moving * momentum + batch * (1 - momentum). training=False: the moving
+    statistics are used and left unchanged. gamma / beta None: 1 / 0; residual None: 0."""
+    x = _array(x, "x", min_ndim=1)
+    C = x.shape[-1]
+    act = _linear_or_relu(activation, "batchnorm activation")
+    mm, mv = _moving(moving_mean, "moving_mean", x.shape), _moving(moving_variance, "moving_variance", x.shape)
+    if mm is mv:
+        raise ValueError("moving_mean and moving_variance must be different arrays")
+    dt = _infer_dtype(dtype, x)
+    be = _resolve_backend(backend)
+    if residual is not None:
+        residual = _array(residual, "residual")
+        if residual.shape != x.shape:
+            raise ValueError(f"residual: shape {residual.shape} does not match x {x.shape}")
+        residual = _storage(residual, dt)
+    params = dict(epsilon=_real(epsilon, "epsilon", 0.0, math.inf),
+                  momentum=_real(momentum, "momentum", 0.0, 1.0), training=bool(training), act=act)
+    y = _poisoned(x.shape, dt)
+    save = np.full((2, C), np.nan, np.float32)
+    _run("batchnorm_fwd", be, (_storage(x, dt), _channel_param(gamma, "gamma", x.shape),
+                               _channel_param(beta, "beta", x.shape), residual), (y, mm, mv, save), params)
+    return _result(y, dt), save
+
+
+def batchnorm_backward(x, dy, save, gamma=None, y=None, *, training=True, activation="linear",
+                       return_dx=True, return_dgamma=True, return_dbeta=True,
+                       return_dresidual=False, backend=None, dtype=None):
+    """Gradients of batchnorm_forward: returns (dx, dgamma, dbeta, dresidual), each None
+    unless asked for. dz = dy * relu'(y) (dy with activation 'linear'; y, the forward's
+    output, is required with 'relu'), xhat = (x - mean) * invstd from `save`;
+    dgamma = sum(dz * xhat), dbeta = sum(dz) (float32 (C,)), dresidual = dz; training:
+    dx = gamma*invstd*(dz - mean(dz) - xhat*mean(dz*xhat)), else dx = gamma*invstd*dz."""
+    x = _array(x, "x", min_ndim=1)
+    dy = _array(dy, "dy")
+    C = x.shape[-1]
+    if dy.shape != x.shape:
+        raise ValueError(f"dy: shape {dy.shape} does not match x {x.shape}")
+    act = _linear_or_relu(activation, "batchnorm activation")
+    save = _array(save, "save", ndim=2)
+    if save.shape != (2, C):
+        raise ValueError(f"save: shape {save.shape}, expected (2, {C}) (the last axis of x {x.shape})")
+    dt = _infer_dtype(dtype, x)
+    be = _resolve_backend(backend)
+    if act == "relu" and y is None:
+        raise ValueError("y: the forward output is required with activation='relu'")
+    if y is not None:
+        y = _array(y, "y")
+        if y.shape != x.shape:
+            raise ValueError(f"y: shape {y.shape} does not match x {x.shape}")
+        y = _storage(y, dt)
+    outs = (_poisoned(x.shape, dt) if return_dx else None,
+            np.full(C, np.nan, np.float32) if return_dgamma else None,
+            np.full(C, np.nan, np.float32) if return_dbeta else None,
+            _poisoned(x.shape, dt) if return_dresidual else None)
+    _run("batchnorm_bwd", be, (_storage(x, dt), _storage(dy, dt), _channel_param(gamma, "gamma", x.shape),
+                               np.ascontiguousarray(save, dtype=np.float32), y), outs,
+         dict(training=bool(training), act=act))
+    return _result(outs[0], dt), outs[1], outs[2], _result(outs[3], dt)
+
+
+def _pad4(padding):
+    """Keras ZeroPadding2D's padding: an int, (h, w) or ((top, bottom), (left, right))."""
+    def one(v, what):
+        return _int(v, f"padding ({what})", 0)
+    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
+        p = one(padding, "all sides")
+        return p, p, p, p
+    try:
+        a, b = padding
+    except (TypeError, ValueError):
+        raise TypeError(f"padding: expected an int, (h, w) or ((top, bottom), (left, right)), "
+                        f"got {padding!r}") from None
+    if isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral):
+        h, w = one(a, "height"), one(b, "width")
+        return h, h, w, w
+    try:
+        (t, bo), (le, r) = a, b
+    except (TypeError, ValueError):
+        raise TypeError(f"padding: expected an int, (h, w) or ((top, bottom), (left, right)), "
+                        f"got {padding!r}") from None
+    return one(t, "top"), one(bo, "bottom"), one(le, "left"), one(r, "right")
+
+
+def pad2d(x, padding=1, *, backend=None, dtype=None):
+    """Keras ZeroPadding2D of NHWC x (N, H, W, C): (N, H+top+bottom, W+left+right, C) with
+    zeros around. padding: an int, (h, w) (symmetric) or ((top, bottom), (left, right))."""
+    x = _array(x, "x", ndim=4)
+    t, b, le, r = _pad4(padding)
+    dt = _infer_dtype(dtype, x)
+    be = _resolve_backend(backend)
+    n, h, w, c = x.shape
+    y = _poisoned((n, h + t + b, w + le + r, c), dt)
+    _run("pad2d_fwd", be, (_storage(x, dt),), (y,), dict(top=t, bottom=b, left=le, right=r))
+    return _result(y, dt)
+
+
+def pad2d_backward(dy, padding=1, *, backend=None, dtype=None):
+    """Gradient of pad2d: the crop dy[:, top:H+top, left:W+left, :] of the padded dy."""
+    dy = _array(dy, "dy", ndim=4)
+    t, b, le, r = _pad4(padding)
+    n, ph, pw, c = dy.shape
+    if ph - t - b < 0 or pw - le - r < 0:
+        raise ValueError(f"dy: shape {dy.shape} is smaller than the padding "
+                         f"((top, bottom), (left, right)) = (({t}, {b}), ({le}, {r}))")
+    dt = _infer_dtype(dtype, dy)
+    be = _resolve_backend(backend)
+    dx = _poisoned((n, ph - t - b, pw - le - r, c), dt)
+    _run("pad2d_bwd", be, (_storage(dy, dt),), (dx,), dict(top=t, bottom=b, left=le, right=r))
+    return _result(dx, dt)
+
+
+def _axis(axis, ndim, name="axis"):
+    axis = _int(axis, name)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}: {axis} is out of range for rank {ndim}")
+    return axis % ndim
+
+
+def concat(arrays, axis=-1, *, backend=None, dtype=None):
+    """The arrays (1 to 8, one rank, equal shapes but along `axis`) joined along `axis`
+    (Keras Concatenate). The core works on 2-D views (outer, w_i * inner)."""
+    if isinstance(arrays, np.ndarray) or not isinstance(arrays, (list, tuple)):
+        raise TypeError("arrays: expected a list or tuple of arrays")
+    if not 1 <= len(arrays) <= 8:
+        raise ValueError(f"concat: expected 1 to 8 arrays, got {len(arrays)}")
+    xs = [_array(a, f"arrays[{k}]", min_ndim=1, allow_empty=True) for k, a in enumerate(arrays)]
+    ax = _axis(axis, xs[0].ndim)
+    for k, a in enumerate(xs[1:], 1):
+        if a.ndim != xs[0].ndim or a.shape[:ax] + a.shape[ax + 1:] != xs[0].shape[:ax] + xs[0].shape[ax + 1:]:
+            raise ValueError(f"arrays[{k}]: shape {a.shape} does not fit arrays[0] {xs[0].shape} "
+                             f"(equal shapes but along axis {ax})")
+    dt = _infer_dtype(dtype, xs[0])
+    be = _resolve_backend(backend)
+    outer = int(np.prod(xs[0].shape[:ax], dtype=np.int64))
+    shape = list(xs[0].shape)
+    shape[ax] = sum(a.shape[ax] for a in xs)
+    y = _poisoned(tuple(shape), dt)
+    ins = [_storage(a, dt).reshape(outer, int(np.prod(a.shape[ax:], dtype=np.int64))) for a in xs]
+    total = int(np.prod(shape[ax:], dtype=np.int64))
+    _run("concat", be, ins + [None] * (8 - len(ins)), (y.reshape(outer, total),), {})
+    return _result(y, dt)
+
+
+def slice_cols(x, offset, width, axis=-1, *, backend=None, dtype=None):
+    """x[..., offset:offset+width, ...] along `axis` (concat's backward: one input's share
+    of the gradient); 0 <= offset and offset + width <= x.shape[axis]."""
+    x = _array(x, "x", min_ndim=1)
+    ax = _axis(axis, x.ndim)
+    offset, width = _int(offset, "offset", 0), _int(width, "width", 0)
+    if offset + width > x.shape[ax]:
+        raise ValueError(f"slice_cols: [{offset}, {offset + width}) is outside axis {ax} of x "
+                         f"{x.shape} (length {x.shape[ax]})")
+    dt = _infer_dtype(dtype, x)
+    be = _resolve_backend(backend)
+    outer = int(np.prod(x.shape[:ax], dtype=np.int64))
+    inner = int(np.prod(x.shape[ax + 1:], dtype=np.int64))
+    shape = list(x.shape)
+    shape[ax] = width
+    y = _poisoned(tuple(shape), dt)
+    _run("slice_cols", be, (_storage(x, dt).reshape(outer, x.shape[ax] * inner),),
+         (y.reshape(outer, width * inner),),
+         dict(offset=offset * inner))
+    return _result(y, dt)

@@ -1,7 +1,8 @@
 """The test oracle: plain NumPy float64 implementations of every op of GC_OP_LIST.
 
 What it provides: for each op family of the C core (gemm, conv2d, pooling,
-activations, losses, bias_grad, dropout, optimizers, accuracy, cast, embedding) a forward
+activations, losses, bias_grad, dropout, optimizers, accuracy, cast, embedding, the graph
+ops: add, mul, batch normalization, zero padding, concat / slice) a forward
 and, where the core has one, a backward function, written to be obviously right
 rather than fast (loops over kernel taps / output cells, everything in float64).
 The argument conventions follow gpucmp.ops (same names, same order), except that
@@ -629,6 +630,88 @@ def embedding_backward(dy, indices, vocab_size):
     for pos in np.ndindex(*idx.shape):
         dtable[int(idx[pos])] += dy[pos]
     return dtable
+
+
+# =====================================================================================
+# graph ops: add, mul, batch normalization, zero padding, concat / slice
+# =====================================================================================
+
+def add(*xs, activation="linear"):
+    """act(x0 + x1 + ...) in float64, with x0's shape (the others reshaped to it)."""
+    y = _f64(xs[0]).copy()
+    for x in xs[1:]:
+        y = y + _f64(x).reshape(y.shape)
+    return np.maximum(y, 0.0) if activation == "relu" else y
+
+
+def mul(a, b):
+    a = _f64(a)
+    return a * _f64(b).reshape(a.shape)
+
+
+def batchnorm_forward(x, moving_mean, moving_variance, gamma=None, beta=None, residual=None,
+                      epsilon=1e-3, momentum=0.99, training=True, activation="linear"):
+    """Keras BatchNormalization over the last axis, plus residual and activation:
+    returns (y, new moving_mean, new moving_variance, save (2, C) = (mean, invstd))."""
+    x = _f64(x)
+    C = x.shape[-1]
+    rows = x.reshape(-1, C)
+    mm, mv = _f64(moving_mean), _f64(moving_variance)
+    if training:
+        mean = rows.mean(axis=0)
+        var = ((rows - mean) ** 2).mean(axis=0)  # biased (Keras 3)
+        new_mm = mm * momentum + mean * (1.0 - momentum)
+        new_mv = mv * momentum + var * (1.0 - momentum)
+    else:
+        mean, var, new_mm, new_mv = mm, mv, mm.copy(), mv.copy()
+    invstd = 1.0 / np.sqrt(var + epsilon)
+    g = np.ones(C) if gamma is None else _f64(gamma)
+    b = np.zeros(C) if beta is None else _f64(beta)
+    y = g * (x - mean) * invstd + b
+    if residual is not None:
+        y = y + _f64(residual)
+    if activation == "relu":
+        y = np.maximum(y, 0.0)
+    return y, new_mm, new_mv, np.stack([mean, invstd])
+
+
+def batchnorm_backward(x, dy, save, gamma=None, y=None, training=True, activation="linear"):
+    """(dx, dgamma, dbeta, dresidual) of batchnorm_forward, from its save (mean, invstd)
+    and, for relu, its output y."""
+    x, dy, save = _f64(x), _f64(dy), _f64(save)
+    C = x.shape[-1]
+    mean, invstd = save[0], save[1]
+    dz = dy * (_f64(y) > 0) if activation == "relu" else dy
+    xhat = (x - mean) * invstd
+    g = np.ones(C) if gamma is None else _f64(gamma)
+    dzr, xhr = dz.reshape(-1, C), xhat.reshape(-1, C)
+    dbeta, dgamma = dzr.sum(axis=0), (dzr * xhr).sum(axis=0)
+    if training:
+        dx = g * invstd * (dz - dzr.mean(axis=0) - xhat * (dzr * xhr).mean(axis=0))
+    else:
+        dx = g * invstd * dz
+    return dx, dgamma, dbeta, dz
+
+
+def pad2d(x, padding):
+    """Keras ZeroPadding2D: padding ((top, bottom), (left, right)) of NHWC x."""
+    (t, b), (l, r) = padding
+    return np.pad(_f64(x), ((0, 0), (t, b), (l, r), (0, 0)))
+
+
+def pad2d_backward(dy, padding):
+    (t, b), (l, r) = padding
+    dy = _f64(dy)
+    return dy[:, t:dy.shape[1] - b, l:dy.shape[2] - r, :]
+
+
+def concat(arrays, axis=-1):
+    return np.concatenate([_f64(a) for a in arrays], axis=axis)
+
+
+def slice_cols(x, offset, width, axis=-1):
+    x = _f64(x)
+    return np.take(x, np.arange(offset, offset + width), axis=axis)
 
 
 # =====================================================================================

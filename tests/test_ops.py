@@ -1054,6 +1054,286 @@ def case_embedding_bwd(c):
                 h=0.1)
 
 
+# ---- graph ops: add, mul, batch normalization, zero padding, concat / slice
+
+def _ew_shapes(c):
+    n = int(c.rng.integers(500, 3000))
+    return [(1,), (7, 3), (2, 5, 4, 6), (n,), (3, 1, 17)]
+
+
+def _check_inplace(c, name, fn, a, b, want, k, terms):
+    """fn(A, B, out=A) with A a typed copy of a: written into A's own memory (one device
+    buffer on GPUs too), returned as A."""
+    A = _state(c, a)
+    res = fn(A, c.arg(b), out=A)
+    assert res is A, c.msg(f"{name}: out= was not returned")
+    c.check_values(name + " (in place, out=x0)", _read_state(c, A), want, k=k, terms=terms)
+
+
+def case_add(c):
+    for shape in _ew_shapes(c):
+        for n_in in (2, 3, 8):
+            xs = [c.normal(shape) for _ in range(n_in)]
+            if n_in == 3:  # operands of another rank but the same element count
+                xs[1] = xs[1].reshape(-1)
+            for act in ("linear", "relu"):
+                c.what = f"{n_in} operands of shape {shape} activation={act}"
+                y = ops.add(*[c.arg(x) for x in xs], activation=act, **c.kw)
+                want = ref.add(*xs, activation=act)
+                terms = sum(np.abs(x).reshape(shape) for x in xs)
+                c.check("y", y, want, k=n_in, terms=terms)
+                assert y.shape == shape, c.msg(f"y: shape {y.shape}")
+        a, b = c.normal(shape), c.normal(shape)
+        c.what = f"add(g, g2, out=g) shape {shape}"
+        _check_inplace(c, "y", lambda A, B, out: ops.add(A, B, out=out, **c.kw), a, b, ref.add(a, b), 2,
+                       np.abs(a) + np.abs(b))
+        # x2..x7 absent in the middle of the list: straight into the core
+        if c.dtype == "float32":
+            x0, x1, x5 = c.normal(shape), c.normal(shape), c.normal(shape)
+            y = np.full(shape, np.nan, np.float32)
+            st = [np.asarray(v, np.float32) for v in (x0, x1, x5)]
+            _core.run_op("add", c.backend, (st[0], st[1], None, None, None, st[2], None, None), (y,), {})
+            c.check_values("y (x0, x1, x5)", y, x0 + x1 + x5, k=3, terms=np.abs(x0) + np.abs(x1) + np.abs(x5))
+
+
+def case_mul(c):
+    for shape in _ew_shapes(c):
+        a, b = c.normal(shape), c.normal(shape)
+        c.what = f"shape {shape}"
+        c.check("y", ops.mul(c.arg(a), c.arg(b).reshape(-1), **c.kw), ref.mul(a, b))
+        _check_inplace(c, "y", lambda A, B, out: ops.mul(A, B, out=out, **c.kw), a, b, ref.mul(a, b), 1, None)
+
+
+def _bn_shapes(c):
+    r = c.rng
+    return [(1, 1), (5, 3), (2, 4, 5, 8), (37, 13), (3, 7, 7, 16),
+            (int(r.integers(1, 4)), int(r.integers(1, 9)), int(r.integers(1, 9)), int(r.integers(1, 70))),
+            (4, 48, 48, 8)]  # R = 9216 rows: many chunks in every backend's reduction
+
+
+def _bn_combos(c, shape):
+    full = [(tr, act, g, b, res) for tr in (True, False) for act in ("linear", "relu")
+            for g in (True, False) for b in (True, False) for res in (True, False)]
+    if int(np.prod(shape)) > 20000:  # the big shape: a few combinations
+        idx = c.rng.choice(len(full), 4, replace=False)
+        return [full[i] for i in idx]
+    return full
+
+
+def _bn_inputs(c, shape, offset=0.0):
+    C = shape[-1]
+    x = c.round(offset + c.rng.standard_normal(shape) * c.rng.uniform(0.5, 2.0, C))
+    gamma = np.asarray(c.rng.uniform(0.5, 1.5, C), np.float32).astype(np.float64)
+    beta = np.asarray(c.rng.standard_normal(C), np.float32).astype(np.float64)
+    mm = np.asarray(c.rng.standard_normal(C) * 0.1, np.float32)
+    mv = np.asarray(c.rng.uniform(0.5, 2.0, C), np.float32)
+    return x, gamma, beta, mm, mv
+
+
+def _bn_fwd(c, x, mm, mv, gamma, beta, res, training, act, eps=1e-3, mom=0.99, backend=None):
+    """The core's forward on copies of the moving statistics: (y, save, mm, mv)."""
+    mm, mv = mm.copy(), mv.copy()
+    kw = dict(c.kw) if backend is None else {"backend": backend}
+    y, save = ops.batchnorm_forward(x, mm, mv, gamma, beta, res, epsilon=eps, momentum=mom,
+                                    training=training, activation=act, **kw)
+    return y, save, mm, mv
+
+
+def case_batchnorm_fwd(c):
+    for shape in _bn_shapes(c):
+        C, R = shape[-1], int(np.prod(shape[:-1]))
+        offset = 10.0 if shape == (37, 13) else 0.0  # a mean far from 0: the variance stays exact
+        x, gamma, beta, mm0, mv0 = _bn_inputs(c, shape, offset)
+        res = c.normal(shape)
+        eps, mom = float(c.rng.choice([1e-3, 1.001e-5])), float(c.rng.choice([0.99, 0.9]))
+        for training, act, ug, ub, ur in _bn_combos(c, shape):
+            c.what = (f"x {shape} training={training} act={act} gamma={ug} beta={ub} residual={ur} "
+                      f"epsilon={eps} momentum={mom}")
+            g, b, r = (gamma if ug else None), (beta if ub else None), (res if ur else None)
+            mm, mv = mm0.copy(), mv0.copy()
+            y, save = ops.batchnorm_forward(c.arg(x), mm, mv, g, b, None if r is None else c.arg(r),
+                                            epsilon=eps, momentum=mom, training=training,
+                                            activation=act, **c.kw)
+            wy, wmm, wmv, wsave = ref.batchnorm_forward(x, mm0, mv0, g, b, r, f32r(eps), f32r(mom),
+                                                        training, act)
+            assert save.dtype == np.float32 and save.shape == (2, C), c.msg(f"save {save.dtype} {save.shape}")
+            mag = np.abs(x).reshape(-1, C).mean(axis=0)
+            c.check_values("save mean", save[0], wsave[0], tol=1e-5, terms=mag)
+            c.check_values("save invstd", save[1], wsave[1], tol=1e-5 * max(1.0, offset))
+            gi = np.abs(wsave[1] * (1.0 if g is None else g))
+            terms = (np.abs(x) + np.abs(wsave[0])) * gi + (0.0 if b is None else np.abs(b)) + \
+                (0.0 if r is None else np.abs(r))
+            c.check("y", y, wy, terms=terms)
+            if training:
+                c.check_values("moving_mean", mm, wmm, tol=1e-5, terms=np.abs(mm0) + mag)
+                c.check_values("moving_variance", mv, wmv, tol=1e-5 * max(1.0, offset), terms=np.abs(mv0))
+            else:
+                assert np.array_equal(mm, mm0) and np.array_equal(mv, mv0), \
+                    c.msg("inference changed the moving statistics")
+    if c.backend != "cpu" and c.dtype == "float32":  # a reduction in a fixed order: the same bits twice
+        x, gamma, beta, mm0, mv0 = _bn_inputs(c, (4, 48, 48, 8))
+        c.what = "determinism"
+        a1 = _bn_fwd(c, x, mm0, mv0, gamma, beta, None, True, "relu")
+        a2 = _bn_fwd(c, x, mm0, mv0, gamma, beta, None, True, "relu")
+        for u, v in zip(a1, a2):
+            assert np.array_equal(np.asarray(u).view(np.uint8), np.asarray(v).view(np.uint8)), c.msg("two runs differ")
+
+
+def case_batchnorm_bwd(c):
+    for shape in _bn_shapes(c):
+        C, R = shape[-1], int(np.prod(shape[:-1]))
+        x, gamma, beta, mm0, mv0 = _bn_inputs(c, shape)
+        res, dy = c.normal(shape), c.normal(shape)
+        for training, act, ug, _, ur in _bn_combos(c, shape)[::2]:
+            g = gamma if ug else None
+            c.what = f"x {shape} training={training} act={act} gamma={ug}"
+            y, save, _, _ = _bn_fwd(c, c.arg(x), mm0, mv0, g, beta, c.arg(res) if ur else None, training, act)
+            y64 = np.asarray(y).astype(np.float64)
+            want = ref.batchnorm_backward(x, dy, save, g, y64, training, act)
+            flags = dict(return_dx=True, return_dgamma=True, return_dbeta=True, return_dresidual=ur)
+            got = ops.batchnorm_backward(c.arg(x), c.arg(dy), save, g, y if act == "relu" else None,
+                                         training=training, activation=act, **flags, **c.kw)
+            dz = want[3]
+            xhat = (x - save[0]) * save[1]
+            gi = np.abs(save[1] * (1.0 if g is None else g))
+            tdx = gi * (np.abs(dz) + np.abs(dz).reshape(-1, C).mean(axis=0) +
+                        np.abs(xhat) * np.abs(dz * xhat).reshape(-1, C).mean(axis=0))
+            c.check("dx", got[0], want[0], k=R if training else 1, terms=tdx)
+            assert got[1].dtype == np.float32 and got[2].dtype == np.float32, c.msg("dgamma / dbeta dtype")
+            c.check_values("dgamma", got[1], want[1], k=R, terms=np.abs(dz * xhat).reshape(-1, C).sum(axis=0))
+            c.check_values("dbeta", got[2], want[2], k=R, terms=np.abs(dz).reshape(-1, C).sum(axis=0))
+            if ur:
+                c.check("dresidual", got[3], dz, tol=0.0 if c.dtype == "float32" else None)
+            else:
+                assert got[3] is None, c.msg("dresidual returned though not asked for")
+            # only some outputs; dx written over dy (the plan's in-place backward)
+            dxo = ops.batchnorm_backward(c.arg(x), c.arg(dy), save, g, y if act == "relu" else None,
+                                         training=training, activation=act, return_dgamma=False,
+                                         return_dbeta=False, **c.kw)
+            assert dxo[1] is None and dxo[2] is None, c.msg("unrequested outputs returned")
+            c.check("dx (dx only)", dxo[0], want[0], k=R if training else 1, terms=tdx)
+            if c.dtype != "bfloat16" or ml_dtypes is not None:
+                st = [ops._storage(c.arg(v), c.dtype) for v in (x, dy)]
+                ys = ops._storage(y, c.dtype) if act == "relu" else None
+                _core.run_op("batchnorm_bwd", c.backend, (st[0], st[1], g if g is None else np.float32(g), save, ys),
+                             (st[1], None, None, None), dict(training=training, act=act))
+                alias = ops._result(st[1], c.dtype)
+                assert np.array_equal(np.asarray(alias).view(np.uint8), np.asarray(dxo[0]).view(np.uint8)), \
+                    c.msg("dx written over dy differs from dx in its own array")
+    if c.dtype != "float32":
+        return
+    # finite differences of the core's forward: training and inference, relu or not,
+    # a residual or not, gamma / beta absent or not
+    shape = (3, 4, 5, 6)
+    x, gamma, beta, mm0, mv0 = _bn_inputs(c, shape)
+    res, r = c.normal(shape), c.normal(shape)
+    for training in (True, False):
+        for act, ug, ur in (("linear", False, False), ("relu", True, True), ("linear", True, True),
+                            ("relu", False, False)):
+            g, b, rs = (gamma if ug else None), (beta if ug else None), (res if ur else None)
+            c.what = f"finite differences training={training} act={act} gamma/beta={ug} residual={ur}"
+
+            def fwd(xx=x, gg=g, bb=b, rr=rs):
+                f = lambda v: None if v is None else np.asarray(v, np.float32)
+                return _bn_fwd(c, f(xx), mm0, mv0, f(gg), f(bb), f(rr), training, act)
+
+            y, save, _, _ = fwd()
+            dx, dg, db, dres = ops.batchnorm_backward(
+                np.float32(x), np.float32(r), save, None if g is None else np.float32(g),
+                y if act == "relu" else None, training=training, activation=act, return_dresidual=True,
+                backend=c.backend)
+            # relu: a step moves a few pre-activations across the kink, an error of order h
+            # relative to the change, so the step is smaller there
+            h = 1e-3 if act == "relu" else 1e-2
+            fd_check(c, "dx", lambda t: _dot64(r, fwd(xx=t)[0]), x, dx, h=h)
+            fd_check(c, "dgamma", lambda t: _dot64(r, fwd(gg=t)[0]), gamma if ug else np.ones(shape[-1]), dg, h=h)
+            fd_check(c, "dbeta", lambda t: _dot64(r, fwd(bb=t)[0]), beta if ug else np.zeros(shape[-1]), db, h=h)
+            fd_check(c, "dresidual", lambda t: _dot64(r, fwd(rr=t)[0]), res if ur else np.zeros(shape), dres, h=h)
+
+
+def _pad_configs(c):
+    r = c.rng
+    out = [((1, 3, 4, 2), ((1, 1), (1, 1))), ((2, 5, 6, 3), ((0, 2), (3, 0))), ((1, 1, 1, 1), ((0, 0), (0, 0))),
+           ((2, 7, 7, 8), ((3, 3), (3, 3)))]  # ResNet's conv1_pad
+    for _ in range(4):
+        shp = tuple(int(v) for v in r.integers(1, 9, 4))
+        out.append((shp, tuple(tuple(int(v) for v in r.integers(0, 4, 2)) for _ in range(2))))
+    return out
+
+
+def case_pad2d_fwd(c):
+    for shape, pad in _pad_configs(c):
+        x = c.normal(shape)
+        c.what = f"x {shape} padding {pad}"
+        c.check("y", ops.pad2d(c.arg(x), pad, **c.kw), ref.pad2d(x, pad), tol=0.0)
+    x = c.normal((2, 3, 3, 1))
+    c.what = "padding as an int and as (h, w)"
+    c.check("y", ops.pad2d(c.arg(x), 2, **c.kw), ref.pad2d(x, ((2, 2), (2, 2))), tol=0.0)
+    c.check("y", ops.pad2d(c.arg(x), (1, 3), **c.kw), ref.pad2d(x, ((1, 1), (3, 3))), tol=0.0)
+
+
+def case_pad2d_bwd(c):
+    for shape, pad in _pad_configs(c):
+        (t, b), (l, r) = pad
+        pshape = (shape[0], shape[1] + t + b, shape[2] + l + r, shape[3])
+        dy = c.normal(pshape)
+        c.what = f"dy {pshape} padding {pad}"
+        dx = ops.pad2d_backward(c.arg(dy), pad, **c.kw)
+        c.check("dx", dx, ref.pad2d_backward(dy, pad), tol=0.0)
+        # the adjoint of the forward: <dy, pad(x)> = <pad_bwd(dy), x>
+        x = c.normal(shape)
+        lhs = float(np.sum(dy * np.asarray(ops.pad2d(c.arg(x), pad, **c.kw)).astype(np.float64)))
+        rhs = float(np.sum(np.asarray(dx).astype(np.float64) * x))
+        assert abs(lhs - rhs) <= 1e-9 * (1.0 + np.sum(np.abs(dy)) * np.abs(x).max()), c.msg(f"<dy, pad x> {lhs} != {rhs}")
+
+
+def _concat_configs(c):
+    r = c.rng
+    out = [([(3, 4), (3, 1)], -1), ([(2, 5, 6, 3), (2, 5, 6, 7), (2, 5, 6, 1)], -1), ([(4, 2)], 0),
+           ([(2, 3, 4)] * 8, 1), ([(2, 1, 3), (2, 0, 3), (2, 4, 3)], 1)]
+    for _ in range(3):
+        nd = int(r.integers(1, 5))
+        base = [int(v) for v in r.integers(1, 6, nd)]
+        ax = int(r.integers(0, nd))
+        shapes = []
+        for _ in range(int(r.integers(1, 9))):
+            s = list(base)
+            s[ax] = int(r.integers(1, 7))
+            shapes.append(tuple(s))
+        out.append((shapes, ax))
+    return out
+
+
+def case_concat(c):
+    for shapes, ax in _concat_configs(c):
+        xs = [c.normal(s) for s in shapes]
+        c.what = f"{len(xs)} arrays {shapes} axis={ax}"
+        y = ops.concat([c.arg(x) for x in xs], axis=ax, **c.kw)
+        c.check("y", y, ref.concat(xs, ax), tol=0.0)
+        off = 0
+        for k, x in enumerate(xs):  # the round trip: slice_cols gives each input back
+            part = ops.slice_cols(y, off, x.shape[ax], axis=ax, **c.kw)
+            c.check(f"slice {k} of the concat", part, x, tol=0.0)
+            off += x.shape[ax]
+
+
+def case_slice_cols(c):
+    r = c.rng
+    for shape, ax in [((5, 9), -1), ((2, 3, 4, 10), -1), ((6, 4, 3), 1), ((7,), 0),
+                      (tuple(int(v) for v in r.integers(1, 8, 3)), int(r.integers(0, 3)))]:
+        x = c.normal(shape)
+        n = shape[ax]
+        offset = int(r.integers(0, n))
+        width = int(r.integers(0, n - offset + 1))
+        c.what = f"x {shape} axis={ax} [{offset}, {offset + width})"
+        c.check("y", ops.slice_cols(c.arg(x), offset, width, axis=ax, **c.kw),
+                ref.slice_cols(x, offset, width, ax), tol=0.0)
+        # the round trip: the slices of a split, concatenated, are x again
+        cuts = sorted(set([0, n] + [int(v) for v in r.integers(0, n + 1, 2)]))
+        parts = [ops.slice_cols(c.arg(x), a, b - a, axis=ax, **c.kw) for a, b in zip(cuts, cuts[1:])]
+        c.check("concat of the slices", ops.concat(parts, axis=ax, **c.kw), x, tol=0.0)
+
+
 # The registry: op name -> case. test_every_op_has_a_case fails when an op of
 # GC_OP_LIST has none, so a new op cannot skip its tests.
 OP_CASES = {
@@ -1084,6 +1364,14 @@ OP_CASES = {
     "loss_scale_update": case_loss_scale_update,
     "embedding_fwd": case_embedding_fwd,
     "embedding_bwd": case_embedding_bwd,
+    "add": case_add,
+    "mul": case_mul,
+    "batchnorm_fwd": case_batchnorm_fwd,
+    "batchnorm_bwd": case_batchnorm_bwd,
+    "pad2d_fwd": case_pad2d_fwd,
+    "pad2d_bwd": case_pad2d_bwd,
+    "concat": case_concat,
+    "slice_cols": case_slice_cols,
 }
 
 
@@ -1140,7 +1428,9 @@ def test_arity_matches_the_header():
             "dropout_fwd": (1, 1), "dropout_bwd": (1, 1), "adam": (1, 3), "sgd": (1, 2),
             "rmsprop": (1, 2), "accuracy": (2, 1), "cast": (1, 1), "embedding_fwd": (2, 1),
             "embedding_bwd": (2, 1), "reduce_sum": (1, 1), "scale_cast": (1, 2),
-            "loss_scale_update": (0, 3)}
+            "loss_scale_update": (0, 3), "add": (8, 1), "mul": (2, 1), "batchnorm_fwd": (4, 4),
+            "batchnorm_bwd": (5, 4), "pad2d_fwd": (1, 1), "pad2d_bwd": (1, 1), "concat": (8, 1),
+            "slice_cols": (1, 1)}
     for op, arity in want.items():
         if op in _core.op_names():
             assert tuple(_core.op_arity(op)) == arity, op

@@ -220,6 +220,94 @@ CASES = [
         f32(3, 4), np.array([0, 0, 0]), 5.0), TypeError, ["vocab_size"]),
     ("embedding_backward float indices", lambda: ops.embedding_backward(
         f32(3, 4), np.array([0.5, 0, 0]), 5), TypeError, ["indices", "float64"]),
+    # ---- graph ops, through gpucmp.ops
+    ("add element counts", lambda: ops.add(Z, f32(5)), ValueError, ["x1", "(5,)", "(3, 4)"]),
+    ("add tanh", lambda: ops.add(Z, Z, activation="tanh"), ValueError, ["activation", "tanh", "relu"]),
+    ("add one array", lambda: ops.add(Z), ValueError, ["add", "2 to 8"]),
+    ("add nine arrays", lambda: ops.add(*[Z] * 9), ValueError, ["add", "2 to 8"]),
+    ("add out shape", lambda: ops.add(Z, Z, out=f32(5)), ValueError, ["out", "(5,)"]),
+    ("mul element counts", lambda: ops.mul(Z, f32(4)), ValueError, ["b", "(4,)", "(3, 4)"]),
+    ("batchnorm gamma channels", lambda: ops.batchnorm_forward(
+        X, np.zeros(3, np.float32), np.ones(3, np.float32), gamma=f32(5)), ValueError,
+     ["gamma", "(5,)", "(3,)", "(2, 5, 5, 3)"]),
+    ("batchnorm moving_mean channels", lambda: ops.batchnorm_forward(
+        X, np.zeros(4, np.float32), np.ones(3, np.float32)), ValueError, ["moving_mean", "(4,)", "(2, 5, 5, 3)"]),
+    ("batchnorm moving_variance float64", lambda: ops.batchnorm_forward(
+        X, np.zeros(3, np.float32), np.ones(3)), TypeError, ["moving_variance", "float32"]),
+    ("batchnorm sigmoid", lambda: ops.batchnorm_forward(
+        X, np.zeros(3, np.float32), np.ones(3, np.float32), activation="sigmoid"), ValueError,
+     ["activation", "sigmoid"]),
+    ("batchnorm residual shape", lambda: ops.batchnorm_forward(
+        X, np.zeros(3, np.float32), np.ones(3, np.float32), residual=f32(2, 5, 5, 4)), ValueError,
+     ["residual", "(2, 5, 5, 4)", "(2, 5, 5, 3)"]),
+    ("batchnorm negative epsilon", lambda: ops.batchnorm_forward(
+        X, np.zeros(3, np.float32), np.ones(3, np.float32), epsilon=-1.0), ValueError, ["epsilon"]),
+    ("batchnorm_backward relu without y", lambda: ops.batchnorm_backward(
+        X, X, f32(2, 3), activation="relu"), ValueError, ["y", "relu"]),
+    ("batchnorm_backward save shape", lambda: ops.batchnorm_backward(X, X, f32(2, 4)), ValueError,
+     ["save", "(2, 4)", "(2, 3)"]),
+    ("batchnorm_backward dy shape", lambda: ops.batchnorm_backward(X, f32(2, 5, 5, 4), f32(2, 3)), ValueError,
+     ["dy", "(2, 5, 5, 4)", "(2, 5, 5, 3)"]),
+    ("pad2d negative", lambda: ops.pad2d(X, ((1, -1), (0, 0))), ValueError, ["padding", "-1"]),
+    ("pad2d x rank 3", lambda: ops.pad2d(f32(5, 5, 3)), ValueError, ["x", "(5, 5, 3)"]),
+    ("pad2d_backward dy too small", lambda: ops.pad2d_backward(f32(1, 2, 2, 1), 2), ValueError,
+     ["dy", "(1, 2, 2, 1)"]),
+    ("slice_cols out of range", lambda: ops.slice_cols(Z, 3, 2), ValueError, ["slice_cols", "[3, 5)", "(3, 4)"]),
+    ("slice_cols negative offset", lambda: ops.slice_cols(Z, -1, 2), ValueError, ["offset", "-1"]),
+    ("concat shapes", lambda: ops.concat([Z, f32(2, 4)]), ValueError, ["arrays[1]", "(2, 4)", "(3, 4)"]),
+    ("concat nine arrays", lambda: ops.concat([Z] * 9), ValueError, ["concat", "8"]),
+    # ---- graph ops, straight into the core's validator
+    ("core add element counts", lambda: _core.run_op("add", "cpu", (Z, f32(5)) + (None,) * 6, (Z.copy(),), {}),
+     ValueError, ["x1", "(5,)", "(3, 4)"]),
+    ("core add y element counts", lambda: _core.run_op("add", "cpu", (Z, Z) + (None,) * 6, (f32(13),), {}),
+     ValueError, ["y", "(13,)", "(3, 4)"]),
+    ("core add sigmoid", lambda: _core.run_op("add", "cpu", (Z, Z) + (None,) * 6, (Z.copy(),), {"act": "sigmoid"}),
+     ValueError, ["add", "linear or relu"]),
+    ("core add x1 missing", lambda: _core.run_op("add", "cpu", (Z,) + (None,) * 7, (Z.copy(),), {}), ValueError,
+     ["x1", "required"]),
+    ("core mul dtypes", lambda: _core.run_op("mul", "cpu", (Z, Z.astype(np.float16)), (Z.copy(),), {}), TypeError,
+     ["mul", "float32", "float16"]),
+    ("core batchnorm gamma channels", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, f32(5), None, None), (X.copy(), f32(3), f32(3), f32(2, 3)), {}), ValueError,
+     ["gamma", "(5,)", "(3,)", "(2, 5, 5, 3)"]),
+    ("core batchnorm gamma float16", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, f32(3).astype(np.float16), None, None), (X.copy(), f32(3), f32(3), f32(2, 3)),
+        {}), TypeError, ["gamma", "float32", "float16"]),
+    ("core batchnorm y is x", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, None, None, None), (X, f32(3), f32(3), f32(2, 3)), {}), ValueError,
+     ["y", "x", "(2, 5, 5, 3)"]),
+    ("core batchnorm save shape", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, None, None, None), (X.copy(), f32(3), f32(3), f32(3, 2)), {}), ValueError,
+     ["save", "(3, 2)", "(2, 3)"]),
+    ("core batchnorm residual dtype", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, None, None, X.astype(np.float16)), (X.copy(), f32(3), f32(3), f32(2, 3)), {}),
+     TypeError, ["residual", "float16", "float32"]),
+    ("core batchnorm tanh", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, None, None, None), (X.copy(), f32(3), f32(3), f32(2, 3)), {"act": "tanh"}),
+     ValueError, ["batchnorm_fwd", "linear or relu"]),
+    ("core batchnorm momentum", lambda: _core.run_op(
+        "batchnorm_fwd", "cpu", (X, None, None, None), (X.copy(), f32(3), f32(3), f32(2, 3)), {"momentum": 2.0}),
+     ValueError, ["momentum"]),
+    ("core batchnorm_bwd relu without y", lambda: _core.run_op(
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None), (X.copy(), None, None, None), {"act": "relu"}),
+     ValueError, ["y", "relu"]),
+    ("core batchnorm_bwd dgamma channels", lambda: _core.run_op(
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None), (None, f32(4), None, None), {}), ValueError,
+     ["dgamma", "(4,)", "(2, 5, 5, 3)"]),
+    ("core pad2d negative", lambda: _core.run_op("pad2d_fwd", "cpu", (X,), (f32(2, 5, 5, 3),), {"top": -1}),
+     ValueError, ["padding", "top=-1"]),
+    ("core pad2d y shape", lambda: _core.run_op("pad2d_fwd", "cpu", (X,), (f32(2, 6, 5, 3),), {"top": 1, "bottom": 1}),
+     ValueError, ["y", "(2, 6, 5, 3)", "(2, 7, 5, 3)"]),
+    ("core pad2d_bwd dy shape", lambda: _core.run_op("pad2d_bwd", "cpu", (X,), (X.copy(),), {"left": 2}),
+     ValueError, ["dy", "(2, 5, 5, 3)", "(2, 5, 7, 3)"]),
+    ("core slice_cols out of range", lambda: _core.run_op("slice_cols", "cpu", (Z,), (f32(3, 2),), {"offset": 3}),
+     ValueError, ["slice_cols", "(3, 2)", "(3, 4)"]),
+    ("core slice_cols negative", lambda: _core.run_op("slice_cols", "cpu", (Z,), (f32(3, 2),), {"offset": -1}),
+     ValueError, ["slice_cols", "(3, 4)"]),
+    ("core concat rows", lambda: _core.run_op("concat", "cpu", (Z, f32(2, 2)) + (None,) * 6, (f32(3, 6),), {}),
+     ValueError, ["x1", "(2, 2)", "(3, 4)"]),
+    ("core concat y shape", lambda: _core.run_op("concat", "cpu", (Z, f32(3, 2)) + (None,) * 6, (f32(3, 5),), {}),
+     ValueError, ["y", "(3, 5)", "(3, 6)"]),
 ]
 
 

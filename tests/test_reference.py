@@ -246,6 +246,42 @@ def test_bias_grad_by_finite_differences(rng):
     _close(ref.bias_grad(dy), num, 1e-8, "bias_grad", rng)
 
 
+# ----------------------------------------------------------------- batch normalization
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("act", ["linear", "relu"])
+def test_batchnorm_backward_by_finite_differences(rng, training, act):
+    x = rng.standard_normal((3, 2, 4, 5)) * 2.0 + 0.5
+    g, b, res = rng.uniform(0.5, 1.5, 5), rng.standard_normal(5), rng.standard_normal(x.shape)
+    mm, mv = rng.standard_normal(5) * 0.1, rng.uniform(0.5, 2.0, 5)
+    r = rng.standard_normal(x.shape)
+
+    def f(xx=x, gg=g, bb=b, rr=res):
+        return np.sum(r * ref.batchnorm_forward(xx, mm, mv, gg, bb, rr, 1e-3, 0.9, training, act)[0])
+
+    y, new_mm, new_mv, save = ref.batchnorm_forward(x, mm, mv, g, b, res, 1e-3, 0.9, training, act)
+    dx, dg, db, dres = ref.batchnorm_backward(x, r, save, g, y, training, act)
+    _close(dx, ref.numerical_grad(lambda t: f(xx=t), x), 1e-6, "dx", rng)
+    _close(dg, ref.numerical_grad(lambda t: f(gg=t), g), 1e-6, "dgamma", rng)
+    _close(db, ref.numerical_grad(lambda t: f(bb=t), b), 1e-6, "dbeta", rng)
+    _close(dres, ref.numerical_grad(lambda t: f(rr=t), res), 1e-6, "dresidual", rng)
+    rows = x.reshape(-1, 5)
+    if training:  # biased variance; the moving averages move towards the batch
+        _close(new_mv, 0.9 * mv + 0.1 * rows.var(axis=0), 1e-12, "moving_var", rng)
+        _close(new_mm, 0.9 * mm + 0.1 * rows.mean(axis=0), 1e-12, "moving_mean", rng)
+    else:
+        _close(save[0], mm, 0, "save mean (inference)", rng)
+
+
+def test_layout_oracles_are_adjoint(rng):
+    x, pad = rng.standard_normal((2, 3, 4, 5)), ((1, 2), (0, 3))
+    dy = rng.standard_normal(ref.pad2d(x, pad).shape)
+    assert abs(np.sum(dy * ref.pad2d(x, pad)) - np.sum(ref.pad2d_backward(dy, pad) * x)) < 1e-9
+    parts = [rng.standard_normal((2, w, 3)) for w in (1, 4, 2)]
+    y = ref.concat(parts, axis=1)
+    assert np.array_equal(ref.slice_cols(y, 1, 4, axis=1), parts[1])
+
+
 # ----------------------------------------------------------------- losses
 
 def _probs(rng, rows, cols):

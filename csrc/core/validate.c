@@ -91,7 +91,6 @@ static gc_status want1(const gc_op_call *c, const gc_tensor *t, const char *name
  * where labels are allowed. */
 static gc_status dtypes(const gc_op_call *c, int labels_slot)
 {
-    static const char *const in_names[] = {"input 0", "input 1", "input 2"};
     gc_dtype common = GC_DTYPE_COUNT;
     int nin = gc_op_num_inputs(c->op), nout = gc_op_num_outputs(c->op);
     for (int k = 0; k < nin + nout; k++) {
@@ -106,10 +105,13 @@ static gc_status dtypes(const gc_op_call *c, int labels_slot)
                                gc_dtype_name(t->dtype));
             continue;
         }
-        if (!is_float(t->dtype))
-            return gc_fail(GC_ERR_DTYPE, "%s: %s must be a float tensor, got %s",
-                           gc_op_name(c->op), k < nin ? in_names[k] : "an output",
+        if (!is_float(t->dtype)) {
+            char what[24];
+            if (k < nin) snprintf(what, sizeof what, "input %d", k);
+            else snprintf(what, sizeof what, "output %d", k - nin);
+            return gc_fail(GC_ERR_DTYPE, "%s: %s must be a float tensor, got %s", gc_op_name(c->op), what,
                            gc_dtype_name(t->dtype));
+        }
         if (c->op == GC_OP_CAST) continue;
         if (common == GC_DTYPE_COUNT) common = t->dtype;
         else if (t->dtype != common)
@@ -133,6 +135,13 @@ static gc_status act_ok(const gc_op_call *c, gc_act a, int allow_softmax)
         gc_status s_ = (expr);       \
         if (s_ != GC_OK) return s_;  \
     } while (0)
+
+/* One validator per op of GC_OP_LIST, v_<name>, declared here from the list and put in
+ * the dispatch table at the end: an op without one fails to build. Ops that share
+ * their rules call the shared function from a one-line v_<name>. */
+#define GC_X_VDECL(E, n, P, ni, no) static gc_status v_##n(const gc_op_call *c);
+GC_OP_LIST(GC_X_VDECL)
+#undef GC_X_VDECL
 
 static gc_status v_gemm(const gc_op_call *c)
 {
@@ -328,7 +337,7 @@ static gc_status v_loss(const gc_op_call *c)
 {
     const gc_loss_params *p = c->params;
     int allow_sparse = c->op == GC_OP_SOFTMAX_XENT || (c->op == GC_OP_XENT_PROBS && !p->binary);
-    int64_t rows;
+    int64_t rows = 0;
     TRY(v_rows_labels(c, c->op == GC_OP_REGRESSION_LOSS ? "pred" : "logits", allow_sparse, &rows));
     TRY(need(c, c->out[0], "loss"));
     if (gc_tensor_numel(c->out[0]) != rows)
@@ -403,7 +412,7 @@ static gc_status v_rmsprop(const gc_op_call *c)
 static gc_status v_accuracy(const gc_op_call *c)
 {
     const gc_accuracy_params *p = c->params;
-    int64_t rows;
+    int64_t rows = 0;
     if ((unsigned)p->kind > GC_ACC_BINARY)
         return gc_fail(GC_ERR_INVALID_ARG, "accuracy: unknown kind %d", (int)p->kind);
     TRY(v_rows_labels(c, "pred", p->kind == GC_ACC_SPARSE, &rows));
@@ -545,40 +554,228 @@ static gc_status v_embedding_bwd(const gc_op_call *c)
     return dtypes(c, 1);
 }
 
+/* ------------------------------------------------------------------ graph ops */
+
+/* linear or relu: the epilogues of add and batchnorm */
+static gc_status act_linear_relu(const gc_op_call *c, gc_act a)
+{
+    if (a == GC_ACT_LINEAR || a == GC_ACT_RELU) return GC_OK;
+    return gc_fail(GC_ERR_INVALID_ARG, "%s: activation %d is not supported (linear or relu)", gc_op_name(c->op),
+                   (int)a);
+}
+
+static gc_status same_numel(const gc_op_call *c, const gc_tensor *t, const char *name, const gc_tensor *ref,
+                            const char *refname)
+{
+    if (gc_tensor_numel(t) != gc_tensor_numel(ref))
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "%s: '%s' has shape %s (%lld elements) but must have as many elements as '%s' %s (%lld)",
+                       gc_op_name(c->op), name, shp(t).s, (long long)gc_tensor_numel(t), refname, shp(ref).s,
+                       (long long)gc_tensor_numel(ref));
+    return GC_OK;
+}
+
+static gc_status want_f32(const gc_op_call *c, const gc_tensor *t, const char *name)
+{
+    if ((unsigned)t->dtype >= GC_DTYPE_COUNT || t->dtype != GC_F32)
+        return gc_fail(GC_ERR_DTYPE, "%s: '%s' must be float32, got %s", gc_op_name(c->op), name,
+                       (unsigned)t->dtype < GC_DTYPE_COUNT ? gc_dtype_name(t->dtype) : "an unknown dtype");
+    return GC_OK;
+}
+
+/* t: x's shape and dtype (batchnorm's activations and their gradients) */
+static gc_status like_x(const gc_op_call *c, const gc_tensor *t, const char *name, const gc_tensor *x)
+{
+    TRY(need(c, t, name));
+    TRY(match(c, t, name, x, "x"));
+    if (t->dtype != x->dtype)
+        return gc_fail(GC_ERR_DTYPE, "%s: '%s' is %s but 'x' is %s (they share one dtype)", gc_op_name(c->op),
+                       name, (unsigned)t->dtype < GC_DTYPE_COUNT ? gc_dtype_name(t->dtype) : "unknown",
+                       gc_dtype_name(x->dtype));
+    return GC_OK;
+}
+
+/* a per-channel float32 vector (C,) */
+static gc_status channel_vec(const gc_op_call *c, const gc_tensor *t, const char *name, int64_t C)
+{
+    TRY(need(c, t, name));
+    if (t->ndim != 1 || t->shape[0] != C)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' has shape %s, expected (%lld,) (the channels of 'x' %s)",
+                       gc_op_name(c->op), name, shp(t).s, (long long)C, shp(c->in[0]).s);
+    return want_f32(c, t, name);
+}
+
+static gc_status v_add(const gc_op_call *c)
+{
+    static const char *const names[GC_MAX_OP_IN] = {"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"};
+    TRY(act_linear_relu(c, ((const gc_act_params *)c->params)->act));
+    TRY(need(c, c->in[0], "x0")); TRY(need(c, c->in[1], "x1")); TRY(need(c, c->out[0], "y"));
+    for (int k = 1; k < 8; k++)
+        if (present(c->in[k])) {
+            TRY(need(c, c->in[k], names[k]));
+            TRY(same_numel(c, c->in[k], names[k], c->in[0], "x0"));
+        }
+    TRY(same_numel(c, c->out[0], "y", c->in[0], "x0"));
+    return dtypes(c, -1);
+}
+
+static gc_status v_mul(const gc_op_call *c)
+{
+    TRY(need(c, c->in[0], "a")); TRY(need(c, c->in[1], "b")); TRY(need(c, c->out[0], "y"));
+    TRY(same_numel(c, c->in[1], "b", c->in[0], "a"));
+    TRY(same_numel(c, c->out[0], "y", c->in[0], "a"));
+    return dtypes(c, -1);
+}
+
+/* x of a batchnorm op: rank >= 1, a float dtype, at least one channel and one row */
+static gc_status bn_x(const gc_op_call *c, const gc_tensor *x, int64_t *C)
+{
+    const gc_batchnorm_params *p = c->params;
+    TRY(need(c, x, "x"));
+    TRY(act_linear_relu(c, p->act));
+    if (x->ndim < 1 || gc_tensor_numel(x) < 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: 'x' must have rank >= 1 and at least one element, got shape %s",
+                       gc_op_name(c->op), shp(x).s);
+    if ((unsigned)x->dtype >= GC_DTYPE_COUNT || !is_float(x->dtype))
+        return gc_fail(GC_ERR_DTYPE, "%s: 'x' must be a float tensor, got %s", gc_op_name(c->op),
+                       (unsigned)x->dtype < GC_DTYPE_COUNT ? gc_dtype_name(x->dtype) : "an unknown dtype");
+    *C = x->shape[x->ndim - 1];
+    return GC_OK;
+}
+
+static gc_status bn_save(const gc_op_call *c, const gc_tensor *t, int64_t C)
+{
+    TRY(need(c, t, "save"));
+    if (t->ndim != 2 || t->shape[0] != 2 || t->shape[1] != C)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: 'save' has shape %s, expected (2, %lld) (the channels of 'x' %s)",
+                       gc_op_name(c->op), shp(t).s, (long long)C, shp(c->in[0]).s);
+    return want_f32(c, t, "save");
+}
+
+static gc_status v_batchnorm_fwd(const gc_op_call *c)
+{
+    const gc_batchnorm_params *p = c->params;
+    const gc_tensor *x = c->in[0];
+    int64_t C = 0;
+    TRY(bn_x(c, x, &C));
+    if (!(isfinite(p->epsilon) && p->epsilon >= 0.0f) || !(p->momentum >= 0.0f && p->momentum <= 1.0f))
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "batchnorm_fwd: need a finite epsilon >= 0 and momentum in [0, 1] (got epsilon=%g, "
+                       "momentum=%g)",
+                       (double)p->epsilon, (double)p->momentum);
+    if (present(c->in[1])) TRY(channel_vec(c, c->in[1], "gamma", C));
+    if (present(c->in[2])) TRY(channel_vec(c, c->in[2], "beta", C));
+    if (present(c->in[3])) TRY(like_x(c, c->in[3], "residual", x));
+    TRY(like_x(c, c->out[0], "y", x));
+    if (c->out[0]->data == x->data)
+        return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_fwd: 'y' must not be the memory of 'x' (shape %s)",
+                       shp(x).s);
+    TRY(channel_vec(c, c->out[1], "moving_mean", C));
+    TRY(channel_vec(c, c->out[2], "moving_var", C));
+    return bn_save(c, c->out[3], C);
+}
+
+static gc_status v_batchnorm_bwd(const gc_op_call *c)
+{
+    const gc_batchnorm_params *p = c->params;
+    const gc_tensor *x = c->in[0];
+    int64_t C = 0;
+    TRY(bn_x(c, x, &C));
+    TRY(like_x(c, c->in[1], "dy", x));
+    if (present(c->in[2])) TRY(channel_vec(c, c->in[2], "gamma", C));
+    TRY(bn_save(c, c->in[3], C));
+    if (p->act == GC_ACT_RELU || present(c->in[4])) {
+        if (!present(c->in[4]))
+            return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_bwd: 'y' (the forward output) is required with relu");
+        TRY(like_x(c, c->in[4], "y", x));
+    }
+    if (present(c->out[0])) TRY(like_x(c, c->out[0], "dx", x));
+    if (present(c->out[1])) TRY(channel_vec(c, c->out[1], "dgamma", C));
+    if (present(c->out[2])) TRY(channel_vec(c, c->out[2], "dbeta", C));
+    if (present(c->out[3])) TRY(like_x(c, c->out[3], "dresidual", x));
+    return GC_OK;
+}
+
+/* pad2d: the unpadded tensor (x of the forward, dx of the backward) and the padded one */
+static gc_status v_pad2d(const gc_op_call *c, int bwd)
+{
+    const gc_pad2d_params *p = c->params;
+    const char *small_name = bwd ? "dx" : "x", *big_name = bwd ? "dy" : "y";
+    const gc_tensor *small = bwd ? c->out[0] : c->in[0], *big = bwd ? c->in[0] : c->out[0];
+    if (p->top < 0 || p->bottom < 0 || p->left < 0 || p->right < 0)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: padding must be >= 0, got top=%d bottom=%d left=%d right=%d",
+                       gc_op_name(c->op), p->top, p->bottom, p->left, p->right);
+    TRY(need(c, c->in[0], bwd ? "dy" : "x")); TRY(need(c, c->out[0], bwd ? "dx" : "y"));
+    TRY(rank(c, small, small_name, 4));
+    TRY(want4(c, big, big_name, small->shape[0], small->shape[1] + p->top + p->bottom,
+              small->shape[2] + p->left + p->right, small->shape[3]));
+    return dtypes(c, -1);
+}
+
+static gc_status v_concat(const gc_op_call *c)
+{
+    static const char *const names[GC_MAX_OP_IN] = {"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"};
+    const gc_tensor *x0 = c->in[0], *y = c->out[0];
+    TRY(need(c, x0, "x0")); TRY(need(c, y, "y"));
+    TRY(rank(c, x0, "x0", 2));
+    int64_t w = 0;
+    for (int k = 0; k < 8; k++) {
+        const gc_tensor *t = c->in[k];
+        if (!present(t)) continue;
+        TRY(need(c, t, names[k]));
+        TRY(rank(c, t, names[k], 2));
+        if (t->shape[0] != x0->shape[0])
+            return gc_fail(GC_ERR_INVALID_ARG, "concat: '%s' has shape %s but 'x0' %s has %lld rows",
+                           names[k], shp(t).s, shp(x0).s, (long long)x0->shape[0]);
+        w += t->shape[1];
+    }
+    if (y->ndim != 2 || y->shape[0] != x0->shape[0] || y->shape[1] != w)
+        return gc_fail(GC_ERR_INVALID_ARG, "concat: 'y' has shape %s, expected (%lld, %lld)", shp(y).s,
+                       (long long)x0->shape[0], (long long)w);
+    return dtypes(c, -1);
+}
+
+static gc_status v_slice_cols(const gc_op_call *c)
+{
+    const gc_slice_params *p = c->params;
+    const gc_tensor *x = c->in[0], *y = c->out[0];
+    TRY(need(c, x, "x")); TRY(need(c, y, "y"));
+    TRY(rank(c, x, "x", 2)); TRY(rank(c, y, "y", 2));
+    if (y->shape[0] != x->shape[0])
+        return gc_fail(GC_ERR_INVALID_ARG, "slice_cols: 'y' has shape %s but 'x' %s has %lld rows", shp(y).s,
+                       shp(x).s, (long long)x->shape[0]);
+    if (p->offset < 0 || p->offset > x->shape[1] - y->shape[1])
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "slice_cols: columns [%lld, %lld) of 'y' %s are outside 'x' %s (offset must be in "
+                       "[0, %lld])",
+                       (long long)p->offset, (long long)(p->offset + y->shape[1]), shp(y).s, shp(x).s,
+                       (long long)(x->shape[1] - y->shape[1]));
+    return dtypes(c, -1);
+}
+
+/* the shared rules, one name per op */
+static gc_status v_maxpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
+static gc_status v_avgpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
+static gc_status v_softmax_xent(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_sigmoid_bce(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_xent_probs(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_regression_loss(const gc_op_call *c) { return v_loss(c); }
+static gc_status v_dropout_fwd(const gc_op_call *c) { return v_dropout(c); }
+static gc_status v_dropout_bwd(const gc_op_call *c) { return v_dropout(c); }
+static gc_status v_pad2d_fwd(const gc_op_call *c) { return v_pad2d(c, 0); }
+static gc_status v_pad2d_bwd(const gc_op_call *c) { return v_pad2d(c, 1); }
+
+typedef gc_status (*validator)(const gc_op_call *c);
+static const validator validators[GC_OP_COUNT] = {
+#define GC_X_VSLOT(E, n, P, ni, no) [GC_OP_##E] = v_##n,
+    GC_OP_LIST(GC_X_VSLOT)
+#undef GC_X_VSLOT
+};
+
 gc_status gc_op_validate(const gc_op_call *c)
 {
     if (!c || (unsigned)c->op >= GC_OP_COUNT)
         return gc_fail(GC_ERR_INVALID_ARG, "unknown op");
     if (!c->params) return gc_fail(GC_ERR_INVALID_ARG, "%s: parameters are missing", gc_op_name(c->op));
-    switch (c->op) {
-    case GC_OP_GEMM: return v_gemm(c);
-    case GC_OP_CONV2D_FWD: return v_conv2d_fwd(c);
-    case GC_OP_CONV2D_BWD_DATA: return v_conv2d_bwd_data(c);
-    case GC_OP_CONV2D_BWD_FILTER: return v_conv2d_bwd_filter(c);
-    case GC_OP_MAXPOOL2D_FWD:
-    case GC_OP_AVGPOOL2D_FWD: return v_pool_fwd(c);
-    case GC_OP_MAXPOOL2D_BWD: return v_maxpool2d_bwd(c);
-    case GC_OP_AVGPOOL2D_BWD: return v_avgpool2d_bwd(c);
-    case GC_OP_ACT_FWD: return v_act_fwd(c);
-    case GC_OP_ACT_BWD: return v_act_bwd(c);
-    case GC_OP_BIAS_GRAD: return v_bias_grad(c);
-    case GC_OP_SOFTMAX_XENT:
-    case GC_OP_SIGMOID_BCE:
-    case GC_OP_XENT_PROBS:
-    case GC_OP_REGRESSION_LOSS: return v_loss(c);
-    case GC_OP_DROPOUT_FWD:
-    case GC_OP_DROPOUT_BWD: return v_dropout(c);
-    case GC_OP_ADAM: return v_adam(c);
-    case GC_OP_SGD: return v_sgd(c);
-    case GC_OP_RMSPROP: return v_rmsprop(c);
-    case GC_OP_ACCURACY: return v_accuracy(c);
-    case GC_OP_CAST: return v_cast(c);
-    case GC_OP_EMBEDDING_FWD: return v_embedding_fwd(c);
-    case GC_OP_EMBEDDING_BWD: return v_embedding_bwd(c);
-    case GC_OP_REDUCE_SUM: return v_reduce_sum(c);
-    case GC_OP_SCALE_CAST: return v_scale_cast(c);
-    case GC_OP_LOSS_SCALE_UPDATE: return v_loss_scale_update(c);
-    case GC_OP_COUNT: break;
-    }
-    return gc_fail(GC_ERR_INVALID_ARG, "unknown op %d", (int)c->op);
+    return validators[c->op](c);
 }

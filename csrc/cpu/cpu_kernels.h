@@ -1,9 +1,10 @@
 /* cpu_kernels.h -- float32 kernels of the CPU backend and their op-table adapters.
  *
  * Each op family lives in one file (gemm.c, conv2d.c, pool2d.c, act.c, loss.c,
- * dropout.c, optim.c, metrics.c, cast.c, embedding.c). A file holds (1) raw float32
- * kernels (embedding_fwd: any element size) with plain pointer arguments, usable from
- * other kernels (conv2d calls gc_cpu_sgemm), and (2) one adapter per op of GC_OP_LIST,
+ * dropout.c, optim.c, metrics.c, cast.c, embedding.c, elementwise.c, norm.c,
+ * layout.c). A file holds (1) raw float32 kernels (embedding_fwd: any element size)
+ * with plain pointer arguments, usable from other kernels (conv2d calls
+ * gc_cpu_sgemm), and (2) one adapter per op of GC_OP_LIST,
  * gc_cpu_op_<name>, which unpacks a validated gc_op_call (core/validate.c has already
  * checked shapes, dtypes and params, and f16/bf16 storage has been converted to f32 by
  * core, except for embedding_fwd's gather) and calls the kernel.
@@ -135,6 +136,24 @@ gc_status gc_cpu_embedding_fwd(int64_t n, int64_t V, int64_t row_bytes, const vo
                                const int32_t *idx, void *out);
 gc_status gc_cpu_embedding_bwd(int64_t n, int64_t V, int64_t D, const float *dy,
                                const int32_t *idx, float *dtable);
+
+/* ---- elementwise.c: y = act(x[0] + ... + x[n_in-1]) (relu or linear), summed in input
+ * order; y may alias x[0]. */
+gc_status gc_cpu_add(int n_in, const float *const *x, int64_t n, int relu, float *y);
+
+/* ---- layout.c: zero padding of (N, H, W, C) images to (N, H+t+b, W+l+r, C); crop != 0
+ * is the backward (src padded, dst unpadded). */
+gc_status gc_cpu_pad2d(int crop, int64_t N, int64_t H, int64_t W, int64_t C, const gc_pad2d_params *p,
+                       const float *src, float *dst);
+
+/* ---- norm.c: batch normalization of x viewed as (R, C) (gpucmp.h, batchnorm_fwd /
+ * batchnorm_bwd); optional tensors are NULL. save is (2, C): mean, inverse std. */
+gc_status gc_cpu_batchnorm_fwd(const gc_batchnorm_params *p, int64_t R, int64_t C, const float *x,
+                               const float *gamma, const float *beta, const float *residual, float *y,
+                               float *moving_mean, float *moving_var, float *save);
+gc_status gc_cpu_batchnorm_bwd(const gc_batchnorm_params *p, int64_t R, int64_t C, const float *x,
+                               const float *dy, const float *gamma, const float *save, const float *y,
+                               float *dx, float *dgamma, float *dbeta, float *dresidual);
 
 /* ---- adapters, one per op of GC_OP_LIST (defined in the op family's file;
  * gc_cpu_op_cast in cast.c) */

@@ -12,7 +12,7 @@
  * at the store (round to nearest even); all arithmetic is float32.
  * Implemented in backend.cu (state, stream, workspace) and per op family in
  * act.cu, pool2d.cu, loss.cu, dropout.cu, optim.cu, metrics.cu, cast.cu, gemm*.cu,
- * conv2d*.cu. */
+ * conv2d*.cu, elementwise.cu, norm.cu, layout.cu. */
 #ifndef GPUCMP_CUDA_COMMON_CUH
 #define GPUCMP_CUDA_COMMON_CUH
 

@@ -173,6 +173,41 @@ typedef struct { int accumulate; float scale; } gc_reduce_params;
  * An index outside [0, V) is an error (GC_ERR_INVALID_ARG naming it), never a silent
  * read; on GPUs it is detected on the device and reported outside graph capture. */
 
+/* ---- graph ops (the functional-API plan: ResNet-style residual graphs)
+ * add:   in x0, x1 (required), x2..x7 (optional: data NULL); out y = act(x0 + x1 + ...)
+ *        summed in float32 in input order; every operand of one dtype and one element
+ *        count (ranks may differ). act: linear or relu. y may alias x0 (in-place
+ *        accumulation of gradients at a fan-out).
+ * mul:   in a, b; out y = a * b elementwise (same dtype and element count); y may alias a.
+ * batchnorm_fwd: in x (rank >= 1, channels = the LAST axis C, R = numel / C rows),
+ *        gamma (C,) f32 (NULL = 1), beta (C,) f32 (NULL = 0), residual (x's shape and
+ *        dtype, optional); out y (x's shape and dtype, must not alias x), moving_mean (C,)
+ *        f32, moving_var (C,) f32 (read; written when training), save (2, C) f32 (row 0 the
+ *        mean used, row 1 the inverse std used).
+ *        training: mean and biased variance over the R rows (float64 on the CPU, a fixed
+ *        reduction order on GPUs), moving = moving * momentum + batch * (1 - momentum),
+ *        save = (mean, 1/sqrt(var + epsilon)); inference: the moving statistics, not
+ *        written. y = act(gamma * (x - mean) * invstd + beta + residual), act linear or
+ *        relu, float32 compute, rounded once.
+ * batchnorm_bwd: in x, dy (x's shape/dtype), gamma (optional), save (from the forward),
+ *        y (the forward output; required when act is relu: mask y > 0); out (each
+ *        optional) dx (x's shape/dtype; may alias dy), dgamma (C,) f32 = sum(dz * xhat),
+ *        dbeta (C,) f32 = sum(dz), dresidual (x's shape/dtype) = dz, where dz = dy *
+ *        relu'(y) (dy for linear) and xhat = (x - mean) * invstd. training:
+ *        dx = gamma*invstd*(dz - mean_R(dz) - xhat*mean_R(dz*xhat)); inference:
+ *        dx = gamma*invstd*dz. The backward reads only training and act. */
+typedef struct { float epsilon, momentum; int training; gc_act act; } gc_batchnorm_params;
+/* pad2d_fwd: in x (N, H, W, C) out y (N, H+top+bottom, W+left+right, C), zeros outside
+ * (Keras ZeroPadding2D); pad2d_bwd: in dy (the padded shape) out dx (N, H, W, C) = the
+ * crop. All four >= 0. */
+typedef struct { int top, bottom, left, right; } gc_pad2d_params;
+/* concat: in x0 (outer, w0) required, x1..x7 (outer, w_i) optional; out y (outer, sum w_i)
+ * = the inputs side by side in input order, one dtype (the plan reshapes an N-d concat
+ * to 2-D: outer = product of the axes before the concat axis).
+ * slice_cols: in x (outer, W) out y (outer, w) = x[:, offset:offset+w], offset + w <= W
+ * (concat's backward). */
+typedef struct { int64_t offset; } gc_slice_params;
+
 /* ------------------------------------------------------------------ the op list
  * X(ENUM, name, params type, inputs, outputs) -- the one source of truth. */
 #define GC_OP_LIST(X)                                                        \
@@ -202,7 +237,16 @@ typedef struct { int accumulate; float scale; } gc_reduce_params;
     X(EMBEDDING_BWD, embedding_bwd, gc_no_params, 2, 1)                      \
     X(REDUCE_SUM, reduce_sum, gc_reduce_params, 1, 1)                        \
     X(SCALE_CAST, scale_cast, gc_scale_cast_params, 1, 2)                    \
-    X(LOSS_SCALE_UPDATE, loss_scale_update, gc_loss_scale_params, 0, 3)
+    X(LOSS_SCALE_UPDATE, loss_scale_update, gc_loss_scale_params, 0, 3)     \
+    /* graph ops: {cpu,cuda}/elementwise (add, mul), norm (batchnorm), layout */ \
+    X(ADD, add, gc_act_params, 8, 1)                                         \
+    X(MUL, mul, gc_no_params, 2, 1)                                          \
+    X(BATCHNORM_FWD, batchnorm_fwd, gc_batchnorm_params, 4, 4)               \
+    X(BATCHNORM_BWD, batchnorm_bwd, gc_batchnorm_params, 5, 4)               \
+    X(PAD2D_FWD, pad2d_fwd, gc_pad2d_params, 1, 1)                           \
+    X(PAD2D_BWD, pad2d_bwd, gc_pad2d_params, 1, 1)                           \
+    X(CONCAT, concat, gc_no_params, 8, 1)                                    \
+    X(SLICE_COLS, slice_cols, gc_slice_params, 1, 1)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,
@@ -211,8 +255,8 @@ typedef enum {
     GC_OP_COUNT
 } gc_op;
 
-#define GC_MAX_OP_IN 3
-#define GC_MAX_OP_OUT 3
+#define GC_MAX_OP_IN 8  /* add and concat take up to 8 operands */
+#define GC_MAX_OP_OUT 4 /* batchnorm's four */
 
 const char *gc_op_name(gc_op op);
 int gc_op_from_name(const char *name); /* -1 when unknown */

@@ -237,9 +237,10 @@ static gc_status give(gc_plan *p, const plan_node *l, int k, void *src, int64_t 
         if (!l->in_accum[k]) return GC_OK;
         g = dst;
     }
-    if (l->in_accum[k]) { /* PENDING-ADD: the add op lands with the ops branch */
-        (void)g;
-        return gc_fail(GC_ERR_UNSUPPORTED, "plan: node %d: accumulating gradients needs the add op", l->idx);
+    if (l->in_accum[k]) {
+        gc_act_params ap = {GC_ACT_LINEAR};
+        gc_tensor acc = gc_t1(P->gout, P->dt, n), add = gc_t1(g, P->dt, n);
+        return gc_plan_run(p, GC_OP_ADD, &ap, &acc, &add, NULL, &acc, NULL, NULL);
     }
     return gc_plan_copy(p, P->gout, g, (size_t)n * gc_dtype_size(P->dt));
 }
@@ -287,7 +288,7 @@ gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed
             }
         for (int k = 0; k < l->n_w; k++) /* float32 master weights, cast for this pass */
             if (l->w[k].wc) TRY(gc_plan_cast(p, l->w[k].w, GC_F32, l->w[k].wc, l->dt, l->w[k].n));
-        if (l->ops->forward) TRY(l->ops->forward(p, l, rows, mode, seed));
+        if (l->ops->forward && !l->absorbed) TRY(l->ops->forward(p, l, rows, mode, seed));
     }
     return GC_OK;
 }
@@ -298,7 +299,7 @@ gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed)
         plan_node *l = &p->L[i];
         int any = l->trains;
         for (int k = 0; k < l->n_in; k++) any |= l->in_grad[k];
-        if (!any || !l->ops->backward) continue;
+        if (!any || !l->ops->backward || l->absorbed) continue;
         TRY(l->ops->backward(p, l, rows, seed));
     }
     return GC_OK;
@@ -462,6 +463,19 @@ static gc_status resolve_inputs(gc_plan *p, const gc_layer_desc *nodes, int n)
     return GC_OK;
 }
 
+static void count_consumers(gc_plan *p)
+{
+    for (int i = 0; i < p->n; i++) p->L[i].n_consumers = p->L[i].last_consumer = 0;
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        for (int k = 0; k < l->n_in; k++) {
+            plan_node *src = &p->L[l->in[k]];
+            src->n_consumers++;
+            src->last_consumer = i;
+        }
+    }
+}
+
 static gc_status check_nodes(gc_plan *p)
 {
     for (int i = 0; i < p->n; i++) {
@@ -483,6 +497,7 @@ static gc_status check_nodes(gc_plan *p)
                 return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) output extent %d is %lld", i, l->ops->name,
                                k, (long long)d->out_shape[k]);
         l->out_numel = gc_numel(d->out_shape, d->out_ndim);
+        l->alias_of = -1;
         if (d->kind == GC_LAYER_INPUT) {
             l->dt = GC_F32;
             continue;
@@ -508,6 +523,7 @@ static gc_status check_nodes(gc_plan *p)
         if (l->ops->check) TRY(l->ops->check(d, i, l->n_in, (const int64_t(*)[GC_MAX_DIMS - 1])shapes, nds));
         /* a view keeps its input's dtype */
         l->is_view = l->ops->is_view;
+        l->alias_of = l->is_view ? l->in[0] : -1;
         l->dt = l->is_view ? p->L[l->in[0]].dt : d->dtype;
         /* weights */
         int64_t wn[GC_LAYER_MAX_WEIGHTS] = {0};
@@ -527,14 +543,7 @@ static gc_status check_nodes(gc_plan *p)
         }
     }
     /* every node but the output feeds some node */
-    for (int i = 0; i < p->n; i++) {
-        plan_node *l = &p->L[i];
-        for (int k = 0; k < l->n_in; k++) {
-            plan_node *src = &p->L[l->in[k]];
-            src->n_consumers++;
-            src->last_consumer = i;
-        }
-    }
+    count_consumers(p);
     for (int i = 0; i < p->n - 1; i++)
         if (!p->L[i].n_consumers)
             return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) feeds no other node and is not the output "
@@ -550,6 +559,10 @@ static void analyse_gradients(gc_plan *p)
     if (!p->training) return;
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
+        if (l->absorbed) { /* its gradient is that of the node it was folded into */
+            l->grad_needed = p->L[l->alias_of].grad_needed;
+            continue;
+        }
         int g = l->trains;
         for (int k = 0; k < l->n_in; k++) {
             l->in_grad[k] = p->L[l->in[k]].grad_needed;
@@ -572,22 +585,79 @@ static void analyse_gradients(gc_plan *p)
     free(seen);
 }
 
-/* kind-specific pairings decided once: views, relu folded into a max pool's backward */
-static void analyse_fusions(gc_plan *p)
+/* Node fusions, decided once before any buffer exists (GPUCMP_PLAN_FUSE=0 turns them
+ * off, for tests that compare both): a ReLU Activation after a BatchNormalization or an
+ * Add becomes that node's epilogue, and a BatchNormalization whose only consumer is a
+ * two-input Add takes the Add's other input as a residual (y = act(bn(x) + r)): the
+ * absorbed nodes do no work, their output and gradient are the fused node's. Each
+ * folded value must have no other reader and one dtype, and the residual must be
+ * computed before the batch norm (Keras' ResNet builds the shortcut first). */
+static int fusable(const gc_plan *p, const plan_node *src, const plan_node *l)
+{
+    return src->n_consumers == 1 && src->idx != p->n - 1 && src->dt == l->dt && !src->absorbed;
+}
+
+static void absorb(gc_plan *p, plan_node *l, plan_node *into)
+{
+    l->absorbed = 1;
+    l->alias_of = into->idx;
+    l->n_in = 0;
+    (void)p;
+}
+
+static void fuse_nodes(gc_plan *p)
+{
+    const char *env = getenv("GPUCMP_PLAN_FUSE");
+    if (env && env[0] == '0') return;
+    for (int i = 0; i < p->n; i++) { /* bn / add + relu */
+        plan_node *l = &p->L[i];
+        if (l->d.kind != GC_LAYER_ACTIVATION || l->d.act != GC_ACT_RELU || l->n_in != 1) continue;
+        plan_node *src = &p->L[l->in[0]];
+        if ((src->d.kind == GC_LAYER_BATCHNORM || src->d.kind == GC_LAYER_ADD) && src->d.act == GC_ACT_LINEAR &&
+            fusable(p, src, l)) {
+            src->d.act = GC_ACT_RELU;
+            absorb(p, l, src);
+        }
+    }
+    for (int i = 0; i < p->n; i++) { /* bn + residual add (+ relu) */
+        plan_node *add = &p->L[i];
+        if (add->d.kind != GC_LAYER_ADD || add->absorbed || add->n_in != 2) continue;
+        for (int k = 0; k < 2; k++) {
+            plan_node *bn = &p->L[add->in[k]], *res = &p->L[add->in[1 - k]];
+            if (bn->d.kind != GC_LAYER_BATCHNORM || bn->n_in != 1 || bn->d.act != GC_ACT_LINEAR ||
+                !fusable(p, bn, add) || res->idx >= bn->idx || res->dt != bn->dt || add->in[0] == add->in[1])
+                continue;
+            bn->n_in = 2;
+            bn->in[1] = res->idx;
+            bn->in_numel[1] = res->out_numel;
+            bn->d.act = add->d.act;
+            absorb(p, add, bn);
+            break;
+        }
+    }
+    count_consumers(p);
+}
+
+/* pairings that need the gradient analysis: views sharing their input's gradient, and a
+ * ReLU folded into a following max pool's backward */
+static void pair_nodes(gc_plan *p)
 {
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
-        if (!l->ops->is_view) continue;
-        plan_node *src = &p->L[l->in[0]];
+        if (l->absorbed) {
+            l->gout_alias = 1;
+            continue;
+        }
+        if (!l->is_view) continue;
         /* a view's gradient is its input's gradient buffer when it is the only consumer */
-        l->gout_alias = src->n_consumers == 1 && !l->in_accum[0];
+        l->gout_alias = p->L[l->in[0]].n_consumers == 1 && !l->in_accum[0];
     }
     for (int i = 0; i < p->n && p->training; i++) {
         plan_node *l = &p->L[i];
         if (l->d.kind != GC_LAYER_MAXPOOL2D || l->n_in != 1) continue;
         plan_node *prev = &p->L[l->in[0]];
         if ((prev->d.kind == GC_LAYER_DENSE || prev->d.kind == GC_LAYER_CONV2D) && prev->d.act == GC_ACT_RELU &&
-            prev->n_consumers == 1 && !l->xc[0] && l->dt == prev->dt && l->in_grad[0] && !l->in_accum[0] &&
+            prev->n_consumers == 1 && l->dt == prev->dt && l->in_grad[0] && !l->in_accum[0] &&
             prev->idx != p->n - 1) {
             l->fold_relu = 1;
             prev->gout_masked = 1;
@@ -611,12 +681,12 @@ static gc_status alloc_activations(gc_plan *p)
         int e = i == p->n - 1 ? p->n : l->last_consumer;
         if (e < end[i]) e = end[i];
         end[i] = e;
-        if (l->ops->is_view && end[l->in[0]] < e) end[l->in[0]] = e;
+        if (l->alias_of >= 0 && end[l->alias_of] < e) end[l->alias_of] = e;
     }
     for (int i = 0; i < p->n && s == GC_OK; i++) {
         plan_node *l = &p->L[i];
-        if (l->is_view) {
-            l->out = p->L[l->in[0]].out;
+        if (l->alias_of >= 0) {
+            l->out = p->L[l->alias_of].out;
             continue;
         }
         size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
@@ -681,7 +751,8 @@ static gc_status alloc_gradients(gc_plan *p)
     for (int i = p->n - 1; i >= 0; i--) { /* views: one buffer with their input */
         plan_node *l = &p->L[i];
         if (!l->gout_alias) continue;
-        int r = l->in[0];
+        int r = l->alias_of;
+        while (p->L[r].gout_alias) r = p->L[r].alias_of;
         root[i] = r; /* resolved below, inputs first */
         if (start[i] < start[r]) start[r] = start[i];
         if (stop[i] > stop[r]) stop[r] = stop[i];
@@ -709,7 +780,7 @@ static gc_status alloc_gradients(gc_plan *p)
     }
     for (int i = 0; i < p->n && s == GC_OK; i++) { /* views share their input's */
         plan_node *l = &p->L[i];
-        if (l->gout_alias) l->gout = p->L[l->in[0]].gout;
+        if (l->gout_alias) l->gout = p->L[l->alias_of].gout;
     }
     free(pl.b);
     free(order);
@@ -727,7 +798,7 @@ static gc_status alloc_weights(gc_plan *p)
         char *g = p->grad_arena, *h = p->half_arena;
         for (int i = 0; i < p->n; i++) {
             plan_node *l = &p->L[i];
-            int cast = l->dt != GC_F32 && l->d.kind != GC_LAYER_BATCHNORM;
+            int cast = l->dt != GC_F32 && !l->ops->f32_weights;
             for (int k = 0; k < l->n_w; k++) {
                 plan_weight *w = &l->w[k];
                 if (!w->w) continue;
@@ -775,11 +846,12 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         for (int i = 0; i < p->n; i++)
             if (p->L[i].dt != GC_F32 && !(be->native_dtypes & (1u << p->L[i].dt))) p->widen = 1;
         p->out_numel = p->L[p->n - 1].out_numel;
+        fuse_nodes(p);
         analyse_gradients(p);
+        pair_nodes(p);
         s = alloc_activations(p);
     }
     if (s == GC_OK) s = alloc_casts_and_scratch(p);
-    if (s == GC_OK) analyse_fusions(p);
     if (s == GC_OK) s = alloc_gradients(p);
     if (s == GC_OK) s = alloc_weights(p);
     for (int i = 0; i < p->n && s == GC_OK; i++) /* per-channel statistics of a batchnorm pass */

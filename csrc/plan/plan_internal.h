@@ -44,6 +44,7 @@ typedef struct {
     gc_status (*backward)(gc_plan *p, plan_node *l, int64_t rows, uint64_t seed);
     int is_view;      /* out aliases the input (reshape): no forward work */
     int elementwise;  /* out has the input's shape and depends on it per element */
+    int f32_weights;  /* reads its weights in float32 whatever the compute dtype */
 } gc_layer_ops;
 
 const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind);
@@ -66,7 +67,9 @@ struct plan_node {
     int in_grad[GC_NODE_MAX_INPUTS];   /* compute the gradient w.r.t. input k */
     int in_accum[GC_NODE_MAX_INPUTS];  /* ... and add it to what is already there (fan-out) */
     int is_view, owns_out;             /* out aliases input 0's out */
-    int gout_alias;                    /* gout is input 0's gout (a view with one consumer) */
+    int absorbed;                      /* folded into node alias_of (a ReLU or residual Add): no work */
+    int alias_of;                      /* out is this node's out (views, absorbed nodes), else -1 */
+    int gout_alias;                    /* gout is alias_of's gout (a view with one consumer, absorbed) */
     int fold_relu;                     /* max pool after a ReLU: its backward applies relu' */
     int gout_masked;                   /* a ReLU node whose gout already holds dz */
     void *save;                        /* batchnorm: per-channel (mean, inv std) of the pass */

@@ -241,6 +241,9 @@ typedef union {
     gc_reduce_params reduce;
     gc_scale_cast_params scast;
     gc_loss_scale_params lscale;
+    gc_batchnorm_params bn;
+    gc_pad2d_params pad;
+    gc_slice_params slice;
     gc_no_params none;
 } any_params;
 
@@ -297,6 +300,7 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
         return 0;
     case GC_OP_ACT_FWD:
     case GC_OP_ACT_BWD:
+    case GC_OP_ADD:
         if (p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e)) return -1;
         P->act.act = (gc_act)e;
         return 0;
@@ -352,6 +356,29 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
         return (p_bool(d, "accumulate", 0, &P->reduce.accumulate) || p_float(d, "scale", 1.0, &P->reduce.scale))
                    ? -1
                    : 0;
+    case GC_OP_BATCHNORM_FWD:
+    case GC_OP_BATCHNORM_BWD:
+        if (p_float(d, "epsilon", 1e-3, &P->bn.epsilon) || p_float(d, "momentum", 0.99, &P->bn.momentum) ||
+            p_bool(d, "training", 1, &P->bn.training) || p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e))
+            return -1;
+        P->bn.act = (gc_act)e;
+        return 0;
+    case GC_OP_PAD2D_FWD:
+    case GC_OP_PAD2D_BWD: {
+        static const char *const sides[4] = {"top", "bottom", "left", "right"};
+        int *dst[4] = {&P->pad.top, &P->pad.bottom, &P->pad.left, &P->pad.right};
+        for (int i = 0; i < 4; i++) {
+            PyObject *v = item(d, sides[i]);
+            if (v && to_int(v, sides[i], dst[i])) return -1;
+        }
+        return 0;
+    }
+    case GC_OP_SLICE_COLS:
+        if (p_long(d, "offset", 0, &ll)) return -1;
+        P->slice.offset = (int64_t)ll;
+        return 0;
+    case GC_OP_MUL:
+    case GC_OP_CONCAT:
     case GC_OP_BIAS_GRAD:
     case GC_OP_CAST:
     case GC_OP_EMBEDDING_FWD:
@@ -429,7 +456,7 @@ typedef struct {
 static void staged_free(const gc_backend *be, staged *st)
 {
     for (int k = 0; k < GC_MAX_OP_IN + GC_MAX_OP_OUT; k++)
-        if (st->used[k] && st->dev[k].data) be->release(be, st->dev[k].data);
+        if (st->used[k] == 1 && st->dev[k].data) be->release(be, st->dev[k].data);
 }
 
 static gc_status run_staged(const gc_backend *be, gc_op_call *c, int nin, int nout)
@@ -446,10 +473,20 @@ static gc_status run_staged(const gc_backend *be, gc_op_call *c, int nin, int no
         size_t bytes = (size_t)gc_tensor_numel(t) * gc_dtype_size(t->dtype);
         st.host[k] = *t;
         st.dev[k] = *t;
-        st.used[k] = 1;
         st.dev[k].data = NULL;
-        s = be->alloc(be, bytes ? bytes : 4, &st.dev[k].data);
-        if (s == GC_OK && bytes) s = be->upload(be, st.dev[k].data, t->data, bytes);
+        /* the same host array passed twice (add(g, g2) -> g in place) is one device
+         * buffer too, so the kernels' aliasing rules are what the call exercises */
+        for (int j = 0; j < k && !st.dev[k].data; j++)
+            if (st.host[j].data == t->data && st.dev[j].data &&
+                (size_t)gc_tensor_numel(&st.host[j]) * gc_dtype_size(st.host[j].dtype) == bytes)
+                st.dev[k].data = st.dev[j].data;
+        if (!st.dev[k].data) {
+            st.used[k] = 1;
+            s = be->alloc(be, bytes ? bytes : 4, &st.dev[k].data);
+            if (s == GC_OK && bytes) s = be->upload(be, st.dev[k].data, t->data, bytes);
+        } else {
+            st.used[k] = 2; /* borrowed: downloaded, never released */
+        }
         if (k < nin) c->in[k] = &st.dev[k];
         else c->out[k - nin] = &st.dev[k];
     }
@@ -1506,7 +1543,14 @@ static PyMethodDef plan_methods[] = {
      "use_fused_optimizer(bool) -> bool: one launch for the whole optimizer step (GPU) or one op per tensor"},
     {NULL, NULL, 0, NULL}};
 
+static PyObject *plan_get_bytes(PlanObject *p, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(gc_plan_bytes(p->plan));
+}
+
 static PyGetSetDef plan_getset[] = {
+    {"bytes", (getter)plan_get_bytes, NULL, "backend memory the plan holds (activations, gradients, scratch)", NULL},
     {"backend", (getter)plan_get_backend, NULL, "backend name", NULL},
     {"max_batch", (getter)plan_get_max_batch, NULL, "largest batch the plan holds", NULL},
     {"graph_replays", (getter)plan_get_graph_replays, NULL, "steps replayed from a captured graph", NULL},
