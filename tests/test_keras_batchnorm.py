@@ -30,6 +30,14 @@ def rel_err(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
+def weights_close(got, want):
+    """fp32 agreement of an updated weight: 1e-5 relative, or -- for the bias of a layer
+    feeding a training-mode BatchNormalization, whose gradient is exactly zero and
+    computes to rounding noise (~1e-9) on both sides -- 1e-7 absolute."""
+    return rel_err(got, want) < 1e-5 or float(np.max(np.abs(np.asarray(got, np.float64) -
+                                                           np.asarray(want, np.float64)))) < 1e-7
+
+
 
 SIMPLE_KEYS = ("axis", "momentum", "epsilon", "center", "scale", "synchronized", "renorm",
                "renorm_clipping", "renorm_momentum", "beta_regularizer", "gamma_regularizer",
@@ -182,7 +190,7 @@ def test_sgd_steps_update_weights_and_moving_statistics_like_keras(momentum):
         kl, gl = km.train_on_batch(x, y), gm.train_on_batch(x, y)
         assert float(gl) == pytest.approx(float(kl), rel=1e-5)
     for kw, gw, w in zip(km.get_weights(), gm.get_weights(), gm.weights):
-        assert rel_err(gw, kw) < 1e-5, w.path
+        assert weights_close(gw, kw), w.path
     assert km.evaluate(x, y, verbose=0) == pytest.approx(gm.evaluate(x, y, verbose=0), rel=1e-5)
 
 
@@ -201,7 +209,7 @@ def test_frozen_batchnorm_trains_in_inference_mode_like_keras():
     for a, b in zip(bn_before, gm.layers[1].get_weights()):
         np.testing.assert_array_equal(a, b)                  # gamma, beta and statistics frozen
     for kw, gw in zip(km.get_weights(), gm.get_weights()):
-        assert rel_err(gw, kw) < 1e-5
+        assert weights_close(gw, kw)
 
 
 def test_batchnorm_on_dense_features_in_a_fit_matches_keras():
@@ -221,5 +229,5 @@ def test_batchnorm_on_dense_features_in_a_fit_matches_keras():
     for key in kh.history:
         np.testing.assert_allclose(gh.history[key], kh.history[key], rtol=1e-5)
     for kw, gw in zip(km.get_weights(), gm.get_weights()):
-        assert rel_err(gw, kw) < 1e-5
+        assert weights_close(gw, kw)
     assert lowering.model_nodes(gm, gm._trainable_of)[2]["kind"] == "batchnorm"

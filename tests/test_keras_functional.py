@@ -35,6 +35,14 @@ def rel_err(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
+def weights_close(got, want):
+    """fp32 agreement of an updated weight: 1e-5 relative, or -- for the bias of a layer
+    feeding a training-mode BatchNormalization, whose gradient is exactly zero and
+    computes to rounding noise (~1e-9) on both sides -- 1e-7 absolute."""
+    return rel_err(got, want) < 1e-5 or float(np.max(np.abs(np.asarray(got, np.float64) -
+                                                           np.asarray(want, np.float64)))) < 1e-7
+
+
 
 def branching(K, bn_trainable=True):
     """Two inputs, BN, Add, Concatenate, Multiply, pads and pools, a Dense head."""
@@ -550,7 +558,7 @@ def test_one_sgd_step_with_batchnorm_matches_keras(bn_trainable):
     gl = gm.train_on_batch(xs, y)
     assert float(gl) == pytest.approx(float(kl), rel=1e-5)
     for kw, gw, path in zip(km.get_weights(), gm.get_weights(), [w.path for w in gm.weights]):
-        assert rel_err(gw, kw) < 1e-5, path
+        assert weights_close(gw, kw), path
     assert rel_err(gm.predict(xs, verbose=0), km.predict(xs, verbose=0)) < 1e-5
 
 
