@@ -203,11 +203,11 @@ def test_windows_shrink_until_the_device_takes_them():
     x = np.zeros((100, 3), np.float32)
     y = np.zeros((100, 2), np.float32)
     dev = Device(40)
-    r = trainer._ResidentData.make(dev, x, y, 16)
+    r = trainer._ResidentData.make(dev, [x], y, 16)
     # 100 rows do not fit, 48 (half, in whole batches) neither, 16 do
     assert dev.sizes == [100, 48, 16] and r.window == 16, (dev.sizes, r.window)
     dev = Device(70)
-    r = trainer._ResidentData.make(dev, x, y, 16)
+    r = trainer._ResidentData.make(dev, [x], y, 16)
     assert dev.sizes == [100, 48] and r.window == 48, (dev.sizes, r.window)
     # windows hold 3 steps; a chunk never crosses one; indices are window-local
     assert r.clip(0, 5) == 3 and r.clip(1, 5) == 2 and r.clip(3, 2) == 2
@@ -216,14 +216,14 @@ def test_windows_shrink_until_the_device_takes_them():
     assert dev.sizes[-1] == 48 and idx.tolist() == list(range(32))
     idx = r.indices(order, 96, 100)       # the last window is short: 4 rows
     assert dev.sizes[-1] == 4 and idx.tolist() == [0, 1, 2, 3]
-    assert trainer._ResidentData.make(Device(10), x, y, 16) is None
+    assert trainer._ResidentData.make(Device(10), [x], y, 16) is None
     # an unshuffled epoch starts on the rows make() left on the device: no second upload
     # of them; a shuffled one gathers its own first window
     dev = Device(70)
-    r = trainer._ResidentData.make(dev, x, y, 16)
+    r = trainer._ResidentData.make(dev, [x], y, 16)
     assert r.indices(None, 0, 16).tolist() == list(range(16)) and dev.sizes == [100, 48]
     assert r.indices(None, 48, 64).tolist() == list(range(16)) and dev.sizes == [100, 48, 48]
     dev = Device(70)
-    r = trainer._ResidentData.make(dev, x, y, 16)
+    r = trainer._ResidentData.make(dev, [x], y, 16)
     r.indices(order, 0, 16)
     assert dev.sizes == [100, 48, 48]

@@ -164,7 +164,7 @@ def model_descs(model):
     if not getattr(model, "built", False):
         raise ValueError(f"model '{model.name}' is not built: give it an input shape (or call it on data) "
                          "before asking for its op list")
-    return lowering.describe(model._leaf_list(), model.input_shape, model._trainable_of)
+    return lowering.model_nodes(model, model._trainable_of)
 
 
 def model_ops(model, batch, tf32=True, train=True):

@@ -10,12 +10,12 @@ Layers keep their weights in ``gpucmp._core.Buffer``s on the current device;
 ``model.compile()`` prepares a C execution plan and each training step is one call
 into it (see KERAS_SEMANTICS.md for the exact Keras behaviour reproduced).
 """
-from . import (activations, backend, callbacks, datasets, initializers, layers, losses, metrics,
-               mixed_precision, models, optimizers, utils)
+from . import (activations, applications, backend, callbacks, datasets, initializers, layers,
+               losses, metrics, mixed_precision, models, optimizers, utils)
 from .layers import Input, InputLayer, Layer
 from .models import Model, Sequential, load_model
 from .variables import Variable
 
-__all__ = ["activations", "backend", "callbacks", "datasets", "initializers", "layers", "losses", "metrics",
+__all__ = ["activations", "applications", "backend", "callbacks", "datasets", "initializers", "layers", "losses", "metrics",
            "mixed_precision", "models", "optimizers", "utils", "Input", "InputLayer", "Layer",
            "Model", "Sequential", "Variable", "load_model"]

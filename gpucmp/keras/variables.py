@@ -19,6 +19,9 @@ class Variable:
         self.shape = tuple(int(d) for d in value.shape)
         self.name = name
         self.trainable = bool(trainable)
+        # created non-trainable (BatchNormalization's moving statistics): layer.trainable
+        # = True does not make it trainable, and the optimizer never sees it
+        self.always_non_trainable = False
         self.dtype = "float32"
         self._layer = layer
         self.buffer = backend.core().Buffer(backend.device(), max(1, self.size))

@@ -1,23 +1,32 @@
 """gpucmp.keras.layers: the Keras layers gpucmp lowers to its execution plan.
 
-One file per layer; ``layer.py`` is the base class. SimpleRNN / LSTM / Embedding come
+One file per layer (merge layers share base_merge.py, the pools pooling2d.py and
+global_pooling2d.py); ``layer.py`` is the base class. SimpleRNN / LSTM / Embedding come
 with the recurrent issue and slot in the same way (a Layer subclass with ``build``,
 ``compute_output_shape``, ``plan_layers`` and ``get_config``, registered below).
 """
 from .activation import Activation
+from .add import Add
 from .average_pooling2d import AveragePooling2D, AvgPool2D
+from .batch_normalization import BatchNormalization
+from .concatenate import Concatenate
 from .conv2d import Conv2D, Convolution2D
 from .dense import Dense
 from .dropout import Dropout
 from .flatten import Flatten
+from .global_pooling2d import (GlobalAveragePooling2D, GlobalAvgPool2D, GlobalMaxPool2D,
+                               GlobalMaxPooling2D)
 from .input_layer import Input, InputLayer
 from .layer import Layer
 from .max_pooling2d import MaxPool2D, MaxPooling2D
+from .multiply import Multiply
 from .reshape import Reshape
+from .zero_padding2d import ZeroPadding2D
 
 _REGISTRY = {cls.__name__: cls for cls in (
-    Activation, AveragePooling2D, Conv2D, Dense, Dropout, Flatten, InputLayer, MaxPooling2D,
-    Reshape)}
+    Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense, Dropout,
+    Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, InputLayer, MaxPooling2D, Multiply,
+    Reshape, ZeroPadding2D)}
 
 
 def register(cls):
@@ -44,6 +53,26 @@ def deserialize(config):
     return cls.from_config(dict(config.get("config", {})))
 
 
-__all__ = ["Activation", "AveragePooling2D", "AvgPool2D", "Conv2D", "Convolution2D", "Dense",
-           "Dropout", "Flatten", "Input", "InputLayer", "Layer", "MaxPool2D", "MaxPooling2D",
-           "Reshape", "serialize", "deserialize", "register"]
+
+
+def add(inputs, **kwargs):
+    """Functional interface to ``Add``."""
+    return Add(**kwargs)(inputs)
+
+
+def multiply(inputs, **kwargs):
+    """Functional interface to ``Multiply``."""
+    return Multiply(**kwargs)(inputs)
+
+
+def concatenate(inputs, axis=-1, **kwargs):
+    """Functional interface to ``Concatenate``."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
+
+
+__all__ = ["Activation", "Add", "AveragePooling2D", "AvgPool2D", "BatchNormalization",
+           "Concatenate", "Conv2D", "Convolution2D", "Dense", "Dropout", "Flatten",
+           "GlobalAveragePooling2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "GlobalMaxPooling2D",
+           "Input", "InputLayer", "Layer", "MaxPool2D", "MaxPooling2D", "Multiply", "Reshape",
+           "ZeroPadding2D", "add", "concatenate", "multiply", "serialize", "deserialize",
+           "register"]

@@ -16,6 +16,8 @@ from .layer import Layer
 
 
 class Dropout(Layer):
+    _training_matters = True
+
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
             raise ValueError("Invalid value received for argument `rate`. Expected a float value "

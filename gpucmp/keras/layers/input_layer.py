@@ -5,7 +5,7 @@ first place of a Sequential model; ``InputLayer(shape=...)`` (tf.keras 2 spellin
 ``input_shape=``) can be added to a Sequential model. Neither has weights, and, as in
 Keras 3, neither appears in ``model.layers`` of a Sequential model.
 """
-from ..keras_tensor import KerasTensor
+from ..keras_tensor import KerasTensor, Node
 from .layer import Layer, _shape_tuple
 
 
@@ -31,7 +31,8 @@ class InputLayer(Layer):
         self.batch_shape = batch_shape
         self.input_dtype = dtype or "float32"
         self.build(batch_shape)
-        self.output = KerasTensor(batch_shape, layer=self, parent=None, name=self.name)
+        dtype = self.input_dtype if self.input_dtype in ("float32", "float16", "int32") else "float32"
+        Node(self, None, [KerasTensor(batch_shape, dtype=dtype, name=self.name)])
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -4,7 +4,11 @@ A layer knows its arguments, builds its weights (``Variable``s in device buffers
 an input shape, computes its output shape, and describes itself to the execution plan
 (``plan_layers``: a list of the dicts ``gpucmp._core.Plan`` takes). It has no Python
 forward pass: calling a layer on a NumPy array runs a one-layer inference plan in the
-core; calling it on a ``KerasTensor`` (functional API) records the call.
+core; calling it on a ``KerasTensor`` -- or, for merge layers, on a list of them --
+(functional API) records the call as a ``Node`` in ``layer._inbound_nodes``.
+
+Shapes include the batch axis (``None``); a layer with several inputs is given a list of
+shapes (``build([(None, 4), (None, 4)])``), as in Keras.
 
 Names are auto-numbered per class across the session (dense, dense_1, ...), as in Keras.
 """
@@ -13,17 +17,41 @@ import math
 import numpy as np
 
 from .. import backend, initializers, mixed_precision
-from ..keras_tensor import KerasTensor
+from ..keras_tensor import KerasTensor, Node, is_symbolic
 from ..variables import Variable, assign_all
 
 
 def format_shape(shape):
+    """``(None, 8, 8, 3)``; a list of shapes -> ``[(None, 4), (None, 4)]``."""
+    if is_shape_list(shape):
+        return "[" + ", ".join(format_shape(s) for s in shape) + "]"
     return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def is_shape_list(shape):
+    """True for a list of shapes (the input shape of a layer with several inputs)."""
+    return isinstance(shape, list) and len(shape) > 0 and isinstance(shape[0], (tuple, list))
+
+
+def per_sample(shape):
+    """The shape(s) without the batch axis."""
+    if is_shape_list(shape):
+        return [tuple(s[1:]) for s in shape]
+    return tuple(shape[1:])
+
+
+def normalize_shape(shape):
+    """A shape as a tuple, a list of shapes as a list of tuples."""
+    if is_shape_list(shape):
+        return [tuple(s) for s in shape]
+    return tuple(shape)
 
 
 class Layer:
     """Base layer. Subclasses override ``build``, ``compute_output_shape``,
     ``plan_layers`` and ``get_config``."""
+
+    _training_matters = False   # True where training/inference differ (Dropout, BatchNormalization)
 
     def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
                  batch_input_shape=None, batch_size=None, input_dim=None, **kwargs):
@@ -41,6 +69,7 @@ class Layer:
         self.dtype_policy = mixed_precision.Policy(dtype) if dtype is not None \
             else mixed_precision.global_policy()
         self._weights = []
+        self._inbound_nodes = []     # functional API: one Node per symbolic call
         self.built = False
         self._build_input_shape = None
         self._inference_plans = {}
@@ -75,31 +104,32 @@ class Layer:
     @trainable.setter
     def trainable(self, value):
         self._trainable = bool(value)
-        for w in self._weights:
-            w.trainable = bool(value)
+        for w in self._weights:   # a weight created non-trainable (BN statistics) stays so
+            w.trainable = bool(value) and not w.always_non_trainable
 
     # ------------------------------------------------------------ building
     def build(self, input_shape):
-        """Creates the weights for ``input_shape`` (batch axis included, may be None)."""
-        self._build_input_shape = tuple(input_shape)
+        """Creates the weights for ``input_shape`` (batch axis included, may be None; a list
+        of shapes for a layer with several inputs)."""
+        self._build_input_shape = normalize_shape(input_shape)
         self.built = True
 
     def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
+        return normalize_shape(input_shape)
 
     def build_for(self, input_shape):
         """Builds on first use; later uses must bring a compatible shape. Returns the output shape."""
-        input_shape = tuple(input_shape)
+        input_shape = normalize_shape(input_shape)
         if not self.built:
             self.build(input_shape)
             self._build_input_shape = input_shape
         elif self._build_input_shape is not None and \
-                tuple(self._build_input_shape[1:]) != tuple(input_shape[1:]):
+                per_sample(self._build_input_shape) != per_sample(input_shape):
             raise ValueError(
                 f"Layer '{self.name}' was built for inputs of shape "
                 f"{format_shape(self._build_input_shape)} and is now called on inputs of shape "
                 f"{format_shape(input_shape)}")
-        return tuple(self.compute_output_shape(input_shape))
+        return normalize_shape(self.compute_output_shape(input_shape))
 
     @property
     def input_shape(self):
@@ -109,7 +139,24 @@ class Layer:
 
     @property
     def output_shape(self):
-        return tuple(self.compute_output_shape(self.input_shape))
+        if self._inbound_nodes:          # as Keras: the shape of the last call's output
+            return tuple(self._inbound_nodes[-1].outputs[0].shape)
+        return normalize_shape(self.compute_output_shape(self.input_shape))
+
+    @property
+    def input(self):
+        """The input tensor(s) of the layer's first call (functional API)."""
+        if not self._inbound_nodes:
+            raise AttributeError(f"Layer '{self.name}' has never been called and thus has no "
+                                 "defined input.")
+        return self._inbound_nodes[0].arguments
+
+    @property
+    def output(self):
+        if not self._inbound_nodes:
+            raise AttributeError(f"Layer '{self.name}' has no inbound nodes: it has never been "
+                                 "called on a symbolic input")
+        return self._inbound_nodes[0].outputs[0]
 
     def add_weight(self, shape, initializer, name, trainable=True):
         """Creates a Variable initialised by ``initializer`` (a name or an Initializer)."""
@@ -119,6 +166,7 @@ class Layer:
             raise ValueError(f"Layer '{self.name}': the initializer of '{name}' returned shape "
                              f"{value.shape}, expected {tuple(shape)}")
         var = Variable(value, name=name, trainable=trainable and self._trainable, layer=self)
+        var.always_non_trainable = not trainable   # e.g. BatchNormalization's moving statistics
         self._weights.append(var)
         return var
 
@@ -161,34 +209,67 @@ class Layer:
 
     # ------------------------------------------------------------ the plan
     def plan_layers(self, input_shape):
-        """The layer dicts of ``gpucmp._core.Plan`` for this layer (per-sample shapes);
-        ``trainable`` is filled in by the model from its compile-time snapshot."""
+        """The node dicts of ``gpucmp._core.Plan`` for this layer called on ``input_shape``
+        (batch shapes; a list for several inputs), in order, with their per-kind keys and
+        ``in_shape`` / ``out_shape`` (per-sample). ``inputs``, ``trainable`` (the
+        compile-time snapshot) and ``dtype`` are filled in by the lowering
+        (models/lowering.py): the first dict takes the layer's inputs, each later one the
+        dict before it. An empty list is the identity."""
         raise NotImplementedError(f"{type(self).__name__} cannot be lowered to a plan")
 
     # ------------------------------------------------------------ calling
-    def __call__(self, inputs, training=None, **kwargs):
+    def __call__(self, inputs, training=None, mask=None, **kwargs):
         if kwargs:
             raise TypeError(f"{type(self).__name__}.__call__ got unexpected arguments {sorted(kwargs)}")
-        if isinstance(inputs, KerasTensor):
-            out_shape = self.build_for(inputs.shape)
-            return KerasTensor(out_shape, layer=self, parent=inputs, name=self.name)
+        if is_symbolic(inputs):
+            if training is not None and self._training_matters:
+                raise NotImplementedError(
+                    f"Layer '{self.name}': `training={training!r}` in a functional call is not "
+                    "supported; the plan runs training mode in fit / train_on_batch and "
+                    "inference mode otherwise (set `layer.trainable = False` before compile() "
+                    "for a frozen layer in inference mode)")
+            return self._call_symbolic(inputs)
+        if isinstance(inputs, (list, tuple)) and any(isinstance(t, KerasTensor) for t in inputs):
+            raise ValueError(f"Layer '{self.name}' was called on a list mixing KerasTensors and "
+                             f"other values: {inputs!r}. In the functional API every input must "
+                             "be a KerasTensor")
         return self._call_numpy(inputs)
 
+    def _call_symbolic(self, inputs):
+        if isinstance(inputs, KerasTensor):
+            shape = inputs.shape
+        else:
+            inputs = list(inputs)
+            shape = [t.shape for t in inputs]
+        out_shape = self.build_for(shape)
+        if is_shape_list(out_shape):
+            raise NotImplementedError(f"Layer '{self.name}' has several outputs: not supported")
+        out = KerasTensor(out_shape, name=self.name)
+        Node(self, inputs, [out])
+        return out
+
     def _call_numpy(self, inputs):
-        x = np.ascontiguousarray(np.asarray(inputs, dtype=np.float32))
-        if x.ndim < 1 or x.shape[0] == 0:
-            raise ValueError(f"Layer '{self.name}': expected a batch of inputs, got shape {x.shape}")
-        out_shape = self.build_for((None,) + x.shape[1:])
-        return self._forward_numpy(x, out_shape)
+        if isinstance(inputs, (list, tuple)) and inputs and all(hasattr(a, "shape") for a in inputs):
+            xs = [np.ascontiguousarray(np.asarray(a, dtype=np.float32)) for a in inputs]
+        else:
+            xs = [np.ascontiguousarray(np.asarray(inputs, dtype=np.float32))]
+        for x in xs:
+            if x.ndim < 1 or x.shape[0] == 0:
+                raise ValueError(f"Layer '{self.name}': expected a batch of inputs, got shape {x.shape}")
+        if len({len(x) for x in xs}) > 1:
+            raise ValueError(f"Layer '{self.name}': the inputs have different batch sizes "
+                             f"{[x.shape for x in xs]}")
+        shapes = [(None,) + x.shape[1:] for x in xs]
+        out_shape = self.build_for(shapes if len(xs) > 1 else shapes[0])
+        return self._forward_numpy(xs if len(xs) > 1 else xs[0], out_shape)
 
     def _forward_numpy(self, x, out_shape):
-        """Inference on a float32 batch: a one-layer plan in the core (cached per batch size)."""
+        """Inference on a float32 batch (a list for several inputs): a one-layer plan in the
+        core (cached per batch size)."""
         from ..models import lowering
-        descs = self.plan_layers((None,) + x.shape[1:])
-        for d in descs:
-            d["trainable"] = False
-            d.setdefault("dtype", self.compute_dtype)
-        return lowering.run_inference(self._inference_plans, descs, x)
+        xs = x if isinstance(x, list) else [x]
+        nodes = lowering.layer_nodes(self, [(None,) + a.shape[1:] for a in xs])
+        return lowering.run_inference(self._inference_plans, nodes, x)
 
     # ------------------------------------------------------------ config
     def get_config(self):

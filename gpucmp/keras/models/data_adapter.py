@@ -5,10 +5,12 @@ that a bad argument raises without touching the weights: x and y become C-contig
 float32 (labels int32 for sparse losses), NumPy arrays, lists and pandas
 DataFrame/Series are accepted, and empty data, mismatched lengths, strings/objects,
 NaN/Inf, wrong shapes and out-of-range class ids raise with the expected and received
-values named.
+values named. A model with several inputs takes x as a list/tuple of arrays (in
+``model.inputs`` order) or a dict keyed by the Input names (``split_inputs``).
 """
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -24,7 +26,8 @@ def to_array(data, what):
     if isinstance(data, (list, tuple)) and data and all(hasattr(d, "shape") for d in data) \
             and len({np.shape(d) for d in data}) > 1:
         raise ValueError(f"{what}: a list of arrays of different shapes is not one input "
-                         "(models with several inputs are not supported)")
+                         "(this model has one input; a list of arrays is for a model with "
+                         "several inputs)")
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError) as exc:
@@ -38,6 +41,40 @@ def to_array(data, what):
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{what} must hold numbers (bool, int or float), got dtype {arr.dtype}")
     return arr
+
+
+def split_inputs(x, names, what="x"):
+    """x -> one entry per model input (``names``: the Input names, in model.inputs order).
+
+    One input: x itself (or the only entry of a one-element list/tuple/dict of arrays).
+    Several: a list/tuple of as many arrays, or a dict holding every Input name (extra
+    keys are ignored with a warning, as Keras does)."""
+    n = len(names)
+    if isinstance(x, dict):
+        missing = [k for k in names if k not in x]
+        if n == 1 and len(x) == 1 and missing:
+            return list(x.values())
+        if missing:
+            raise ValueError(f"{what} is a dict without the model input(s) {missing}; the model "
+                             f"expects the keys {names}, received {sorted(map(str, x))}")
+        extra = [k for k in x if k not in names]
+        if extra:
+            warnings.warn(f"{what}: the dict keys {extra} are not inputs of the model "
+                          f"(inputs: {names}); they are ignored", stacklevel=3)
+        return [x[k] for k in names]
+    arrays = isinstance(x, (list, tuple)) and all(hasattr(a, "shape") or hasattr(a, "to_numpy")
+                                                  for a in x)
+    if n == 1:
+        if arrays and len(x) == 1:
+            return [x[0]]
+        return [x]
+    if not isinstance(x, (list, tuple)) or not arrays:
+        raise ValueError(f"The model has {n} inputs {names}: pass {what} as a list of {n} arrays "
+                         f"(in that order) or a dict keyed by the input names; received "
+                         f"{type(x).__name__}" + (f" of shape {np.shape(x)}" if hasattr(x, "shape") else ""))
+    if len(x) != n:
+        raise ValueError(f"The model has {n} inputs {names} but {what} holds {len(x)} arrays")
+    return list(x)
 
 
 def as_float32(arr, what):
@@ -134,16 +171,17 @@ def check_positive_int(value, arg, allow_none_default=None, allow_zero=False):
     return int(value)
 
 
-def split_validation(x, y, validation_split):
-    """Keras' rule: the LAST fraction (split_at = floor(n * (1 - split))) before shuffling."""
+def split_validation(xs, y, validation_split):
+    """Keras' rule: the LAST fraction (split_at = floor(n * (1 - split))) before shuffling.
+    ``xs``: one array per model input."""
     if isinstance(validation_split, bool) or not isinstance(validation_split, numbers.Real) \
             or not 0 <= validation_split < 1:
         raise ValueError(f"`validation_split` must be a float in [0, 1), received {validation_split!r}")
-    n = len(x)
+    n = len(y)
     split_at = int(math.floor(n * (1.0 - validation_split)))
     if split_at == 0 or split_at == n:
         raise ValueError(f"Training data contains {n} samples, which is not sufficient to split "
                          f"it into a validation and training set as specified by "
                          f"`validation_split={validation_split}`. Either provide more data, or a "
                          "different value for the `validation_split` argument.")
-    return (x[:split_at], y[:split_at]), (x[split_at:], y[split_at:])
+    return ([a[:split_at] for a in xs], y[:split_at]), ([a[split_at:] for a in xs], y[split_at:])

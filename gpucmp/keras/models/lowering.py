@@ -1,62 +1,218 @@
-"""Lowering: a model's layer chain -> the layer dicts of ``gpucmp._core.Plan``, and plan caches.
+"""Lowering: a model's graph -> the node dicts of ``gpucmp._core.Plan``, and plan caches.
 
-Nested models (a GAN's ``Sequential([generator, discriminator])``) are flattened into
-their leaf layers. Each leaf layer's ``trainable`` flag in the plan is the snapshot
-taken at ``compile()`` (see Model.compile), ANDed over its enclosing models.
+Every model lowers the same way. ``flatten(model, input_shapes)`` inlines nested models
+(a GAN's ``Sequential([generator, discriminator])``, a model called on a KerasTensor)
+into one flat graph of leaf-layer calls -- a Sequential model is a chain, a functional
+model its graph -- and ``describe`` turns each call into the layer's plan dicts
+(``Layer.plan_layers``). The contract with the C plan (csrc/python/CORE_API.md):
 
-Plans are cached per (training configuration, max_batch): a plan built for 128 rows
-serves every call of <= 128 rows; a larger batch builds a larger plan.
+- one ``{"kind": "input", "out_shape": per-sample shape}`` node per model input, in
+  ``model.inputs`` order, first;
+- then the computing nodes in a topological order, each with ``"inputs"`` (indices of
+  earlier nodes, in the layer's argument order), ``"in_shape"`` (per-sample shape of its
+  first input), ``"out_shape"``, ``"trainable"``, ``"dtype"`` and its per-kind keys; the
+  last node is the model output;
+- the plan's trainable weights are, node by node, that node's trainable weights in Keras
+  order (dense / conv2d: kernel, bias; batchnorm: gamma, beta) -- see
+  ``trainable_variables_in_plan_order``; the optimizer state follows that order.
+
+A graph that is a chain of the kinds every plan has taken from the start (dense, conv2d,
+pools, reshape, dropout, activation) is passed in the older chain form -- the same list
+without the input node and the ``inputs`` keys -- which the plan reads as a Sequential
+chain; everything else in the explicit form.
+
+Each leaf layer's ``trainable`` flag in the plan is the snapshot taken at ``compile()``
+(see Model.compile), ANDed over its enclosing models; a BatchNormalization node that is
+not trainable runs in inference mode.
+
+Plans are cached per (training configuration, input shapes, max_batch): a plan built for
+128 rows serves every call of <= 128 rows; a larger batch builds a larger plan.
 """
 import numpy as np
 
 from .. import backend
+from ..layers.layer import per_sample
+
+# the kinds a chain-form plan list may hold (everything the Sequential plan has always taken)
+CHAIN_KINDS = frozenset(("dense", "conv2d", "maxpool2d", "avgpool2d", "reshape", "dropout",
+                         "activation"))
+
+
+def _is_model(layer):
+    from .model import Model
+    return isinstance(layer, Model)
+
+
+def has_weights(layer):
+    return bool(layer.weights)
 
 
 def leaf_layers(layers, trainable=True):
     """[(leaf_layer, effective_trainable)] for a list of layers, nested models expanded."""
-    from .model import Model
     out = []
     for layer in layers:
         eff = trainable and layer.trainable
-        if isinstance(layer, Model):
+        if _is_model(layer):
             out.extend(leaf_layers(layer._chain(), eff))
         else:
             out.append((layer, eff))
     return out
 
 
-def describe(leaves, input_shape, trainable_of):
-    """Plan layer dicts for ``leaves`` fed with ``input_shape`` (batch axis None).
+# ---------------------------------------------------------------- the flat graph
+class Step:
+    """One call of a leaf layer: ``inputs`` are value references (0..n_inputs-1: the
+    model inputs, then one per earlier step), ``input_shape`` the batch shape it is
+    called on (a list of shapes for several inputs), ``out`` its own reference."""
+
+    def __init__(self, layer, inputs, input_shape, out):
+        self.layer, self.inputs, self.input_shape, self.out = layer, inputs, input_shape, out
+
+    def __repr__(self):
+        return f"<Step {self.layer.name} {self.inputs} -> {self.out}>"
+
+
+class FlatGraph:
+    def __init__(self, input_shapes):
+        self.input_shapes = [tuple(s) for s in input_shapes]
+        self.shapes = {i: s for i, s in enumerate(self.input_shapes)}
+        self.steps = []
+        self.output = None
+
+    def add(self, layer, refs, as_list):
+        shape_in = [self.shapes[r] for r in refs] if as_list else self.shapes[refs[0]]
+        ref = len(self.shapes)
+        self.shapes[ref] = tuple(layer.compute_output_shape(shape_in))
+        self.steps.append(Step(layer, list(refs), shape_in, ref))
+        return ref
+
+    @property
+    def output_shape(self):
+        return self.shapes[self.output]
+
+
+def flatten(model, input_shapes=None):
+    """The leaf-layer calls of ``model`` fed inputs of ``input_shapes`` (batch shapes, one
+    per model input; default: the model's own, which may hold None for sizes taken from
+    the data)."""
+    shapes = model._input_shapes if input_shapes is None else list(input_shapes)
+    g = FlatGraph(shapes)
+    g.output = _inline(model, list(range(len(shapes))), g)
+    return g
+
+
+def _inline(model, in_refs, g):
+    graph = getattr(model, "_graph", None)
+    if graph is None:                       # a chain (Sequential)
+        if len(in_refs) != 1:
+            raise ValueError(f"Model '{model.name}' takes one input, received {len(in_refs)}")
+        ref = in_refs[0]
+        for layer in model._chain():
+            ref = _inline(layer, [ref], g) if _is_model(layer) else g.add(layer, [ref], False)
+        return ref
+    if len(in_refs) != len(graph.inputs):
+        raise ValueError(f"Model '{model.name}' takes {len(graph.inputs)} inputs, received "
+                         f"{len(in_refs)}")
+    refs = {id(t): r for t, r in zip(graph.inputs, in_refs)}
+    for node in graph.nodes:
+        if node.is_input:
+            continue
+        args = [refs[id(t)] for t in node.input_tensors]
+        layer = node.operation
+        if _is_model(layer):
+            out = _inline(layer, args, g)
+        else:
+            out = g.add(layer, args, isinstance(node.arguments, (list, tuple)))
+        refs[id(node.outputs[0])] = out
+    return refs[id(graph.outputs[0])]
+
+
+# ---------------------------------------------------------------- plan node dicts
+def describe(flat, trainable_of):
+    """The plan node dicts of ``flat`` (explicit form: input nodes first).
 
     ``trainable_of(layer)`` gives the flag to record (the compile-time snapshot)."""
+    nodes = [{"kind": "input", "out_shape": tuple(s[1:])} for s in flat.input_shapes]
+    index = {r: r for r in range(len(flat.input_shapes))}
     seen = set()
-    descs = []
-    shape = tuple(input_shape)
-    for layer in leaves:
-        if id(layer) in seen and layer.weights:
+    for step in flat.steps:
+        layer = step.layer
+        if id(layer) in seen and has_weights(layer):
             raise NotImplementedError(
                 f"Layer '{layer.name}' appears twice in the model: a layer with weights shared "
                 "within one model is not supported by the plan yet")
         seen.add(id(layer))
-        for d in layer.plan_layers(shape):
+        descs = layer.plan_layers(step.input_shape)
+        args = [index[r] for r in step.inputs]
+        if not descs:                       # the identity (e.g. a one-input merge)
+            index[step.out] = args[0]
+            continue
+        prev = None
+        for d in descs:
+            # the first dict takes the layer's arguments, each later one the dict before it;
+            # "_args" (argument positions) picks the arguments a dict takes (besides that)
+            picked = [args[i] for i in d.pop("_args")] if "_args" in d else None
+            if prev is None:
+                d["inputs"] = args if picked is None else picked
+            else:
+                d["inputs"] = prev + (picked or [])
             d["trainable"] = bool(trainable_of(layer))
             d.setdefault("dtype", layer.compute_dtype)   # the layer's dtype policy
-            descs.append(d)
-        shape = layer.compute_output_shape(shape)
-    if not descs:
-        # A model with no computing layer (only InputLayer): a 1-element reshape keeps the plan valid.
-        descs.append({"kind": "reshape", "in_shape": tuple(input_shape[1:]),
-                      "out_shape": tuple(input_shape[1:]), "trainable": False})
-    return descs
+            nodes.append(d)
+            prev = [len(nodes) - 1]
+        index[step.out] = prev[0]
+    out = index[flat.output]
+    if out != len(nodes) - 1 or len(nodes) == len(flat.input_shapes):
+        # the output is not the last node (an identity at the end, or no computing layer at
+        # all): a same-shape reshape makes it so
+        shape = tuple(flat.output_shape[1:])
+        nodes.append({"kind": "reshape", "inputs": [out], "in_shape": shape,
+                      "out_shape": shape, "trainable": False, "dtype": "float32"})
+    return nodes
 
 
-def trainable_variables_in_plan_order(leaves, trainable_of):
-    """The Variables the plan updates, in its order: layer by layer, each layer's weights
-    in Keras order (Dense/Conv2D: kernel, bias; later layers such as LSTM: kernel,
-    recurrent_kernel, bias)."""
-    return [w for layer in leaves if trainable_of(layer) for w in layer.weights]
+def as_plan_list(nodes):
+    """The list handed to Plan: the chain form when the graph is a plain chain of
+    CHAIN_KINDS (see the module docstring), else ``nodes`` as they are."""
+    n_in = sum(1 for d in nodes if d["kind"] == "input")
+    if n_in != 1 or nodes[0]["kind"] != "input":
+        return nodes
+    body = nodes[1:]
+    for i, d in enumerate(body):
+        if d["kind"] not in CHAIN_KINDS or d["inputs"] != [i]:
+            return nodes
+    return [{k: v for k, v in d.items() if k != "inputs"} for d in body]
 
 
+def model_nodes(model, trainable_of, input_shapes=None):
+    """What ``Plan`` is given for ``model`` (see as_plan_list)."""
+    return as_plan_list(describe(flatten(model, input_shapes), trainable_of))
+
+
+def layer_nodes(layer, input_shapes):
+    """The plan list of one layer called on ``input_shapes`` (batch shapes, one per input)
+    for inference (Layer._forward_numpy)."""
+    flat = FlatGraph(input_shapes)
+    flat.output = flat.add(layer, list(range(len(input_shapes))), len(input_shapes) > 1)
+    return as_plan_list(describe(flat, lambda l: False))
+
+
+def trainable_variables_in_plan_order(flat, trainable_of):
+    """The Variables the plan updates, in its order: node by node, each trainable node's
+    trainable weights in Keras order (Dense / Conv2D: kernel, bias; BatchNormalization:
+    gamma, beta -- its moving statistics are node buffers, never trained; later layers
+    such as LSTM: kernel, recurrent_kernel, bias)."""
+    out, seen = [], set()
+    for step in flat.steps:
+        layer = step.layer
+        if id(layer) in seen or not trainable_of(layer):
+            continue
+        seen.add(id(layer))
+        out.extend(w for w in layer.weights if not w.always_non_trainable)
+    return out
+
+
+# ---------------------------------------------------------------- plans
 class PlanCache:
     """Plans keyed by a configuration key and max_batch."""
 
@@ -77,18 +233,29 @@ class PlanCache:
         return plan
 
 
-def make_plan(descs, max_batch, train=None):
+def make_plan(nodes, max_batch, train=None):
     core = backend.core()
-    return core.Plan(backend.device(), descs, int(max_batch), train)
+    return core.Plan(backend.device(), nodes, int(max_batch), train)
 
 
-def run_inference(cache_dict, descs, x):
-    """Forward pass of ``descs`` on the float32 batch ``x`` with a cached inference plan."""
-    rows = x.shape[0]
-    fits = [mb for mb in cache_dict if mb >= rows]
+def plan_x(x):
+    """x as a plan takes it: one array for one input, a list for several."""
+    if isinstance(x, (list, tuple)):
+        return x[0] if len(x) == 1 else list(x)
+    return x
+
+
+def run_inference(cache_dict, nodes, x):
+    """Forward pass of ``nodes`` on the float32 batch ``x`` (a list for several inputs)
+    with a cached inference plan (keyed by max_batch and the per-sample input shapes)."""
+    xs = x if isinstance(x, (list, tuple)) else [x]
+    rows = xs[0].shape[0]
+    key = tuple(per_sample(tuple(a.shape)) for a in xs)
+    by_size = cache_dict.setdefault(key, {})
+    fits = [mb for mb in by_size if mb >= rows]
     if fits:
-        plan = cache_dict[min(fits)]
+        plan = by_size[min(fits)]
     else:
-        plan = make_plan(descs, rows)
-        cache_dict[rows] = plan
-    return np.asarray(plan.predict(x))
+        plan = make_plan(nodes, rows)
+        by_size[rows] = plan
+    return np.asarray(plan.predict(plan_x(xs)))

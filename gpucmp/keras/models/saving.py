@@ -8,6 +8,8 @@ File format (gpucmp's own; Keras writes HDF5 inside its .keras zip): a zip archi
 - ``weights.npz``: the weights in get_weights() order (``w0``, ``w1``, ...)
 - ``optimizer.npz``: iterations and the optimizer slots (models saved after compile)
 Any file name works ('.keras' is conventional; '.h5' and '.weights.h5' are accepted).
+``load_weights`` also reads Keras' own HDF5 weight files, by layer name
+(``load_h5_weights_by_name``).
 
 Writes are atomic: the archive is written to a temporary file in the same directory,
 flushed to disk, then moved over the target with ``os.replace``; a failed save leaves
@@ -244,8 +246,103 @@ def _restore_optimizer(model, arrays, source):
 
 
 def load_weights(model, filepath):
+    """Weights from a gpucmp archive (in get_weights() order) or, by layer name, from a
+    Keras HDF5 file (see load_h5_weights_by_name)."""
+    path = os.fspath(filepath)
+    if os.path.isfile(path) and not zipfile.is_zipfile(path) and _is_hdf5(path):
+        load_h5_weights_by_name(model, path)
+        return
     archive = _Archive(filepath, "weights")
     _assign_all(model, archive.arrays, archive.path)
+
+
+# ---------------------------------------------------------------- Keras' HDF5 weights
+def _is_hdf5(path):
+    with open(path, "rb") as fh:
+        return fh.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError("Reading a Keras HDF5 weights file needs the h5py package "
+                          "(pip install h5py)") from None
+    return h5py
+
+
+def _text(value):
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _keras3_weights(f):
+    """{layer name: [arrays in the layer's weight order]} of a Keras 3 ``.weights.h5``:
+    groups ``.../vars`` named by their ``name`` attribute, holding ``0``, ``1``, ..."""
+    found = {}
+
+    def visit(name, obj):
+        if name.split("/")[-1] == "vars" and "name" in obj.attrs and len(obj):
+            keys = sorted(obj.keys(), key=int)
+            found.setdefault(_text(obj.attrs["name"]), []).append([obj[k][()] for k in keys])
+    f.visititems(visit)
+    return found
+
+
+def _legacy_weights(f):
+    """{layer name: [arrays]} of a legacy (tf.keras 2 / ``.h5`` model or weights) file:
+    ``layer_names`` and each layer group's ``weight_names``, in weight order."""
+    root = f["model_weights"] if "model_weights" in f else f
+    found = {}
+    for name in root.attrs["layer_names"]:
+        name = _text(name)
+        group = root[name]
+        arrays = [group[_text(w)][()] for w in group.attrs.get("weight_names", [])]
+        if arrays:
+            found.setdefault(name, []).append(arrays)
+    return found
+
+
+def load_h5_weights_by_name(model, path):
+    """Loads a Keras HDF5 weights file into ``model`` by layer name: Keras 3's
+    ``.weights.h5`` (each leaf layer's ``vars`` group) or a legacy ``.h5`` (tf.keras 2
+    ``save_weights``, ``model.save('x.h5')``, the keras-applications ImageNet files:
+    ``layer_names`` / ``weight_names``, a nested model's weights under its own name).
+    Every layer of the model that has weights must be found, once, with the right
+    shapes -- else ValueError naming it, and nothing is written; layers of the file that
+    the model lacks are ignored."""
+    from . import lowering
+    h5py = _h5py()
+    try:
+        with h5py.File(path, "r") as f:
+            legacy = "layer_names" in (f["model_weights"] if "model_weights" in f else f).attrs
+            found = _legacy_weights(f) if legacy else _keras3_weights(f)
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"{path} could not be read as a Keras HDF5 weights file: {exc}") from None
+    if legacy:       # top-level layers, a nested model as a whole
+        targets = [layer for layer in model.layers if layer.weights]
+    else:
+        targets = [layer for layer, _ in lowering.leaf_layers(model._chain()) if layer.weights]
+    variables, arrays, missing = [], [], []
+    for layer in targets:
+        entries = found.get(layer.name)
+        if not entries:
+            missing.append(layer.name)
+            continue
+        if len(entries) > 1:
+            raise ValueError(f"{path}: layer name '{layer.name}' appears {len(entries)} times in "
+                             "the file; cannot load it by name")
+        weights = layer.weights
+        if len(entries[0]) != len(weights):
+            raise ValueError(f"{path}: layer '{layer.name}' has {len(entries[0])} weights in the "
+                             f"file but {len(weights)} in the model "
+                             f"({', '.join(w.name for w in weights)})")
+        variables.extend(weights)
+        arrays.extend(entries[0])
+    if missing:
+        raise ValueError(f"{path} has no weights for the layer(s) {missing} of model "
+                         f"'{model.name}' (it holds {sorted(found)[:20]}...)")
+    from ..variables import assign_all
+    assign_all(variables, arrays, f"{path} -> model '{model.name}'")
 
 
 def model_from_config(config, custom_objects=None):

@@ -26,9 +26,8 @@ class Sequential(Model):
         return self._chain()
 
     def add(self, layer, rebuild=True):
-        if isinstance(layer, KerasTensor) and isinstance(layer._layer, InputLayer) \
-                and layer._parent is None:
-            layer = layer._layer
+        if isinstance(layer, KerasTensor) and isinstance(layer._layer, InputLayer):
+            layer = layer._layer      # keras.Input(...) as the first entry
         if not isinstance(layer, Layer):
             raise ValueError("Only instances of `keras.Layer` can be added to a Sequential "
                              f"model. Received: {layer!r} (of type {type(layer).__name__})")

@@ -9,6 +9,10 @@ callback wants every batch); the returned sums (loss and metrics over the rows, 
 before each update) become Keras' running means. When the data set does not fit on the
 device, or with shuffle='batch', each step is one ``plan.train_step`` call on batches
 sliced into preallocated C-contiguous float32 buffers.
+
+x is carried as a list of float32 arrays, one per model input (data_adapter.split_inputs:
+an array for a one-input model, a list/tuple of arrays in ``model.inputs`` order, or a
+dict keyed by the Input names); the plan takes one array, or that list.
 """
 import time
 
@@ -126,8 +130,9 @@ class Trainer:
     def _leaf_list(self):
         return [layer for layer, _ in lowering.leaf_layers(self._chain(), True)]
 
-    def _plan_trainable_variables(self):
-        return lowering.trainable_variables_in_plan_order(self._leaf_list(), self._trainable_of)
+    def _plan_trainable_variables(self, input_shapes=None):
+        return lowering.trainable_variables_in_plan_order(lowering.flatten(self, input_shapes),
+                                                          self._trainable_of)
 
     def _assert_compiled(self, method):
         if not self.compiled:
@@ -141,8 +146,9 @@ class Trainer:
         return ["loss"] + [m.name for m in self._compiled_metrics]
 
     # ------------------------------------------------------------ plans
-    def _train_config(self, y_shape):
-        metrics = [metrics_mod.resolve_accuracy(m, y_shape, self.output_shape)
+    def _train_config(self, y_shape, out_shape=None):
+        out_shape = self.output_shape if out_shape is None else out_shape
+        metrics = [metrics_mod.resolve_accuracy(m, y_shape, out_shape)
                    for m in self._compiled_metrics]
         loss = self._loss_obj
         for m in metrics:
@@ -153,26 +159,38 @@ class Trainer:
                     "label array; use 'accuracy' or a metric of the same label format")
         return _TrainConfig(loss, metrics)
 
-    def _train_plan(self, rows, cfg):
+    def _data_shapes(self, xs):
+        """The batch input shapes of the data ``xs`` (None sizes of the model's inputs,
+        e.g. a ResNet without a fixed image size, take the data's)."""
+        return [(None,) + tuple(a.shape[1:]) for a in xs]
+
+    def _train_plan(self, rows, cfg, xs):
+        shapes = self._data_shapes(xs)
+
         def make(max_batch):
-            leaves = self._leaf_list()
-            descs = lowering.describe(leaves, self.input_shape, self._trainable_of)
+            flat = lowering.flatten(self, shapes)
+            nodes = lowering.as_plan_list(lowering.describe(flat, self._trainable_of))
             train = {
                 "loss": cfg.loss.plan_kind, "from_logits": cfg.loss.from_logits,
                 "metrics": list(cfg.plan_metrics), "optimizer": self.optimizer.kind,
                 "opt_state": self.optimizer.state_for(
-                    lowering.trainable_variables_in_plan_order(leaves, self._trainable_of)),
+                    lowering.trainable_variables_in_plan_order(flat, self._trainable_of)),
                 "loss_scaling": self.optimizer.loss_scaling,
                 "loss_scale_growth": getattr(self.optimizer, "dynamic_growth_steps", 2000),
             }
-            return lowering.make_plan(descs, max_batch, train)
-        return self._train_plans.get(cfg.key, rows, make)
+            return lowering.make_plan(nodes, max_batch, train)
+        return self._train_plans.get((cfg.key, tuple(shapes)), rows, make)
 
-    def _infer_plan(self, rows):
+    def _infer_plan(self, rows, xs):
+        shapes = self._data_shapes(xs)
+
         def make(max_batch):
-            descs = lowering.describe(self._leaf_list(), self.input_shape, lambda layer: False)
-            return lowering.make_plan(descs, max_batch)
-        return self._infer_plans.get("infer", rows, make)
+            return lowering.make_plan(lowering.model_nodes(self, lambda layer: False, shapes),
+                                      max_batch)
+        return self._infer_plans.get(("infer", tuple(shapes)), rows, make)
+
+    def _output_shape_for(self, xs):
+        return lowering.flatten(self, self._data_shapes(xs)).output_shape
 
     def _dropout_seeder(self):
         """A function of the step giving the dropout seed (0 when the model has no dropout)."""
@@ -186,7 +204,12 @@ class Trainer:
         return backend.next_seed
 
     # ------------------------------------------------------------ data
+    def _input_names(self):
+        graph = getattr(self, "_graph", None)
+        return [t.name for t in graph.inputs] if graph is not None else [None]
+
     def _prepare_x(self, x, what="x"):
+        """x -> a list of checked float32 arrays, one per model input, of one length."""
         if not self.built:
             arr = data.to_array(x, what)
             if arr.ndim < 2 and arr.size:
@@ -195,18 +218,27 @@ class Trainer:
                 raise ValueError(f"{what} is empty (shape {arr.shape}): nothing to compute on")
             self._ensure_built((None,) + arr.shape[1:])
             x = arr
-        return data.prepare_x(x, self.input_shape, what)
+        parts = data.split_inputs(x, self._input_names(), what)
+        shapes = self._input_shapes
+        if len(parts) == 1:
+            xs = [data.prepare_x(parts[0], shapes[0], what)]
+        else:
+            xs = [data.prepare_x(p, s, f"{what}[{i}]") for i, (p, s) in enumerate(zip(parts, shapes))]
+            for i in range(1, len(xs)):
+                data.check_lengths(xs[0], xs[i], f"{what}[0]", f"{what}[{i}]")
+        return xs
 
     def _prepare_xy(self, x, y, what_x="x", what_y="y"):
         if y is None:
             raise ValueError(f"Targets `{what_y}` are required: fit/evaluate on arrays needs "
                              "both x and y")
-        x_arr = self._prepare_x(x, what_x)
+        xs = self._prepare_x(x, what_x)
         y_raw = data.to_array(y, what_y)
-        data.check_lengths(x_arr, y_raw, what_x, what_y)
-        y_arr = data.prepare_y(y_raw, self._loss_obj, self.output_shape, what_y)
-        cfg = self._train_config(y_raw.shape)
-        return x_arr, y_arr, cfg
+        data.check_lengths(xs[0], y_raw, what_x, what_y)
+        out_shape = self._output_shape_for(xs)
+        y_arr = data.prepare_y(y_raw, self._loss_obj, out_shape, what_y)
+        cfg = self._train_config(y_raw.shape, out_shape)
+        return xs, y_arr, cfg
 
     # ------------------------------------------------------------ fit
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
@@ -228,7 +260,7 @@ class Trainer:
         verbose_level = _verbose(verbose)
         if shuffle not in (True, False, "batch"):
             raise ValueError(f"`shuffle` must be True, False or 'batch', received {shuffle!r}")
-        x_arr, y_arr, cfg = self._prepare_xy(x, y)
+        xs, y_arr, cfg = self._prepare_xy(x, y)
         val = None
         if validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
@@ -240,21 +272,21 @@ class Trainer:
                                          "validation_data x", "validation_data y")
             val = (xv, yv)
         elif validation_split:
-            (x_arr, y_arr), val = data.split_validation(x_arr, y_arr, validation_split)
+            (xs, y_arr), val = data.split_validation(xs, y_arr, validation_split)
         val_batch = data.check_positive_int(validation_batch_size, "validation_batch_size",
                                             batch_size)
 
-        n = len(x_arr)
+        n = len(y_arr)
         rows = min(batch_size, n)
         steps = -(-n // batch_size)
-        plan = self._train_plan(rows, cfg)
+        plan = self._train_plan(rows, cfg, xs)
         if val is not None:
-            self._train_plan(min(val_batch, len(val[0])), cfg)
+            self._train_plan(min(val_batch, len(val[1])), cfg, val[0])
         opt = self.optimizer
         seed = self._dropout_seeder()
         rng = backend.rng()
         hp = opt.hparams()
-        xbuf = np.empty((rows,) + x_arr.shape[1:], np.float32) if shuffle is True else None
+        xbufs = [np.empty((rows,) + a.shape[1:], np.float32) for a in xs] if shuffle is True else None
         ybuf = np.empty((rows,) + y_arr.shape[1:], y_arr.dtype) if shuffle is True else None
 
         params = {"verbose": verbose, "epochs": epochs, "steps": steps}
@@ -264,7 +296,7 @@ class Trainer:
         # steps run per call (DESIGN.md, "The execution plan"); a set too large for the
         # device is streamed through it in windows of whole batches; shuffle="batch"
         # (or a device too full for one batch) takes one call per step
-        resident = _ResidentData.make(plan, x_arr, y_arr, batch_size) if shuffle != "batch" else None
+        resident = _ResidentData.make(plan, xs, y_arr, batch_size) if shuffle != "batch" else None
         chunks = _ChunkSizer(steps, every_step=cbs.wants_every_batch)
         self.stop_training = False
         self.history = history
@@ -294,13 +326,14 @@ class Trainer:
                     hi = min(lo + batch_size, n)
                     if order is not None:
                         idx = order[lo:hi]
-                        xb = np.take(x_arr, idx, axis=0, out=xbuf[:hi - lo])
+                        xb = [np.take(a, idx, axis=0, out=buf[:hi - lo]) for a, buf in zip(xs, xbufs)]
                         yb = np.take(y_arr, idx, axis=0, out=ybuf[:hi - lo])
                     else:
-                        xb, yb = x_arr[lo:hi], y_arr[lo:hi]
+                        xb, yb = [a[lo:hi] for a in xs], y_arr[lo:hi]
                     hp["t"] = opt.iterations + 1
                     hp["lr"] = opt.current_learning_rate()
-                    stats = _applied(opt, plan.train_step(xb, yb, _scaled(opt, hp), seed()))
+                    stats = _applied(opt, plan.train_step(lowering.plan_x(xb), yb, _scaled(opt, hp),
+                                                          seed()))
                 opt.built = True
                 seen += hi - lo
                 step += k
@@ -325,15 +358,15 @@ class Trainer:
         return history
 
     # ------------------------------------------------------------ evaluate
-    def _evaluate_arrays(self, x_arr, y_arr, cfg, batch_size, cbs=None):
-        n = len(x_arr)
-        plan = self._train_plan(min(batch_size, n), cfg)
+    def _evaluate_arrays(self, xs, y_arr, cfg, batch_size, cbs=None):
+        n = len(y_arr)
+        plan = self._train_plan(min(batch_size, n), cfg, xs)
         loss_sum, sums, seen = 0.0, dict.fromkeys(cfg.plan_metrics, 0.0), 0
         for step, lo in enumerate(range(0, n, batch_size)):
             hi = min(lo + batch_size, n)
             if cbs is not None:
                 cbs.on_test_batch_begin(step)
-            stats = plan.eval_step(x_arr[lo:hi], y_arr[lo:hi])
+            stats = plan.eval_step(lowering.plan_x([a[lo:hi] for a in xs]), y_arr[lo:hi])
             seen += hi - lo
             loss_sum += stats["loss"]
             for k in sums:
@@ -349,13 +382,13 @@ class Trainer:
         _unsupported(sample_weight=sample_weight, steps=steps)
         batch_size = data.check_positive_int(batch_size, "batch_size", 32)
         verbose_level = _verbose(verbose)
-        x_arr, y_arr, cfg = self._prepare_xy(x, y)
-        n_steps = -(-len(x_arr) // batch_size)
+        xs, y_arr, cfg = self._prepare_xy(x, y)
+        n_steps = -(-len(y_arr) // batch_size)
         cbs, _ = callbacks_mod.configure(callbacks, self, verbose_level,
                                          {"verbose": verbose, "epochs": 1, "steps": n_steps},
                                          history=False)
         cbs.on_test_begin()
-        logs = self._evaluate_arrays(x_arr, y_arr, cfg, batch_size,
+        logs = self._evaluate_arrays(xs, y_arr, cfg, batch_size,
                                      cbs if cbs.wants_batches else None)
         cbs.on_test_end(logs)
         return self._format_results(logs, cfg, return_dict)
@@ -375,18 +408,18 @@ class Trainer:
         _unsupported(steps=steps)
         batch_size = data.check_positive_int(batch_size, "batch_size", 32)
         verbose_level = _verbose(verbose)
-        x_arr = self._prepare_x(x)
-        n = len(x_arr)
+        xs = self._prepare_x(x)
+        n = len(xs[0])
         n_steps = -(-n // batch_size)
-        plan = self._infer_plan(min(batch_size, n))
-        out = np.empty((n,) + tuple(self.output_shape[1:]), np.float32)
+        plan = self._infer_plan(min(batch_size, n), xs)
+        out = np.empty((n,) + tuple(self._output_shape_for(xs)[1:]), np.float32)
         cbs, _ = callbacks_mod.configure(callbacks, self, verbose_level,
                                          {"verbose": verbose, "epochs": 1, "steps": n_steps},
                                          history=False)
         cbs.on_predict_begin()
         for step, lo in enumerate(range(0, n, batch_size)):
             hi = min(lo + batch_size, n)
-            out[lo:hi] = plan.predict(x_arr[lo:hi])
+            out[lo:hi] = plan.predict(lowering.plan_x([a[lo:hi] for a in xs]))
             if cbs.wants_batches:
                 cbs.on_predict_batch_end(step, {"outputs": out[lo:hi]})
         cbs.on_predict_end()
@@ -395,8 +428,8 @@ class Trainer:
     def _in_output_dtype(self, out):
         """float32 results in the dtype Keras gives the model's output (exact: the plan
         computed them in that dtype)."""
-        leaves = self._leaf_list()
-        dt = leaves[-1].compute_dtype if leaves else "float32"
+        steps = lowering.flatten(self).steps
+        dt = steps[-1].layer.compute_dtype if steps else "float32"
         if dt == "float16":
             return out.astype(np.float16)
         if dt == "bfloat16":
@@ -415,20 +448,21 @@ class Trainer:
         ``reset_metrics=False`` accumulates over calls until ``reset_metrics()``."""
         self._assert_compiled("train_on_batch")
         _unsupported(sample_weight=sample_weight, class_weight=class_weight)
-        x_arr, y_arr, cfg = self._prepare_xy(x, y)
-        plan = self._train_plan(len(x_arr), cfg)
+        xs, y_arr, cfg = self._prepare_xy(x, y)
+        plan = self._train_plan(len(y_arr), cfg, xs)
         opt = self.optimizer
-        stats = _applied(opt, plan.train_step(x_arr, y_arr, opt.hparams(), self._dropout_seeder()()))
+        stats = _applied(opt, plan.train_step(lowering.plan_x(xs), y_arr, opt.hparams(),
+                                              self._dropout_seeder()()))
         opt.built = True
-        return self._batch_result(stats, len(x_arr), cfg, reset_metrics, return_dict)
+        return self._batch_result(stats, len(y_arr), cfg, reset_metrics, return_dict)
 
     def test_on_batch(self, x, y=None, sample_weight=None, reset_metrics=True, return_dict=False):
         """Loss (and metrics) of one batch, no update."""
         self._assert_compiled("test_on_batch")
         _unsupported(sample_weight=sample_weight)
-        x_arr, y_arr, cfg = self._prepare_xy(x, y)
-        stats = self._train_plan(len(x_arr), cfg).eval_step(x_arr, y_arr)
-        return self._batch_result(stats, len(x_arr), cfg, reset_metrics, return_dict)
+        xs, y_arr, cfg = self._prepare_xy(x, y)
+        stats = self._train_plan(len(y_arr), cfg, xs).eval_step(lowering.plan_x(xs), y_arr)
+        return self._batch_result(stats, len(y_arr), cfg, reset_metrics, return_dict)
 
     def _batch_result(self, stats, rows, cfg, reset, return_dict):
         if reset or self._batch_sums is None or self._batch_sums[0] is not cfg.key:
@@ -444,8 +478,9 @@ class Trainer:
         self._batch_sums = None
 
     def predict_on_batch(self, x):
-        x_arr = self._prepare_x(x)
-        return self._in_output_dtype(np.asarray(self._infer_plan(len(x_arr)).predict(x_arr), dtype=np.float32))
+        xs = self._prepare_x(x)
+        out = self._infer_plan(len(xs[0]), xs).predict(lowering.plan_x(xs))
+        return self._in_output_dtype(np.asarray(out, dtype=np.float32))
 
 
 # Rows of the training set resident on the device at once; None: as many as fit. A
@@ -460,8 +495,8 @@ class _ResidentData:
     backend), and the steps over them run from device memory as for a resident set. The
     batches and their order are the same either way, so the results are too."""
 
-    def __init__(self, plan, x, y, batch, window):
-        self.plan, self.x, self.y, self.n, self.batch = plan, x, y, len(x), batch
+    def __init__(self, plan, xs, y, batch, window):
+        self.plan, self.xs, self.y, self.n, self.batch = plan, xs, y, len(y), batch
         self.window = window       # rows on the device at once: n, or a multiple of batch
         # what make() left on the device: rows [0, window) in their natural order (an
         # unshuffled first epoch uses it as its first window instead of uploading it again)
@@ -469,20 +504,22 @@ class _ResidentData:
         self.order = None          # the epoch order the loaded window was gathered with
 
     @classmethod
-    def make(cls, plan, x, y, batch):
-        """None when not even one batch fits (fit then feeds one batch per call)."""
-        n = len(x)
+    def make(cls, plan, xs, y, batch):
+        """None when not even one batch fits (fit then feeds one batch per call). ``xs``:
+        one array per model input."""
+        n = len(y)
         window = n if MAX_RESIDENT_ROWS is None else max(batch, MAX_RESIDENT_ROWS // batch * batch)
         while True:
             window = min(window, n)
             try:
-                plan.set_data(x[:window], y[:window])  # the whole set, or a probe of the size
+                # the whole set, or a probe of the size
+                plan.set_data(lowering.plan_x([a[:window] for a in xs]), y[:window])
                 break
             except MemoryError:
                 if window <= batch:
                     return None
                 window = max(batch, (window // 2) // batch * batch)
-        return cls(plan, x, y, batch, window)
+        return cls(plan, xs, y, batch, window)
 
     def clip(self, step, k):
         """At most k steps from `step`, none past the end of the window holding it."""
@@ -499,7 +536,8 @@ class _ResidentData:
         if w0 != self.w0 or order is not self.order:
             w1 = min(w0 + self.window, self.n)
             rows = order[w0:w1] if order is not None else np.arange(w0, w1)
-            self.plan.set_data(np.take(self.x, rows, axis=0), np.take(self.y, rows, axis=0))
+            self.plan.set_data(lowering.plan_x([np.take(a, rows, axis=0) for a in self.xs]),
+                               np.take(self.y, rows, axis=0))
             self.w0, self.order = w0, order
         return np.arange(lo - w0, hi - w0)
 

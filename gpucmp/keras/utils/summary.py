@@ -1,11 +1,17 @@
 """model.summary(): Keras 3's table, drawn without the ``rich`` package.
 
-Layout as Keras 3 prints it for a sequential-like model: a heavy-ruled header
-(Layer (type) | Output Shape | Param #), one row per layer separated by light rules,
+Layout as Keras 3 prints it: a heavy-ruled header (Layer (type) | Output Shape |
+Param #), one row per layer separated by light rules,
 counts with thousands separators, then Total / Trainable / Non-trainable params with
 their size (4 bytes each), and "Optimizer params" once the optimizer has run.
 Column widths follow Keras: line_length = min(88, terminal columns - 4), positions
 0.45 / 0.80 / 1.0, shrunk the way rich shrinks a table to fit (``_ratio_reduce``).
+
+A functional model that is not sequential-like (Keras' test: more than one node at some
+depth, a node with several inputs, or a layer called twice) gets Keras' fourth column,
+"Connected to" (``conv1_conv[0][0]``: the producing layer, its node index and tensor
+index; comma-separated, wrapped, for a merge), with line_length 108 and positions
+0.3 / 0.56 / 0.74 / 1.0. Its rows are ``model.layers``, InputLayers included.
 """
 import math
 import shutil
@@ -102,7 +108,22 @@ def _rule(widths, left, fill, mid, right):
     return left + mid.join(fill * (w + 2) for w in widths) + right
 
 
-def layer_rows(model, expand_nested=False, show_trainable=False, prefix=""):
+def _sequential_like(model):
+    graph = getattr(model, "_graph", None)
+    return graph is None or graph.is_sequential_like()
+
+
+def _connections(model, layer):
+    """Keras' "Connected to" cell: every input of every call of ``layer`` in ``model``."""
+    parts = []
+    for node in model._graph.nodes_of(layer):
+        for t in node.input_tensors:
+            h = t._keras_history
+            parts.append(f"{h.operation.name}[{h.node_index}][{h.tensor_index}]")
+    return ", ".join(parts) or "-"
+
+
+def layer_rows(model, expand_nested=False, show_trainable=False, prefix="", connected=False):
     rows = []
     for layer in model.layers:
         name = f"{prefix}{layer.name} ({type(layer).__name__})"
@@ -115,21 +136,33 @@ def layer_rows(model, expand_nested=False, show_trainable=False, prefix=""):
         else:
             shape, params = "?", "0 (unbuilt)"
         row = [name, shape, params]
+        if connected:
+            row.append(_connections(model, layer) if not prefix else "")
         if show_trainable:
             row.append(("Y" if layer.trainable else "N") if layer.weights else "-")
         rows.append(row)
         if expand_nested and hasattr(layer, "layers") and hasattr(layer, "_chain"):
             level = prefix.count("└") + 1
-            rows.extend(layer_rows(layer, True, show_trainable, "   " * level + "└ "))
+            nested = layer_rows(layer, True, show_trainable, "   " * level + "└ ")
+            if connected:
+                nested = [r[:3] + [""] + r[3:] for r in nested]
+            rows.extend(nested)
     return rows
 
 
 def summary_text(model, line_length=None, positions=None, expand_nested=False,
                  show_trainable=False):
-    default = 88
-    positions = list(positions or [0.45, 0.80, 1.0])
-    header = ["Layer (type)", "Output Shape", "Param #"]
-    aligns = ["left", "left", "right"]
+    connected = not _sequential_like(model)
+    if connected:
+        default = 108
+        positions = list(positions or [0.3, 0.56, 0.74, 1.0])
+        header = ["Layer (type)", "Output Shape", "Param #", "Connected to"]
+        aligns = ["left", "left", "right", "left"]
+    else:
+        default = 88
+        positions = list(positions or [0.45, 0.80, 1.0])
+        header = ["Layer (type)", "Output Shape", "Param #"]
+        aligns = ["left", "left", "right"]
     if show_trainable:
         default += 12
         positions = [p * 0.90 for p in positions] + [1.0]
@@ -142,7 +175,7 @@ def summary_text(model, line_length=None, positions=None, expand_nested=False,
     lines = [f'Model: "{model.name}"', _rule(widths, "┏", "━", "┳", "┓")]
     lines += _row(header, widths, aligns, "┃", bottom=True)
     lines.append(_rule(widths, "┡", "━", "╇", "┩"))
-    rows = layer_rows(model, expand_nested, show_trainable)
+    rows = layer_rows(model, expand_nested, show_trainable, connected=connected)
     for i, row in enumerate(rows):
         if i:
             lines.append(_rule(widths, "├", "─", "┼", "┤"))
