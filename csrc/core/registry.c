@@ -13,6 +13,7 @@
 #define GC_MAX_BACKENDS 17
 
 extern const gc_backend *gc_cpu_backend(void);
+extern const gc_backend *gc_meta_backend(void);
 
 static const gc_backend *backends[GC_MAX_BACKENDS];
 static int n_backends;
@@ -49,6 +50,10 @@ gc_status gc_backend_get(const char *name, const gc_backend **out)
 {
     ensure_cpu();
     if (!name) return gc_fail(GC_ERR_INVALID_ARG, "backend: name is missing");
+    if (strcmp(name, "meta") == 0) { /* counted memory, no-op kernels: not a listed device */
+        *out = gc_meta_backend();
+        return GC_OK;
+    }
     for (int i = 0; i < n_backends; i++) {
         const gc_backend *be = backends[i];
         if (strcmp(name, be->name) == 0 && (strcmp(be->name, "cpu") == 0 || be->device_index == 0)) {

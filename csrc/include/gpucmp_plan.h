@@ -152,6 +152,13 @@ int64_t gc_plan_graph_replays(const gc_plan *plan);
  * has optim_multi) or one op per tensor (on = 0); returns what is in effect. The
  * results are the same bit for bit (tests compare both). */
 int gc_plan_use_fused_optimizer(gc_plan *plan, int on);
+/* The ops one step issues, in order, without running them: fn is called for every op
+ * call of a training step (train != 0: forward, loss and metrics, backward, update) or of
+ * an inference pass, with the node that issues it (-1 for the update) and the phase
+ * ("forward", "loss", "backward", "update"). The harness derives its per-op costs from it
+ * (on the meta backend, for any batch, without memory). */
+typedef void (*gc_plan_trace_fn)(void *ctx, const gc_op_call *call, int node, const char *phase);
+gc_status gc_plan_trace(gc_plan *plan, int64_t rows, int train, gc_plan_trace_fn fn, void *ctx);
 /* Bytes of backend memory the plan holds (activations, gradients, scratch, arenas):
  * for tests of the buffer reuse and for the harness' memory model. */
 int64_t gc_plan_bytes(const gc_plan *plan);

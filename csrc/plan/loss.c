@@ -33,6 +33,8 @@ static gc_status total(gc_plan *p, void *rows_buf, int64_t n, int slot, double *
 
 gc_status gc_plan_loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_step_stats *st)
 {
+    p->cur_phase = "loss";
+    p->cur_node = p->n - 1;
     plan_node *last = &p->L[p->n - 1];
     int64_t R = rows * p->rows_per_sample, C = p->cols;
     /* the loss in float32, from a float32 copy of a half-precision output (Keras casts

@@ -75,6 +75,7 @@ gc_tensor gc_none(void)
 
 static gc_status run_call(gc_plan *p, const gc_op_call *c)
 {
+    if (p->trace) p->trace(p->trace_ctx, c, p->cur_node, p->cur_phase);
     if (p->checking) {
         gc_status s = gc_op_validate(c);
         if (s) return s;
@@ -279,8 +280,10 @@ int gc_node_trains_weight(const plan_node *l, int k) { return l->w[k].trains; }
 
 gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
 {
+    p->cur_phase = "forward";
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
+        p->cur_node = i;
         for (int k = 0; k < l->n_in; k++) /* Keras casts a layer's inputs to its compute dtype */
             if (l->xc[k]) {
                 const plan_node *src = producer(p, l, k);
@@ -295,8 +298,10 @@ gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed
 
 gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed)
 {
+    p->cur_phase = "backward";
     for (int i = p->n - 1; i >= 0; i--) {
         plan_node *l = &p->L[i];
+        p->cur_node = i;
         int any = l->trains;
         for (int k = 0; k < l->n_in; k++) any |= l->in_grad[k];
         if (!any || !l->ops->backward || l->absorbed) continue;
@@ -316,6 +321,27 @@ int64_t gc_plan_input_numel(const gc_plan *p, int k)
 }
 
 int64_t gc_plan_bytes(const gc_plan *p) { return p ? p->bytes : 0; }
+
+gc_status gc_plan_trace(gc_plan *p, int64_t rows, int train, gc_plan_trace_fn fn, void *ctx)
+{
+    if (!p) return gc_fail(GC_ERR_INVALID_ARG, "plan: missing");
+    if (train && !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    p->checking = 1;
+    p->trace = fn;
+    p->trace_ctx = ctx;
+    gc_status s;
+    if (train) {
+        gc_step_stats st;
+        gc_opt_hparams hp = {p->train.opt, 0.001f, 0.9f, 0.999f, 1e-7f, 0.0f, 0.9f, 0, 1, 1.0f, 0.0f};
+        if (p->train.opt == GC_OPT_SGD && p->state_copy) hp.momentum = 0.9f;
+        s = gc_plan_train_step(p, NULL, NULL, rows, &hp, 1, &st);
+    } else {
+        s = gc_plan_predict(p, NULL, rows, NULL);
+    }
+    p->checking = 0;
+    p->trace = NULL;
+    return s;
+}
 
 static gc_status check_rows(const gc_plan *p, int64_t rows)
 {

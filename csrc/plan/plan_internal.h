@@ -102,6 +102,10 @@ struct gc_plan {
     void *y, *loss_rows, *probs, *metric_rows, *count;
     float *host_rows;            /* download area for per-row values */
     int checking;                /* creation dry run: validate instead of execute */
+    gc_plan_trace_fn trace;      /* gc_plan_trace: told of every op call of the pass */
+    void *trace_ctx;
+    int cur_node;                /* the node issuing ops, and the step's phase (for the trace) */
+    const char *cur_phase;
     /* device-resident training (gc_plan_train_steps) */
     void *data_x[GC_NODE_MAX_INPUTS], *data_y; /* the data set, one array per input */
     int64_t data_n;

@@ -55,6 +55,8 @@ gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp)
                        (int)hp->kind, (int)p->train.opt);
     const int ls = p->train.loss_scaling;
     const float *scale = ls ? (const float *)p->ls_state : NULL;
+    p->cur_phase = "update";
+    p->cur_node = -1;
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
         for (int k = 0; k < l->n_w; k++) {

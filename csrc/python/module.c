@@ -1496,6 +1496,111 @@ fail:
     return NULL;
 }
 
+/* Plan.trace: the op calls of one step as dicts (see gc_plan_trace) */
+static PyObject *tensor_info(const gc_tensor *t)
+{
+    if (!t || !t->data) Py_RETURN_NONE;
+    PyObject *shape = PyTuple_New(t->ndim);
+    if (!shape) return NULL;
+    for (int i = 0; i < t->ndim; i++) PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
+    PyObject *d = Py_BuildValue("{s:N,s:s}", "shape", shape, "dtype", gc_dtype_name(t->dtype));
+    return d;
+}
+
+static PyObject *params_info(const gc_op_call *c)
+{
+    switch (c->op) {
+    case GC_OP_GEMM: {
+        const gc_gemm_params *g = c->params;
+        return Py_BuildValue("{s:i,s:i,s:s}", "trans_a", g->trans_a, "trans_b", g->trans_b, "activation",
+                             act_names[g->act]);
+    }
+    case GC_OP_CONV2D_FWD:
+    case GC_OP_CONV2D_BWD_DATA:
+    case GC_OP_CONV2D_BWD_FILTER: {
+        const gc_conv2d_params *q = c->params;
+        return Py_BuildValue("{s:(ii),s:(ii),s:s,s:s}", "strides", q->stride_h, q->stride_w, "dilation", q->dil_h,
+                             q->dil_w, "padding", pad_names[q->padding], "activation", act_names[q->act]);
+    }
+    case GC_OP_MAXPOOL2D_FWD:
+    case GC_OP_MAXPOOL2D_BWD:
+    case GC_OP_AVGPOOL2D_FWD:
+    case GC_OP_AVGPOOL2D_BWD: {
+        const gc_pool2d_params *q = c->params;
+        return Py_BuildValue("{s:(ii),s:(ii),s:s}", "pool_size", q->pool_h, q->pool_w, "strides", q->stride_h,
+                             q->stride_w, "padding", pad_names[q->padding]);
+    }
+    case GC_OP_ACT_FWD:
+    case GC_OP_ACT_BWD:
+    case GC_OP_ADD: {
+        const gc_act_params *q = c->params;
+        return Py_BuildValue("{s:s}", "activation", act_names[q->act]);
+    }
+    default: return PyDict_New();
+    }
+}
+
+typedef struct {
+    PyObject *list;
+    int failed;
+} trace_sink;
+
+static void trace_one(void *ctx, const gc_op_call *c, int node, const char *phase)
+{
+    trace_sink *sink = ctx;
+    if (sink->failed) return;
+    int ni = gc_op_num_inputs(c->op), no = gc_op_num_outputs(c->op);
+    PyObject *ins = PyList_New(ni), *outs = PyList_New(no);
+    if (!ins || !outs) goto fail;
+    for (int k = 0; k < ni; k++) {
+        PyObject *t = tensor_info(c->in[k]);
+        if (!t) goto fail;
+        PyList_SET_ITEM(ins, k, t);
+    }
+    for (int k = 0; k < no; k++) {
+        PyObject *t = tensor_info(c->out[k]);
+        if (!t) goto fail;
+        PyList_SET_ITEM(outs, k, t);
+    }
+    PyObject *params = params_info(c);
+    if (!params) goto fail;
+    PyObject *d = Py_BuildValue("{s:s,s:i,s:s,s:N,s:N,s:N}", "op", gc_op_name(c->op), "node", node, "phase",
+                                phase ? phase : "other", "inputs", ins, "outputs", outs, "params", params);
+    if (!d || PyList_Append(sink->list, d)) {
+        Py_XDECREF(d);
+        sink->failed = 1;
+        return;
+    }
+    Py_DECREF(d);
+    return;
+fail:
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    sink->failed = 1;
+}
+
+static PyObject *plan_trace(PlanObject *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"rows", "train", NULL};
+    long long rows = 0;
+    int train = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Lp:trace", kwlist, &rows, &train)) return NULL;
+    if (rows == 0) rows = p->max_batch;
+    trace_sink sink = {PyList_New(0), 0};
+    if (!sink.list) return NULL;
+    /* the GIL is held: the callback builds Python objects */
+    gc_status s = gc_plan_trace(p->plan, rows, train && p->has_train, trace_one, &sink);
+    if (sink.failed) {
+        Py_DECREF(sink.list);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    if (s) {
+        Py_DECREF(sink.list);
+        return gc_py_raise(s);
+    }
+    return sink.list;
+}
+
 static PyObject *plan_use_graphs(PlanObject *p, PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
@@ -1538,6 +1643,9 @@ static PyMethodDef plan_methods[] = {
      "set_data(x, y): upload a whole data set to the plan's device once (None, None releases it)"},
     {"train_steps", (PyCFunction)(void (*)(void))plan_train_steps, METH_VARARGS | METH_KEYWORDS,
      "train_steps(indices, batch_size, hparams, lrs=None, seeds=None) -> dict of sums over all the steps"},
+    {"trace", (PyCFunction)(void (*)(void))plan_trace, METH_VARARGS | METH_KEYWORDS,
+     "trace(rows=max_batch, train=True) -> [dict]: the op calls of one step (op, node, phase, inputs, outputs, "
+     "params), issued but not run"},
     {"use_graphs", (PyCFunction)plan_use_graphs, METH_O, "use_graphs(bool): capture and replay the step (GPU)"},
     {"use_fused_optimizer", (PyCFunction)plan_use_fused_optimizer, METH_O,
      "use_fused_optimizer(bool) -> bool: one launch for the whole optimizer step (GPU) or one op per tensor"},

@@ -49,10 +49,11 @@ def _measured_here(gpu_names, workloads, precisions, batch_sizes, include_local)
     measurable = [w for w in workloads if w.measurable]
     if gpus_here and measurable:
         frames.append(benchmark(measurable, gpus_here, precisions, batch_sizes))
-    if include_local and not gpus_here and measurable:
+    on_cpu = [w for w in measurable if w.cpu_measurable]
+    if include_local and not gpus_here and on_cpu:
         precs = [p for p in (precisions or DEFAULT_PRECISIONS["cpu"]) if p in DEFAULT_PRECISIONS["cpu"]]
         if precs:
-            frames.append(benchmark(measurable, ["cpu"], precs, batch_sizes))
+            frames.append(benchmark(on_cpu, ["cpu"], precs, batch_sizes))
     return frames
 
 

@@ -1,165 +1,166 @@
 """The describe pass: a compiled model's execution plan as the list of ops one training step runs.
 
-What it provides: `plan_ops(descs, batch, ...)` walks the layer descriptions that
-`model.compile()` lowers a gpucmp.keras model to (the very dicts `gpucmp._core.Plan`
-is built from, lowering.describe) and returns, in launch order, the `costs.Op`s the
-plan issues for one training step: the batch gather, each layer's forward pass (bias
-and activation fused into the GEMM / convolution epilogue), the fused softmax +
-cross-entropy, each layer's backward passes (the activation gradient unless a following
-max-pool folds the ReLU, weight and bias gradients, the input gradient of every layer
-above the first trainable one), the casts of a mixed-precision policy, and the fused
-optimizer update. `model_ops(model, batch)` does the same for a model object.
+What it provides: `plan_ops(descs, batch, ...)` builds the model's execution plan on the
+core's "meta" backend (counted memory, no-op kernels: any batch fits, nothing runs) from
+the very node dicts `gpucmp._core.Plan` is built from (lowering.describe), asks it for
+the op calls of one training step (`Plan.trace`), and turns each call into a `costs.Op`
+from the shapes it was issued with: the batch gather, each node's forward ops (bias and
+activation fused in the GEMM / convolution epilogue, BatchNormalization + ReLU + residual
+in one op where the plan fused them), the fused loss, each node's backward ops (with the
+adds of gradients at fan-out), the casts of a mixed policy and the optimizer update.
+`model_ops(model, batch)` does the same for a model object; `meta_plan` gives the plan
+itself (memory.py reads its exact allocation from it).
 
 Why it is built this way: the op list must be the one the plan really runs -- the
-projection scales each op separately and the memory model sizes each buffer -- so it is
-derived from the plan's own layer descriptions and mirrors csrc/core/plan.c's forward /
-backward / update order, rather than from a second, hand-kept description of the model.
+projection scales each op separately -- so it comes from the plan's own trace rather than
+from a second description of the plan kept in Python, and it stays right for graphs,
+fusions and buffer reuse as the plan changes.
 """
 import math
 
 from . import costs
+
+WEIGHT_KEYS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance")
+TRAINABLE_KEYS = ("kernel", "bias", "gamma", "beta")
+STATE_PER_WEIGHT = {"adam": 2, "rmsprop": 1, "sgd": 0, "sgd_momentum": 1}
 
 
 def _numel(shape):
     return int(math.prod(shape))
 
 
-def _weights(d):
-    """(kernel elements, bias elements) of a plan layer."""
-    if d["kind"] == "dense":
-        return _numel(d["in_shape"]) * _numel(d["out_shape"]), (_numel(d["out_shape"]) if d.get("bias") is not None else 0)
-    if d["kind"] == "conv2d":
-        kh, kw = d["kernel_size"]
-        c, f = d["in_shape"][-1], d["out_shape"][-1]
-        return kh * kw * c * f, (f if d.get("bias") is not None else 0)
-    return 0, 0
+def _buffer_size(v):
+    return int(getattr(v, "size", 0) or 0)
 
 
 def layer_params(descs):
-    """Trainable and total weight elements over the plan's layers."""
+    """(trainable, total) weight elements over the plan's nodes (BN statistics count as
+    weights, never as trainable ones)."""
     total = trainable = 0
     for d in descs:
-        k, b = _weights(d)
-        total += k + b
-        if d.get("trainable", True):
-            trainable += k + b
+        for k in WEIGHT_KEYS:
+            n = _buffer_size(d.get(k))
+            total += n
+            if k in TRAINABLE_KEYS and d.get("trainable", True):
+                trainable += n
     return trainable, total
+
+
+def trainable_tensors(descs):
+    return sum(1 for d in descs if d.get("trainable", True) for k in TRAINABLE_KEYS if d.get(k) is not None)
+
+
+def meta_plan(descs, batch, loss="categorical_crossentropy", optimizer="adam", train=True):
+    """The plan of `descs` for `batch` rows on the meta backend (weights replaced by
+    meta buffers of the same size)."""
+    from .. import _core
+    nodes = []
+    for d in descs:
+        nodes.append({k: (_core.Buffer("meta", max(1, _buffer_size(v))) if k in WEIGHT_KEYS and v is not None
+                          else v) for k, v in d.items()})
+    cfg = None
+    if train:
+        kind = "sgd" if optimizer == "sgd_momentum" else optimizer
+        per = STATE_PER_WEIGHT.get(optimizer, 2)
+        state = [_core.Buffer("meta", 1) for _ in range(per * trainable_tensors(descs))]
+        cfg = {"loss": loss, "optimizer": kind, "opt_state": state}
+    return _core.Plan("meta", nodes, max(1, int(batch)), cfg)
+
+
+def _t(entry, side, k):
+    ts = entry[side]
+    return ts[k] if k < len(ts) else None
+
+
+def _shape(entry, side, k):
+    t = _t(entry, side, k)
+    return tuple(t["shape"]) if t else None
+
+
+def _tensors(entry):
+    return [t for t in entry["inputs"] + entry["outputs"] if t]
+
+
+def _bytes(entry):
+    return float(sum(_numel(t["shape"]) * costs.DTYPE_BYTES[t["dtype"]] for t in _tensors(entry)))
+
+
+def _dtype(entry):
+    out = [t for t in entry["outputs"] if t] or _tensors(entry)
+    return out[0]["dtype"] if out else "float32"
+
+
+ELEMENTWISE_FLOPS = {"act_fwd": 2, "act_bwd": 1, "add": 1, "mul": 1, "dropout_fwd": 2, "dropout_bwd": 2,
+                     "batchnorm_fwd": 8, "batchnorm_bwd": 12, "scale_cast": 2, "bias_grad": 1, "reduce_sum": 1,
+                     "accuracy": 2}
+
+
+def op_of(entry, tf32=True):
+    """The costs.Op of one traced op call (an entry of Plan.trace)."""
+    op, phase, node = entry["op"], entry["phase"], entry["node"]
+    name = f"{node}:{op}" if node >= 0 else op
+    p = entry["params"]
+    if op == "gemm":
+        a, c = _shape(entry, "inputs", 0), _shape(entry, "outputs", 0)
+        m, n = c
+        k = a[0] if p.get("trans_a") else a[1]
+        return costs.gemm(name, m, n, k, _dtype(entry), tf32, phase, bias=_t(entry, "inputs", 2) is not None,
+                          trans_a=bool(p.get("trans_a")), trans_b=bool(p.get("trans_b")))
+    if op.startswith("conv2d_"):
+        which = op[len("conv2d_"):]
+        if which == "fwd":
+            x, w, y = _shape(entry, "inputs", 0), _shape(entry, "inputs", 1), _shape(entry, "outputs", 0)
+        elif which == "bwd_data":
+            y, w, x = _shape(entry, "inputs", 0), _shape(entry, "inputs", 1), _shape(entry, "outputs", 0)
+        else:
+            x, y, w = _shape(entry, "inputs", 0), _shape(entry, "inputs", 1), _shape(entry, "outputs", 0)
+        n, h, wd, c = x
+        _, oh, ow, f = y
+        return costs.conv2d(f"{node}:conv2d", which, n, h, wd, c, f, w[0], w[1], oh, ow, tuple(p["strides"]),
+                            p["padding"], _dtype(entry), tf32, phase)
+    if op in ("maxpool2d_fwd", "avgpool2d_fwd", "maxpool2d_bwd", "avgpool2d_bwd"):
+        fwd = op.endswith("fwd")
+        x = _shape(entry, "inputs", 0) if fwd else _shape(entry, "outputs", 0)
+        y = _shape(entry, "outputs", 0) if fwd else _shape(entry, "inputs", 1 if op == "maxpool2d_bwd" else 0)
+        ph, pw = p["pool_size"]
+        return costs.pool2d(name, "fwd" if fwd else "bwd", x[0], x[1], x[2], x[3], y[1], y[2], ph, pw,
+                            _dtype(entry))
+    if op in ("softmax_xent", "sigmoid_bce", "xent_probs", "regression_loss"):
+        logits = _shape(entry, "inputs", 0)
+        return costs.softmax_cross_entropy(f"loss/{op}", logits[0], _numel(logits[1:]))
+    n = max([_numel(t["shape"]) for t in _tensors(entry)] or [1])
+    kind = {"embedding_fwd": "gather", "cast": "cast"}.get(op, op)
+    return costs.Op(name, kind, "memory", float(ELEMENTWISE_FLOPS.get(op, 0) * n), _bytes(entry),
+                    costs._elem_blocks(n), phase if phase != "loss" else "backward", _dtype(entry),
+                    f"{n} elements")
+
+
+def trace_ops(trace, tf32=True, optimizer="adam"):
+    """costs.Ops of a plan trace; the per-tensor optimizer calls become the one fused
+    update the GPU backends launch."""
+    ops, update = [], 0
+    for e in trace:
+        if e["op"] in ("adam", "sgd", "rmsprop"):
+            update += _numel(e["inputs"][0]["shape"])
+            continue
+        ops.append(op_of(e, tf32))
+    if update:
+        kind = "rmsprop" if optimizer == "sgd_momentum" else optimizer
+        ops.append(costs.optimizer_update(f"update/{optimizer}", update, kind))
+    return ops
 
 
 def plan_ops(descs, batch, loss="categorical_crossentropy", optimizer="adam", tf32=True, train=True):
     """The ops of one training step (train=True) or one inference batch of the plan."""
-    ops = []
-    n_in = _numel(descs[0]["in_shape"])
-    ops.append(costs.elementwise("data/gather", "gather", batch * n_in, 1, 1, "float32", 0, "data"))
-    first_trainable = next((i for i, d in enumerate(descs) if d.get("trainable", True) and _weights(d)[0]), None)
-    for i, d in enumerate(descs):
-        ops.extend(_forward(i, d, descs, batch, tf32))
-    if not train:
-        return ops
-    classes = _numel(descs[-1]["out_shape"])
-    ops.append(costs.softmax_cross_entropy(f"loss/{loss}", batch, classes))
-    for i in range(len(descs) - 1, -1, -1):
-        needs_gin = first_trainable is not None and i > first_trainable
-        ops.extend(_backward(i, descs[i], descs, batch, tf32, needs_gin))
-    trainable, _ = layer_params(descs)
-    dts = {d.get("dtype", "float32") for d in descs}
-    if dts != {"float32"}:
-        # mixed precision: gradients unscaled into float32 (and checked) before the update
-        ops.append(costs.elementwise("update/unscale", "cast", trainable, 1, 2, "float16", 2, "update"))
-    if trainable:
-        ops.append(costs.optimizer_update(f"update/{optimizer}", trainable, optimizer))
-    return ops
-
-
-def _dt(d):
-    return d.get("dtype", "float32")
-
-
-def _act(d):
-    return d.get("activation", "linear") or "linear"
-
-
-def _relu_folded(i, descs):
-    """A ReLU whose gradient the next max-pool's backward applies (plan.c fold_relu)."""
-    nxt = descs[i + 1] if i + 1 < len(descs) else None
-    return _act(descs[i]) == "relu" and nxt is not None and nxt["kind"] == "maxpool2d"
-
-
-def _forward(i, d, descs, b, tf32):
-    kind, dt, name = d["kind"], _dt(d), f"{i}:{d['kind']}"
-    ops = []
-    prev_dt = _dt(descs[i - 1]) if i else "float32"
-    if dt != prev_dt:
-        ops.append(costs.elementwise(f"{name}/cast_in", "cast", b * _numel(d["in_shape"]), 1, 1, dt, 0))
-    if kind in ("dense", "conv2d") and dt != "float32":
-        k, bias = _weights(d)
-        ops.append(costs.elementwise(f"{name}/cast_weights", "cast", k + bias, 2, 1, dt, 0))
-    if kind == "dense":
-        ops.append(costs.gemm(f"{name}/fwd", b, _numel(d["out_shape"]), _numel(d["in_shape"]), dt, tf32,
-                              bias=d.get("bias") is not None))
-    elif kind == "conv2d":
-        h, w, c = d["in_shape"]
-        oh, ow, f = d["out_shape"]
-        kh, kw = d["kernel_size"]
-        ops.append(costs.conv2d(name, "fwd", b, h, w, c, f, kh, kw, oh, ow, tuple(d.get("strides", (1, 1))),
-                                d.get("padding", "valid"), dt, tf32))
-    elif kind in ("maxpool2d", "avgpool2d"):
-        h, w, c = d["in_shape"]
-        oh, ow, _ = d["out_shape"]
-        ph, pw = d.get("pool_size", (2, 2))
-        ops.append(costs.pool2d(name, "fwd", b, h, w, c, oh, ow, ph, pw, dt))
-    elif kind in ("dropout", "activation"):
-        ops.append(costs.elementwise(f"{name}/fwd", kind, b * _numel(d["out_shape"]), 1, 1, dt, 2))
-    if i == len(descs) - 1 and dt != "float32":
-        ops.append(costs.elementwise(f"{name}/cast_out", "cast", b * _numel(d["out_shape"]), 1, 2, dt, 0))
-    return ops
-
-
-def _backward(i, d, descs, b, tf32, needs_gin):
-    kind, dt, name = d["kind"], _dt(d), f"{i}:{d['kind']}"
-    trains = d.get("trainable", True) and _weights(d)[0] > 0
-    ops = []
-    if kind in ("dense", "conv2d"):
-        if not trains and not needs_gin:
-            return ops
-        out_n = b * _numel(d["out_shape"])
-        last = i == len(descs) - 1
-        if _act(d) not in ("linear", "softmax") and not _relu_folded(i, descs) and not last:
-            ops.append(costs.elementwise(f"{name}/act_bwd", "act_bwd", out_n, 2, 1, dt, 1, "backward"))
-        if kind == "dense":
-            n_in, n_out = _numel(d["in_shape"]), _numel(d["out_shape"])
-            if trains:
-                ops.append(costs.gemm(f"{name}/bwd_filter", n_in, n_out, b, dt, tf32, "backward", trans_a=True))
-                if d.get("bias") is not None:
-                    ops.append(costs.elementwise(f"{name}/bias_grad", "bias_grad", out_n, 1, 0, dt, 1, "backward"))
-            if needs_gin:
-                ops.append(costs.gemm(f"{name}/bwd_data", b, n_in, n_out, dt, tf32, "backward", trans_b=True))
-        else:
-            h, w, c = d["in_shape"]
-            oh, ow, f = d["out_shape"]
-            kh, kw = d["kernel_size"]
-            st, pad = tuple(d.get("strides", (1, 1))), d.get("padding", "valid")
-            if trains:
-                ops.append(costs.conv2d(name, "bwd_filter", b, h, w, c, f, kh, kw, oh, ow, st, pad, dt, tf32))
-            if needs_gin:
-                ops.append(costs.conv2d(name, "bwd_data", b, h, w, c, f, kh, kw, oh, ow, st, pad, dt, tf32))
-    elif kind in ("maxpool2d", "avgpool2d") and needs_gin:
-        h, w, c = d["in_shape"]
-        oh, ow, _ = d["out_shape"]
-        ph, pw = d.get("pool_size", (2, 2))
-        ops.append(costs.pool2d(name, "bwd", b, h, w, c, oh, ow, ph, pw, dt))
-    elif kind in ("dropout", "activation") and needs_gin:
-        ops.append(costs.elementwise(f"{name}/bwd", f"{kind}_bwd", b * _numel(d["out_shape"]), 2, 1, dt, 1,
-                                     "backward"))
-    prev_dt = _dt(descs[i - 1]) if i else "float32"
-    if needs_gin and dt != prev_dt:
-        ops.append(costs.elementwise(f"{name}/cast_grad", "cast", b * _numel(d["in_shape"]), 1, 1, dt, 0,
-                                     "backward"))
-    return ops
+    plan = meta_plan(descs, batch, loss, optimizer, train)
+    inputs = [d for d in descs if d["kind"] == "input"] or [{"out_shape": descs[0]["in_shape"]}]
+    ops = [costs.elementwise("data/gather", "gather", batch * sum(_numel(d["out_shape"]) for d in inputs), 1, 1,
+                             "float32", 0, "data")]
+    return ops + trace_ops(plan.trace(batch, train), tf32, optimizer)
 
 
 def model_descs(model):
-    """The plan layer descriptions of a built gpucmp.keras model (what compile() lowers it to)."""
+    """The plan node dicts of a built gpucmp.keras model (what compile() lowers it to)."""
     from ..keras.models import lowering
     if not getattr(model, "built", False):
         raise ValueError(f"model '{model.name}' is not built: give it an input shape (or call it on data) "
@@ -167,8 +168,16 @@ def model_descs(model):
     return lowering.model_nodes(model, model._trainable_of)
 
 
+def optimizer_kind(model):
+    """The optimizer as the cost model names it (SGD with momentum keeps one state)."""
+    opt = getattr(model, "optimizer", None)
+    kind = getattr(opt, "kind", None) or "adam"
+    if kind == "sgd" and float(getattr(opt, "momentum", 0.0) or 0.0) != 0.0:
+        return "sgd_momentum"
+    return kind
+
+
 def model_ops(model, batch, tf32=True, train=True):
     """The ops one training step of a compiled model runs at this batch size."""
     loss = getattr(model._loss_obj, "plan_kind", None) or "categorical_crossentropy"
-    opt = getattr(getattr(model, "optimizer", None), "kind", None) or "adam"
-    return plan_ops(model_descs(model), batch, loss, opt, tf32, train)
+    return plan_ops(model_descs(model), batch, loss, optimizer_kind(model), tf32, train)

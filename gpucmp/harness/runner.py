@@ -220,7 +220,8 @@ def benchmark(workloads=None, devices=None, precisions=None, batch_sizes=None, r
     'cuda:N' (default: the GPUs present, else the CPU); precisions: 'float32', 'tf32',
     'float16' / 'mixed_float16', 'bfloat16' / 'mixed_bfloat16' (default float32 on the CPU,
     float32 and float16 on GPUs); batch_sizes for models and conv; repeats: samples per row.
-    Workloads that cannot be measured yet (resnet50) are skipped with a warning when named.
+    Workloads that cannot be measured on a device (resnet50 on the CPU) are skipped with a
+    warning when named.
     """
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")

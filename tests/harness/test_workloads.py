@@ -73,14 +73,37 @@ def test_unknown_and_bad_workloads():
     assert workloads.get("gemm:512").configs("cuda")[0].params["n"] == 512
 
 
-def test_resnet50_op_list_matches_its_published_size():
+def resnet50_forward_macs(image=224):
+    """Multiply-adds of Keras' ResNet50 forward pass, counted from its architecture: the
+    7x7/2 stem, then per stage bottlenecks 1x1 -> 3x3 -> 1x1 (stride on the first 1x1 of
+    stages 3-5, as keras/src/applications/resnet.py places it) and a 1x1 projection on
+    each stage's first block, then the 2048 -> 1000 classifier."""
+    h = image // 2
+    macs = h * h * 64 * 7 * 7 * 3
+    h //= 2                                        # 3x3/2 max pool
+    cin = 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for b in range(blocks):
+            s = 2 if (stage > 0 and b == 0) else 1
+            o = h // s
+            macs += o * o * cin * width + o * o * width * width * 9 + o * o * width * 4 * width
+            if b == 0:
+                macs += o * o * cin * 4 * width
+            cin, h = 4 * width, o
+    return macs + 2048 * 1000
+
+
+def test_resnet50_workload_is_keras_resnet50():
     r = workloads.get("resnet50")
-    assert not r.measurable
-    assert resnet50.parameters() == 25_557_032            # torchvision's resnet50 count
-    ops = r.ops(Config(1, ""), "float16")
+    assert r.measurable and not r.cpu_measurable
+    m = r.template()
+    assert m.count_params() == 25_636_712                  # keras.applications.ResNet50
+    ops = r.ops(Config(2, ""), "float16")
     fwd = sum(o.flops for o in ops if o.phase == "forward" and o.kind in ("conv2d_fwd", "gemm"))
-    assert fwd == pytest.approx(2 * 4.089e9, rel=0.01)   # 4.09 GMACs per 224x224 image
-    with pytest.raises(workloads.NotMeasurable, match="issue 9"):
+    assert fwd == pytest.approx(2 * 2 * resnet50_forward_macs(), rel=1e-9)
+    assert sum(o.kind == "conv2d_bwd_filter" for o in ops) == 53   # every conv's weight gradient
+    assert sum(o.kind == "conv2d_bwd_data" for o in ops) == 52     # all but the stem's
+    with pytest.raises(workloads.NotMeasurable, match="not measured on the CPU"):
         r.prepare("cpu", Config(1, ""), "float32")
 
 

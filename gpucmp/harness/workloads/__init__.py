@@ -10,7 +10,7 @@ import difflib
 from .base import Config, NotMeasurable, Run, Workload, canonical_precision, PRECISIONS
 from .kernels import BandwidthWorkload, ConvWorkload, GemmWorkload
 from .models import ModelWorkload, seed_cnn_workload, user_model_workload
-from .resnet50 import ResNet50Workload
+from .resnet50 import ResNet50Workload, resnet50_workload
 
 _FACTORIES = {}
 _CACHE = {}
@@ -40,7 +40,7 @@ register("cnn", lambda arg: seed_cnn_workload())
 register("gemm", lambda arg: GemmWorkload(_size(arg, "gemm") if arg else None))
 register("conv", lambda arg: ConvWorkload())
 register("bandwidth", lambda arg: BandwidthWorkload())
-register("resnet50", lambda arg: ResNet50Workload())
+register("resnet50", lambda arg: resnet50_workload())
 
 DEFAULT = ("cnn", "gemm", "conv", "bandwidth", "resnet50")
 

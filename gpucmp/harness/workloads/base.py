@@ -65,6 +65,7 @@ class Workload:
     unit = "samples/s"          # samples/s, TFLOP/s or GB/s
     kind = "model"              # model or kernel
     measurable = True
+    cpu_measurable = True   # False: projected, never measured, on the CPU (too slow there)
     precisions = PRECISIONS     # the precisions it runs at
 
     def supports(self, precision):

@@ -191,7 +191,7 @@ class ModelWorkload(Workload):
         return [dict(d, dtype=dt) for d in out]
 
     def _opt_kind(self):
-        return getattr(getattr(self.template(), "optimizer", None), "kind", "adam")
+        return describe.optimizer_kind(self.template())
 
     def ops(self, config, precision, tf32=True):
         m = self.template()
