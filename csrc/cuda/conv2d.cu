@@ -46,7 +46,11 @@
  * conv2d_smallc.cu's Tensor Core kernels run, whose K / M index is (kh, kw*C + c), one
  * contiguous run of x per kernel row. A 1x1 stride-1 convolution needs no special
  * kernel: with one tap the gather is a plain row read and the implicit GEMM is an
- * ordinary GEMM.
+ * ordinary GEMM. A strided 1x1 convolution's data gradient is nonzero only at the
+ * pixels the stride samples: dx is zeroed (cudaMemsetAsync) and a GEMM over the dy
+ * pixels (M = N*OH*OW, K = F: a plain row read) scatters its output rows to those
+ * pixels in the epilogue, instead of the predicated gather over all N*H*W pixels that
+ * would spend 3/4 of its MMAs (stride 2) on zeros.
  *
  * Hopper: on a compute capability 9.0 device with sm_90a code, a 16-bit forward with
  * stride 1, dilation 1, C and F multiples of 64 and at least one 128-row tile per SM
@@ -68,7 +72,7 @@
  * gradient wherever they apply, any C (elsewhere, and for the data gradient, as 0).
  * gc_conv2d_debug_last_path: the kernel the last own forward ran (1 SIMT, 2 mma.sync
  * implicit GEMM, 3 direct, 4 wgmma, 5 small C); gc_conv2d_debug_last_bwd_path: the same
- * for the data gradient (1, 2 or 4);
+ * for the data gradient (1, 2, 4, or 6: the strided 1x1 scatter GEMM);
  * gc_conv2d_debug_last_wgrad_path: for the weight gradient (1 SIMT, 2 mma.sync, 5 small
  * C). */
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
@@ -1044,6 +1048,25 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
         gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
     }
     ig_args a;
+    if (g->KH == 1 && g->KW == 1 && (g->sh > 1 || g->sw > 1) && g->pad_top == 0 && g->pad_left == 0) {
+        /* strided 1x1: zero dx, then a plain GEMM over the dy pixels whose epilogue
+         * scatters row (n, oh, ow) to dx pixel (n, oh*sh, ow*sw) */
+        gc_conv2d_debug_last_bwd_path = 6;
+        GC_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)(g->N * g->H * g->W * g->C) * gc_dtype_size(dt),
+                                    gc_cuda_stream(be)));
+        a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
+        a.SH = (int)g->OH; a.SW = (int)g->OW; a.SC = (int)g->F;
+        a.PH = (int)g->OH; a.PW = (int)g->OW;
+        a.KH = 1; a.KW = 1;
+        a.M = (int)(g->N * g->OH * g->OW); a.NN = (int)g->C;
+        a.ah = 1; a.bh = 0; a.ch = 0; a.divh = 1;
+        a.aw = 1; a.bw = 0; a.cw = 0; a.divw = 1;
+        a.ldn = (int)g->F; a.ldtap = (int)(g->C * g->F);
+        a.act = GC_ACT_LINEAR;
+        a.scat = 1; a.oH = (int)g->H; a.oW = (int)g->W; a.osh = g->sh; a.osw = g->sw;
+        ig_plan(be, dt, &a);
+        return ig_launch(be, dt, &a, NULL, "conv2d_bwd_data (strided 1x1)");
+    }
     gc_conv2d_debug_last_bwd_path = 2;
     a.scat = 0;
     a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
