@@ -177,7 +177,21 @@ def conv_configs(c, n_random=12):
         dict(N=3, H=28, W=28, C=1, F=32, KH=3, KW=3, s=(1, 1), d=(1, 1), pad="valid"),  # seed CNN
         dict(N=2, H=13, W=13, C=32, F=64, KH=3, KW=3, s=(1, 1), d=(1, 1), pad="valid"),
         dict(N=2, H=15, W=14, C=17, F=33, KH=5, KW=3, s=(2, 2), d=(1, 1), pad="same"),
+        # small C, KH*KW*C > 64 (conv2d_smallc.cu on CUDA): ResNet's stem cut down
+        # (7x7/2 3->64, 16-byte words), odd W*C / left padding / F (element loads,
+        # padded windows), dilation along h, two GEMM-row tiles and two filter tiles
+        dict(N=2, H=38, W=38, C=3, F=64, KH=7, KW=7, s=(2, 2), d=(1, 1), pad="valid"),
+        dict(N=1, H=21, W=19, C=3, F=10, KH=7, KW=7, s=(2, 2), d=(1, 1), pad="same"),
+        dict(N=2, H=12, W=11, C=5, F=9, KH=5, KW=5, s=(1, 1), d=(2, 1), pad="same"),
+        dict(N=1, H=16, W=20, C=5, F=70, KH=6, KW=9, s=(1, 2), d=(1, 1), pad="same"),
+        # strided 1x1 (Keras' ResNet stages 3-5): data gradient scattered to the strided
+        # pixels, the rest zero; C, F multiples of 8 and odd ones, odd sizes
+        dict(N=2, H=14, W=14, C=64, F=128, KH=1, KW=1, s=(2, 2), d=(1, 1), pad="valid"),
+        dict(N=2, H=9, W=11, C=13, F=9, KH=1, KW=1, s=(3, 2), d=(1, 1), pad="valid"),
+        dict(N=1, H=7, W=9, C=24, F=40, KH=1, KW=1, s=(2, 2), d=(1, 1), pad="same"),
     ]
+    if c.backend != "cpu":  # the full stem at batch 2 (too slow for every CPU SIMD variant)
+        fixed.append(dict(N=2, H=230, W=230, C=3, F=64, KH=7, KW=7, s=(2, 2), d=(1, 1), pad="valid"))
     out = list(fixed)
     r = c.rng
     while len(out) < len(fixed) + n_random:

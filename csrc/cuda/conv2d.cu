@@ -41,9 +41,16 @@
  *
  * Special cases: C < 8 (the first layer of most CNNs, C = 1: K = 9) uses a direct
  * kernel (8 filters per thread, exact f32 FMA) instead of padding K to 32; the same
- * tiny channel counts go to the SIMT kernels for the backward passes. A 1x1 stride-1
- * convolution needs no special kernel: with one tap the gather is a plain row read and
- * the implicit GEMM is an ordinary GEMM.
+ * tiny channel counts go to the SIMT kernels for the backward passes, except where
+ * KH*KW*C >= 48 (forward) / > 64 (weight gradient), e.g. ResNet's 7x7x3 stem: there
+ * conv2d_smallc.cu's Tensor Core kernels run, whose K / M index is (kh, kw*C + c), one
+ * contiguous run of x per kernel row. A 1x1 stride-1 convolution needs no special
+ * kernel: with one tap the gather is a plain row read and the implicit GEMM is an
+ * ordinary GEMM. A strided 1x1 convolution's data gradient is nonzero only at the
+ * pixels the stride samples: dx is zeroed (cudaMemsetAsync) and a GEMM over the dy
+ * pixels (M = N*OH*OW, K = F: a plain row read) scatters its output rows to those
+ * pixels in the epilogue, instead of the predicated gather over all N*H*W pixels that
+ * would spend 3/4 of its MMAs (stride 2) on zeros.
  *
  * Hopper: on a compute capability 9.0 device with sm_90a code, a 16-bit forward with
  * stride 1, dilation 1, C and F multiples of 64 and at least one 128-row tile per SM
@@ -52,7 +59,7 @@
  * for larger weight slices); when neither applies (GC_ERR_UNSUPPORTED before any
  * launch) the mma.sync kernel here runs instead.
  */
-#include "conv2d_internal.cuh"
+#include "conv2d_ptx.cuh"
 
 #include <limits.h>
 #include <stdint.h>
@@ -61,100 +68,17 @@
  * 2 = Tensor Core implicit GEMM wherever it applies, 3 = direct small-C forward,
  * 4 = the Hopper wgmma kernels (conv2d_wgmma.cu) for the forward and the data gradient
  * (their GC_ERR_UNSUPPORTED where they do not apply; the weight gradient chooses as
- * with 0). gc_conv2d_debug_last_path: the kernel the last own forward ran (1 SIMT,
- * 2 mma.sync implicit GEMM, 3 direct, 4 wgmma); gc_conv2d_debug_last_bwd_path: the same
- * for the data gradient (1, 2 or 4). */
-extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path;
-int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0, gc_conv2d_debug_last_bwd_path = 0;
-
-/* ------------------------------------------------------------------ PTX helpers */
-static __device__ __forceinline__ uint32_t cv_smem(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte global -> shared copy; src_bytes == 0 writes 16 zero bytes (padding).
- * .ca (L1-allocating) for the weights, which every block re-reads; .cg (L2 only) for the
- * gathered activations (measured ~4% faster than .ca on an H200). */
-static __device__ __forceinline__ void cv_cp16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-static __device__ __forceinline__ void cv_cp16_cg(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-static __device__ __forceinline__ void cv_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void cv_cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-static __device__ __forceinline__ void cv_ldsm4(uint32_t r[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-static __device__ __forceinline__ void cv_ldsm4_t(uint32_t r[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-static __device__ __forceinline__ uint32_t cv_lds32(uint32_t addr)
-{
-    uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-    return v;
-}
-
-/* One Tensor Core step per storage type: c += a * b over one K-step of 32 bytes
- * (16 halves or 8 floats); A 16 x K row fragment, B K x 8 column fragment. */
-static __device__ __forceinline__ void cv_mma(float c[4], const uint32_t a[4], const uint32_t b[2], __half)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-static __device__ __forceinline__ void cv_mma(float c[4], const uint32_t a[4], const uint32_t b[2],
-                                       __nv_bfloat16)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-static __device__ __forceinline__ void cv_mma(float c[4], const uint32_t a[4], const uint32_t b[2], float)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* f32 operands are rounded to TF32 (nearest, ties away) before the MMA; 16-bit
- * operands pass unchanged. */
-template <typename T> static __device__ __forceinline__ uint32_t cv_prep(uint32_t v)
-{
-    if (sizeof(T) == 4) {
-        uint32_t r;
-        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(v)));
-        return r;
-    }
-    return v;
-}
-
-/* Storage type -> float for 16-byte groups (VEC elements). */
-template <typename T> static __device__ __forceinline__ void cv_unpack(const uint4 &u, float *out)
-{
-    const T *e = (const T *)&u;
-#pragma unroll
-    for (int j = 0; j < (int)(16 / sizeof(T)); j++) out[j] = gc_to_f(e[j]);
-}
+ * with 0), 5 = the small-C kernels (conv2d_smallc.cu) for the forward and the weight
+ * gradient wherever they apply, any C (elsewhere, and for the data gradient, as 0).
+ * gc_conv2d_debug_last_path: the kernel the last own forward ran (1 SIMT, 2 mma.sync
+ * implicit GEMM, 3 direct, 4 wgmma, 5 small C); gc_conv2d_debug_last_bwd_path: the same
+ * for the data gradient (1, 2, 4, or 6: the strided 1x1 scatter GEMM);
+ * gc_conv2d_debug_last_wgrad_path: for the weight gradient (1 SIMT, 2 mma.sync, 5 small
+ * C). */
+extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
+    gc_conv2d_debug_last_wgrad_path;
+int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0, gc_conv2d_debug_last_bwd_path = 0,
+    gc_conv2d_debug_last_wgrad_path = 0;
 
 /* ------------------------------------------------------------------ tile shapes
  * One block computes a 128 x 64 output tile with 4 warps (64 x 32 each). A K-tile is
@@ -209,43 +133,6 @@ static __device__ __forceinline__ void cv_store_partials(float *part, int rows, 
         }
 }
 
-static __device__ __forceinline__ void cv_cp_wait_dyn(int n)
-{
-    switch (n) {
-    case 0: cv_cp_wait<0>(); break;
-    case 1: cv_cp_wait<1>(); break;
-    case 2: cv_cp_wait<2>(); break;
-    case 3: cv_cp_wait<3>(); break;
-    case 4: cv_cp_wait<4>(); break;
-    default: cv_cp_wait<5>(); break;
-    }
-}
-
-/* n / d for 0 <= n < 2^31 with a precomputed multiplier (d == 1: mul == 0). */
-struct cv_fastdiv {
-    int d;
-    unsigned mul, shr;
-};
-static cv_fastdiv cv_make_fastdiv(int d)
-{
-    cv_fastdiv f;
-    f.d = d;
-    f.mul = 0;
-    f.shr = 0;
-    if (d > 1) {
-        unsigned l = 0;
-        while ((1u << l) < (unsigned)d) l++;
-        unsigned p = 31 + l;
-        f.mul = (unsigned)(((1ull << p) + (unsigned)d - 1) / (unsigned)d);
-        f.shr = p - 32;
-    }
-    return f;
-}
-static __device__ __forceinline__ int cv_div(int n, const cv_fastdiv &f)
-{
-    return f.mul ? (int)(__umulhi((unsigned)n, f.mul) >> f.shr) : n;
-}
-
 /* Implicit GEMM over an NHWC "source" image (x for forward, dy for bwd data).
  * Output pixel (n, p, q) and tap (kh, kw) read source row
  *     sh_ = (p*ah + bh + kh*ch) / divh,  sw_ = (q*aw + bw + kw*cw) / divw
@@ -277,6 +164,8 @@ struct ig_args {
     int ktps;               /* K-tiles per split */
     int stages;             /* pipeline depth (3..IG_MAX_STAGES) */
     int act, vec, vec_out, fast;
+    int scat, oH, oW, osh, osw; /* scat: output row m = (n, p, q) goes to pixel (n, p*osh, q*osw)
+                                 * of an (oH, oW) image (no split-K then) */
 };
 
 template <typename T>
@@ -494,7 +383,12 @@ static __global__ void __launch_bounds__(IG_THREADS, IG_MINB) conv_igemm_kernel(
         int r = idx / SEGS, s = idx - r * SEGS;
         int m = m0 + r, n = n0 + s * VEC;
         if (m >= a.M || n >= a.NN) continue;
-        T *dst = out + (int64_t)m * a.NN + n;
+        int64_t orow = m;
+        if (a.scat) {
+            const int ns = m / PQ, rr = m - ns * PQ, pp = rr / a.PW, qq = rr - pp * a.PW;
+            orow = ((int64_t)ns * a.oH + pp * a.osh) * a.oW + (int64_t)qq * a.osw;
+        }
+        T *dst = out + orow * a.NN + n;
         const unsigned char *sp = smem + r * CP + s * 16;
         if (a.vec_out) {
             *(uint4 *)dst = *(const uint4 *)sp;
@@ -1021,6 +915,10 @@ static size_t ig_plan(const gc_backend *be, gc_dtype dt, ig_args *a)
     a->dsw = a->cw * a->SC;
     a->stages = ig_stages(be);
     a->part = NULL;
+    if (a->scat) { /* the split reduction writes rows in order: no split */
+        a->ktps = a->KH * a->KW * a->cchunks;
+        return 0;
+    }
     const int KT = a->KH * a->KW * a->cchunks;
     int S = ig_splits(be, a->M, a->NN, KT, &a->ktps);
     return S > 1 ? (size_t)S * (size_t)a->M * (size_t)a->NN * sizeof(float) : 0;
@@ -1081,6 +979,13 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
     }
     gc_conv2d_debug_last_path = 1;
     if (path == 1 || !fits_int(g)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
+    /* small C (the RGB stem, 7x7x3: K = 147): the row-gather Tensor Core kernel; the
+     * direct kernel stays for tiny K (the seeds' 3x3x1), where it is already cheap */
+    if ((path == 5 || (path == 0 && g->C < 8 && g->KH * g->KW * g->C >= 48)) && !use_simt(dt) &&
+        gc_conv2d_smallc_applies(g, dt)) {
+        gc_conv2d_debug_last_path = 5;
+        return gc_conv2d_smallc_fwd(be, g, dt, x, w, bias, act, y);
+    }
     gc_conv2d_debug_last_path = 3;
     if (path == 3 || (path != 2 && g->C < 8)) {
         const int FG = (int)((g->F + DC_FB - 1) / DC_FB);
@@ -1112,6 +1017,7 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
     a.aw = g->sw; a.bw = -g->pad_left; a.cw = g->dw; a.divw = 1;
     a.ldn = (int)KC; a.ldtap = (int)g->C;
     a.act = (int)act;
+    a.scat = 0;
     const size_t part_bytes = ig_plan(be, dt, &a);
 
     /* workspace: [W^T as (F, KH*KW*C) | split-K partials] */
@@ -1141,8 +1047,28 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
         if (st != GC_ERR_UNSUPPORTED) return st;
         gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
     }
-    gc_conv2d_debug_last_bwd_path = 2;
     ig_args a;
+    if (g->KH == 1 && g->KW == 1 && (g->sh > 1 || g->sw > 1) && g->pad_top == 0 && g->pad_left == 0) {
+        /* strided 1x1: zero dx, then a plain GEMM over the dy pixels whose epilogue
+         * scatters row (n, oh, ow) to dx pixel (n, oh*sh, ow*sw) */
+        gc_conv2d_debug_last_bwd_path = 6;
+        GC_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)(g->N * g->H * g->W * g->C) * gc_dtype_size(dt),
+                                    gc_cuda_stream(be)));
+        a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
+        a.SH = (int)g->OH; a.SW = (int)g->OW; a.SC = (int)g->F;
+        a.PH = (int)g->OH; a.PW = (int)g->OW;
+        a.KH = 1; a.KW = 1;
+        a.M = (int)(g->N * g->OH * g->OW); a.NN = (int)g->C;
+        a.ah = 1; a.bh = 0; a.ch = 0; a.divh = 1;
+        a.aw = 1; a.bw = 0; a.cw = 0; a.divw = 1;
+        a.ldn = (int)g->F; a.ldtap = (int)(g->C * g->F);
+        a.act = GC_ACT_LINEAR;
+        a.scat = 1; a.oH = (int)g->H; a.oW = (int)g->W; a.osh = g->sh; a.osw = g->sw;
+        ig_plan(be, dt, &a);
+        return ig_launch(be, dt, &a, NULL, "conv2d_bwd_data (strided 1x1)");
+    }
+    gc_conv2d_debug_last_bwd_path = 2;
+    a.scat = 0;
     a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
     a.SH = (int)g->OH; a.SW = (int)g->OW; a.SC = (int)g->F;
     a.PH = (int)g->H; a.PW = (int)g->W;
@@ -1172,8 +1098,17 @@ static gc_status own_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, g
         return GC_OK;
     }
     int path = gc_conv2d_debug_path;
+    /* small C with more rows than the SIMT small-K kernel keeps in registers (KC > 64:
+     * the 7x7x3 stem): the row-gather Tensor Core kernel, split K over the pixels */
+    if (path != 1 && fits_int(g) && !use_simt(dt) && (path == 5 || (path == 0 && g->C < 8 && KC > 64)) &&
+        gc_conv2d_smallc_applies(g, dt)) {
+        gc_conv2d_debug_last_wgrad_path = 5;
+        return gc_conv2d_smallc_bwd_filter(be, g, dt, x, dy, dw, db);
+    }
+    gc_conv2d_debug_last_wgrad_path = 1;
     if (path == 1 || !fits_int(g) || use_simt(dt) || (path != 2 && (g->C < 8 || g->F < 8)))
         return gc_conv2d_simt_bwd_filter(be, g, dt, x, dy, dw, db);
+    gc_conv2d_debug_last_wgrad_path = 2;
 
     const int esz = (int)gc_dtype_size(dt), vec = 16 / esz, bk = 512 / esz / 8;
     wg_args a;

@@ -1,6 +1,6 @@
 /* conv2d_internal.cuh -- what the conv2d sources share (private to them): conv2d.cu
  * (adapters + Tensor Core implicit GEMMs), conv2d_wgmma.cu (the Hopper forward and data
- * gradient),
+ * gradient), conv2d_smallc.cu (forward and weight gradient for C < 8),
  * conv2d_simt.cu (the exact-f32 direct reference kernels) and conv2d_vendor.cu (cuDNN
  * loaded at run time).
  *
@@ -72,6 +72,19 @@ gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_
  * forced: also where the tiles waste much); GC_ERR_UNSUPPORTED before any launch */
 gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                    const void *dy, const void *w, void *dx, int forced);
+
+/* ---- conv2d_smallc.cu: Tensor Core forward and weight gradient for few input channels
+ * (C < 8, e.g. ResNet's 7x7/2 RGB stem): the GEMM K (forward) / M (weight gradient) runs
+ * over (kh, kw*C + c), one contiguous run of x per kernel row. _applies: 1 when the
+ * kernels take the geometry (dilation 1 along w, KH * round_up(KW*C, 4 bytes) <= 320,
+ * 32-bit offsets). f16 / bf16, and f32 as TF32 (the caller decides when TF32 is allowed).
+ * bwd_filter uses gc_cuda_workspace for its split-K partials, fwd for the re-laid
+ * weights. */
+int gc_conv2d_smallc_applies(const gc_conv2d_geom *g, gc_dtype dt);
+gc_status gc_conv2d_smallc_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                               const void *x, const void *w, const void *bias, gc_act act, void *y);
+gc_status gc_conv2d_smallc_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                      const void *x, const void *dy, void *dw, void *db);
 
 /* ---- conv2d_vendor.cu: cuDNN (legacy API through dlopen). op is one of the three
  * conv2d ops; the tensors are those of the gc_op_call. */

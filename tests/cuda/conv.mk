@@ -18,9 +18,10 @@ CFLAGS_CORE ?= -std=c11 -O2 -Icsrc/include
 
 CORE := status dtype geometry op_run validate oplist
 CORE_OBJ := $(addprefix $(BUILD)/core_,$(addsuffix .o,$(CORE)))
-CU := csrc/cuda/conv2d.cu csrc/cuda/conv2d_simt.cu csrc/cuda/conv2d_vendor.cu csrc/cuda/conv2d_wgmma.cu
+CU := csrc/cuda/conv2d.cu csrc/cuda/conv2d_simt.cu csrc/cuda/conv2d_vendor.cu csrc/cuda/conv2d_wgmma.cu \
+      csrc/cuda/conv2d_smallc.cu
 CU_OBJ := $(patsubst csrc/cuda/%.cu,$(BUILD)/%.o,$(CU))
-HDR := csrc/include/gpucmp.h csrc/cuda/common.cuh csrc/cuda/conv2d_internal.cuh
+HDR := csrc/include/gpucmp.h csrc/cuda/common.cuh csrc/cuda/conv2d_internal.cuh csrc/cuda/conv2d_ptx.cuh
 
 $(BUILD)/test_conv: $(BUILD)/test_conv.o $(CU_OBJ) $(CORE_OBJ)
 	$(NVCC) $(ARCH) -o $@ $^ -ldl -lpthread -lm

@@ -10,6 +10,9 @@
  *   test_conv all        both
  *   test_conv wgtest     only the Hopper wgmma checks: both forward kernels and the halo
  *                        data gradient (also part of 'test')
+ *   test_conv resnet     ResNet-50's stem and strided / plain 1x1 layers at batch BATCH
+ *                        (default 256): ms per pass and the path each took, ours vs cuDNN
+ *                        (DTYPE=f16|bf16|tf32 for one dtype)
  *   test_conv wgbench    only the 3x3 64->64 56x56 b64 layer: forward (halo, im2col,
  *                        mma.sync, auto, cuDNN, ring depths) and data gradient (halo,
  *                        mma.sync, cuDNN) (also printed at the end of 'bench')
@@ -31,7 +34,8 @@
 
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
     gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
-    gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path;
+    gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
+    gc_conv2d_debug_last_wgrad_path;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -301,6 +305,12 @@ static const conv_case g_cases[] = {
     {2, 33, 30, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},      /* the bench layer, small */
     {8, 48, 48, 16, 3, 3, 24, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_SIGMOID, 1, 1},   /* >= 132 tiles: no split */
     {3, 80, 80, 8, 3, 3, 8, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1},        /* strided bwd, no split */
+    {2, 38, 38, 3, 7, 7, 64, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},      /* ResNet stem, small (small C) */
+    {1, 21, 19, 3, 7, 7, 10, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 1, 1},     /* stem padded, odd W*C: element loads */
+    {2, 16, 20, 5, 6, 9, 70, 1, 2, 1, 1, GC_PAD_SAME, GC_ACT_TANH, 0, 1},       /* small C: 2 row tiles, 2 F tiles */
+    {2, 12, 11, 5, 5, 5, 9, 1, 1, 2, 1, GC_PAD_SAME, GC_ACT_SIGMOID, 1, 1},     /* small C, dilation along h */
+    {4, 14, 14, 64, 1, 1, 128, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1},  /* strided 1x1: scattered bwd data */
+    {2, 9, 11, 13, 1, 1, 9, 3, 2, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},       /* strided 1x1, odd C / F */
 };
 
 struct config {
@@ -325,6 +335,9 @@ static const config g_configs[] = {
     {"f16-s4", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 4},
     {"tf32-s6", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 6},
     {"bf16-s5", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2, 5},
+    {"f16-sc", GC_F16, 1, 5, GC_IMPL_OWN, 1e-2},   /* the small-C kernels wherever they apply */
+    {"bf16-sc", GC_BF16, 1, 5, GC_IMPL_OWN, 1e-2},
+    {"tf32-sc", GC_F32, 1, 5, GC_IMPL_OWN, 2e-3},
     {"f16-nosplit", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 1},
     {"tf32-nosplt", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 4, 1},
     {"cudnn-f32", GC_F32, 0, 0, GC_IMPL_VENDOR, 1e-4},
@@ -1265,6 +1278,109 @@ static void run_bench(void)
     printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
 }
 
+/* 'resnet': ResNet-50's stem and strided / plain 1x1 layers (batch BATCH, default 256),
+ * each pass timed separately with the path it took (last_path / last_bwd_path /
+ * last_wgrad_path), ours and cuDNN, f16 / bf16 / tf32 (or DTYPE=f16|bf16|tf32). */
+struct rlayer {
+    const char *name;
+    int H, W, C, F, K, s;
+};
+static const rlayer g_rlayers[] = {
+    {"conv1 7x7/2 3->64", 230, 230, 3, 64, 7, 2},
+    {"conv3 1x1/2 256->512", 56, 56, 256, 512, 1, 2},
+    {"conv4 1x1/2 512->1024", 28, 28, 512, 1024, 1, 2},
+    {"conv5 1x1/2 1024->2048", 14, 14, 1024, 2048, 1, 2},
+    {"conv5 1x1/2 1024->512", 14, 14, 1024, 512, 1, 2},
+    {"conv4 1x1 1024->256", 14, 14, 1024, 256, 1, 1},
+    {"conv4 1x1 256->1024", 14, 14, 256, 1024, 1, 1},
+    {"conv5 1x1 512->2048", 7, 7, 512, 2048, 1, 1},
+};
+
+static void run_resnet_bench(void)
+{
+    const int N = getenv("BATCH") ? atoi(getenv("BATCH")) : 256;
+    const char *only = getenv("DTYPE");
+    printf("\nResNet-50 layers, batch %d: ms per pass (median of 10 graph replays, 2 input sets)\n", N);
+    printf("%-24s %-5s %-6s %9s %9s %9s %9s | paths f/d/w | %8s\n", "layer", "dtype", "impl", "fwd ms", "bwdD ms",
+           "bwdF ms", "sum ms", "f+b TF");
+    const gc_dtype dts[3] = {GC_F16, GC_BF16, GC_F32};
+    const char *dnames[3] = {"f16", "bf16", "tf32"};
+    for (const rlayer &L : g_rlayers) {
+        gc_conv2d_params p0 = {L.s, L.s, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, GC_IMPL_OWN};
+        gc_conv2d_geom g;
+        gc_conv2d_geometry(N, L.H, L.W, L.C, L.K, L.K, L.F, &p0, &g);
+        const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
+        for (int di = 0; di < 3; di++) {
+            if (only && strcmp(only, dnames[di])) continue;
+            const gc_dtype dt = dts[di];
+            gc_set_allow_tf32(1);
+            const size_t es = gc_dtype_size(dt);
+            const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
+                         ny = (size_t)(g.N * g.OH * g.OW * g.F);
+            dbuf x[2], dy[2], y[2], dx[2], w, dw;
+            for (int s = 0; s < 2; s++) {
+                x[s].alloc(nx * es); dev_rand(x[s], dt, nx, 1);
+                dy[s].alloc(ny * es); dev_rand(dy[s], dt, ny, 1);
+                y[s].alloc(ny * es); dx[s].alloc(nx * es);
+            }
+            w.alloc(nw * es); dev_rand(w, dt, nw, 0.1f);
+            dw.alloc(nw * es);
+            int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                    sb[1] = {g.F};
+            for (int impl = 0; impl < 2; impl++) {
+                if (impl == 1 && !gc_conv2d_vendor_available()) continue;
+                gc_conv2d_params p = p0;
+                p.impl = (gc_impl)impl;
+                gc_tensor tw = gc_tensor_make(w.p, dt, 4, sw), tdw = gc_tensor_make(dw.p, dt, 4, sw);
+                gc_tensor tnb = gc_tensor_make(NULL, dt, 1, sb); /* no bias, no db */
+                gc_status err = GC_OK;
+                auto fwd = [&](int i) {
+                    gc_tensor tx = gc_tensor_make(x[i % 2].p, dt, 4, sx), ty = gc_tensor_make(y[i % 2].p, dt, 4, sy);
+                    const gc_tensor *in[3] = {&tx, &tw, &tnb};
+                    gc_tensor *out[1] = {&ty};
+                    gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
+                    if (st && !err) err = st;
+                };
+                auto bwdd = [&](int i) {
+                    gc_tensor tdy = gc_tensor_make(dy[i % 2].p, dt, 4, sy), tdx = gc_tensor_make(dx[i % 2].p, dt, 4, sx);
+                    const gc_tensor *in[2] = {&tdy, &tw};
+                    gc_tensor *out[1] = {&tdx};
+                    gc_status st = run_op(GC_OP_CONV2D_BWD_DATA, in, 2, out, 1, &p);
+                    if (st && !err) err = st;
+                };
+                auto bwdf = [&](int i) {
+                    gc_tensor tx = gc_tensor_make(x[i % 2].p, dt, 4, sx), tdy = gc_tensor_make(dy[i % 2].p, dt, 4, sy);
+                    const gc_tensor *in[2] = {&tx, &tdy};
+                    gc_tensor *out[2] = {&tdw, &tnb};
+                    gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+                    if (st && !err) err = st;
+                };
+                double tf = time_ms(fwd, 10);
+                const int pf = gc_conv2d_debug_last_path;
+                double td = time_ms(bwdd, 10);
+                const int pd = gc_conv2d_debug_last_bwd_path;
+                double tb = time_ms(bwdf, 10);
+                const int pw = gc_conv2d_debug_last_wgrad_path;
+                if (err) {
+                    printf("%-24s %-5s %-6s error: %s\n", L.name, dnames[di], impl ? "cudnn" : "ours", gc_last_error());
+                    gc_clear_error();
+                    continue;
+                }
+                const double tt = tf + td + tb;
+                if (impl)
+                    printf("%-24s %-5s %-6s %9.3f %9.3f %9.3f %9.3f |             | %8.1f\n", L.name, dnames[di],
+                           "cudnn", tf, td, tb, tt, 3 * flops / tt / 1e9);
+                else
+                    printf("%-24s %-5s %-6s %9.3f %9.3f %9.3f %9.3f |   %d / %d / %d   | %8.1f\n", L.name, dnames[di],
+                           "ours", tf, td, tb, tt, pf, pd, pw, 3 * flops / tt / 1e9);
+            }
+            for (int s = 0; s < 2; s++) { x[s].release(); dy[s].release(); y[s].release(); dx[s].release(); }
+            w.release(); dw.release();
+        }
+    }
+    printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a time-boxed run killed midway keeps its log */
@@ -1288,6 +1404,7 @@ int main(int argc, char **argv)
         run_wgmma_bench();
         printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
     }
+    if (!strcmp(mode, "resnet")) run_resnet_bench();
     g_sweep_only = !strcmp(mode, "sweep");
     if (!strcmp(mode, "bench") || !strcmp(mode, "all") || g_sweep_only) run_bench();
     if (!strcmp(mode, "one")) { /* one call of each pass on the large layer, f16 (for ncu) */
