@@ -342,3 +342,34 @@ def test_fusion_folds_the_residual_tail_into_batchnorm():
     plain, _ = g.plan("cpu", 32, train, fuse=False)
     one = 32 * 6 * 6 * 4 * 4    # one (6, 6, 4) float32 activation at max_batch
     assert plain.bytes - fused.bytes >= 3 * one, (plain.bytes, fused.bytes)
+
+
+@pytest.mark.parametrize("device", BACKENDS)
+def test_trace_and_profile_report_the_ops_of_a_step(device):
+    """Plan.trace lists a step's op calls without running them (also on the meta backend);
+    Plan.profile runs them, timed, and trains exactly like train_step."""
+    rng = np.random.default_rng(17)
+    g = residual_graph(rng)
+    x = rng.normal(size=(6, 6, 6, 3))
+    labels = rng.integers(0, 5, 6).astype(np.int32)
+    train = {"loss": "sparse_categorical_crossentropy", "optimizer": "sgd"}
+    traced, tb = g.plan(device, 6, train)
+    before = {k: np.asarray(b.read()).copy() for k, b in tb.items()}
+    trace = traced.trace(6)
+    assert all(np.array_equal(np.asarray(b.read()), before[k]) for k, b in tb.items())   # nothing ran
+    phases = [e["phase"] for e in trace]
+    assert phases == sorted(phases, key=["forward", "loss", "backward", "update"].index)
+    ops = [e["op"] for e in trace]
+    assert ops.count("conv2d_fwd") == 3 and ops.count("batchnorm_bwd") == 2 and ops.count("sgd") == 11
+    assert "add" in ops                                       # the fan-out of the first ReLU
+    conv = next(e for e in trace if e["op"] == "conv2d_fwd" and e["params"]["strides"] == (2, 2))
+    assert conv["inputs"][0]["shape"] == (6, 8, 8, 4) and conv["outputs"][0]["shape"] == (6, 4, 4, 2)
+    prof_plan, pb = g.plan(device, 6, train)
+    step_plan, sb = g.plan(device, 6, train)
+    prof = prof_plan.profile(x, labels, {"lr": 0.1})
+    step_plan.train_step(x, labels, {"lr": 0.1})
+    assert [e["op"] for e in prof] == ops and all(e["seconds"] >= 0 for e in prof)
+    for k in pb:
+        np.testing.assert_array_equal(np.asarray(pb[k].read()), np.asarray(sb[k].read()), err_msg=str(k))
+    meta = g.plan("meta", 6, train)[0]
+    assert [e["op"] for e in meta.trace(6)] == ops and meta.bytes == traced.bytes

@@ -155,10 +155,17 @@ int gc_plan_use_fused_optimizer(gc_plan *plan, int on);
 /* The ops one step issues, in order, without running them: fn is called for every op
  * call of a training step (train != 0: forward, loss and metrics, backward, update) or of
  * an inference pass, with the node that issues it (-1 for the update) and the phase
- * ("forward", "loss", "backward", "update"). The harness derives its per-op costs from it
+ * ("forward", "loss", "backward", "update"); seconds is -1 (nothing runs). The harness derives its per-op costs from it
  * (on the meta backend, for any batch, without memory). */
-typedef void (*gc_plan_trace_fn)(void *ctx, const gc_op_call *call, int node, const char *phase);
+typedef void (*gc_plan_trace_fn)(void *ctx, const gc_op_call *call, int node, const char *phase,
+                                 double seconds);
 gc_status gc_plan_trace(gc_plan *plan, int64_t rows, int train, gc_plan_trace_fn fn, void *ctx);
+/* One training step run eagerly with the backend synchronised around every op: fn gets
+ * each op call with its wall time in seconds (launch included) -- where a step's time
+ * goes, op by op, for profiling and for per-op calibration. Changes the weights like a
+ * train_step. */
+gc_status gc_plan_profile(gc_plan *plan, const float *const *x, const void *y, int64_t rows,
+                          const gc_opt_hparams *hp, gc_plan_trace_fn fn, void *ctx);
 /* Bytes of backend memory the plan holds (activations, gradients, scratch, arenas):
  * for tests of the buffer reuse and for the harness' memory model. */
 int64_t gc_plan_bytes(const gc_plan *plan);

@@ -32,6 +32,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------ tensors */
 
@@ -73,9 +74,26 @@ gc_tensor gc_none(void)
 
 /* ------------------------------------------------------------------ running ops */
 
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static gc_status run_call(gc_plan *p, const gc_op_call *c)
 {
-    if (p->trace) p->trace(p->trace_ctx, c, p->cur_node, p->cur_phase);
+    if (p->checking && p->trace) p->trace(p->trace_ctx, c, p->cur_node, p->cur_phase, -1.0);
+    if (p->profiling && !p->checking) {
+        TRY(p->be->sync(p->be));
+        double t0 = now_seconds();
+        gc_status s = p->widen ? gc_op_run(p->be, c) : p->be->ops[c->op](p->be, c);
+        gc_status e = p->be->sync(p->be);
+        double t1 = now_seconds();
+        if (s == GC_OK) s = e;
+        if (s == GC_OK && p->trace) p->trace(p->trace_ctx, c, p->cur_node, p->cur_phase, t1 - t0);
+        return s;
+    }
     if (p->checking) {
         gc_status s = gc_op_validate(c);
         if (s) return s;
@@ -321,6 +339,20 @@ int64_t gc_plan_input_numel(const gc_plan *p, int k)
 }
 
 int64_t gc_plan_bytes(const gc_plan *p) { return p ? p->bytes : 0; }
+
+gc_status gc_plan_profile(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                          const gc_opt_hparams *hp, gc_plan_trace_fn fn, void *ctx)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    gc_step_stats st;
+    p->profiling = 1;
+    p->trace = fn;
+    p->trace_ctx = ctx;
+    gc_status s = gc_plan_train_step(p, x, y, rows, hp, 0, &st);
+    p->profiling = 0;
+    p->trace = NULL;
+    return s;
+}
 
 gc_status gc_plan_trace(gc_plan *p, int64_t rows, int train, gc_plan_trace_fn fn, void *ctx)
 {

@@ -102,7 +102,8 @@ struct gc_plan {
     void *y, *loss_rows, *probs, *metric_rows, *count;
     float *host_rows;            /* download area for per-row values */
     int checking;                /* creation dry run: validate instead of execute */
-    gc_plan_trace_fn trace;      /* gc_plan_trace: told of every op call of the pass */
+    gc_plan_trace_fn trace;      /* gc_plan_trace / profile: told of every op call of the pass */
+    int profiling;               /* gc_plan_profile: sync and time around every op */
     void *trace_ctx;
     int cur_node;                /* the node issuing ops, and the step's phase (for the trace) */
     const char *cur_phase;

@@ -1545,7 +1545,7 @@ typedef struct {
     int failed;
 } trace_sink;
 
-static void trace_one(void *ctx, const gc_op_call *c, int node, const char *phase)
+static void trace_one(void *ctx, const gc_op_call *c, int node, const char *phase, double seconds)
 {
     trace_sink *sink = ctx;
     if (sink->failed) return;
@@ -1566,6 +1566,11 @@ static void trace_one(void *ctx, const gc_op_call *c, int node, const char *phas
     if (!params) goto fail;
     PyObject *d = Py_BuildValue("{s:s,s:i,s:s,s:N,s:N,s:N}", "op", gc_op_name(c->op), "node", node, "phase",
                                 phase ? phase : "other", "inputs", ins, "outputs", outs, "params", params);
+    if (d && seconds >= 0.0) {
+        PyObject *t = PyFloat_FromDouble(seconds);
+        if (!t || PyDict_SetItemString(d, "seconds", t)) sink->failed = 1;
+        Py_XDECREF(t);
+    }
     if (!d || PyList_Append(sink->list, d)) {
         Py_XDECREF(d);
         sink->failed = 1;
@@ -1597,6 +1602,36 @@ static PyObject *plan_trace(PlanObject *p, PyObject *args, PyObject *kw)
     if (s) {
         Py_DECREF(sink.list);
         return gc_py_raise(s);
+    }
+    return sink.list;
+}
+
+static PyObject *plan_profile(PlanObject *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"x", "y", "hparams", NULL};
+    PyObject *x, *y, *h;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:profile", kwlist, &x, &y, &h)) return NULL;
+    if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot train");
+    gc_opt_hparams hp;
+    if (parse_hparams(p, h, &hp)) return NULL;
+    int64_t rows;
+    plan_inputs xa;
+    if (plan_inputs_get(p, x, "profile", 0, &rows, &xa)) return NULL;
+    PyArrayObject *ya = plan_y(p, y, rows);
+    if (!ya) {
+        inputs_release(&xa);
+        return NULL;
+    }
+    trace_sink sink = {PyList_New(0), 0};
+    gc_status s = sink.list ? gc_plan_profile(p->plan, xa.ptr, PyArray_DATA(ya), rows, &hp, trace_one, &sink)
+                            : GC_OK;
+    inputs_release(&xa);
+    Py_DECREF(ya);
+    if (!sink.list) return NULL;
+    if (sink.failed || s) {
+        Py_DECREF(sink.list);
+        if (s) return gc_py_raise(s);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     return sink.list;
 }
@@ -1646,6 +1681,9 @@ static PyMethodDef plan_methods[] = {
     {"trace", (PyCFunction)(void (*)(void))plan_trace, METH_VARARGS | METH_KEYWORDS,
      "trace(rows=max_batch, train=True) -> [dict]: the op calls of one step (op, node, phase, inputs, outputs, "
      "params), issued but not run"},
+    {"profile", (PyCFunction)(void (*)(void))plan_profile, METH_VARARGS | METH_KEYWORDS,
+     "profile(x, y, hparams) -> [dict]: one training step run eagerly, each op call with its 'seconds' "
+     "(synchronised around every op); updates the weights like train_step"},
     {"use_graphs", (PyCFunction)plan_use_graphs, METH_O, "use_graphs(bool): capture and replay the step (GPU)"},
     {"use_fused_optimizer", (PyCFunction)plan_use_fused_optimizer, METH_O,
      "use_fused_optimizer(bool) -> bool: one launch for the whole optimizer step (GPU) or one op per tensor"},
