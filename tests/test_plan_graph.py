@@ -372,4 +372,6 @@ def test_trace_and_profile_report_the_ops_of_a_step(device):
     for k in pb:
         np.testing.assert_array_equal(np.asarray(pb[k].read()), np.asarray(sb[k].read()), err_msg=str(k))
     meta = g.plan("meta", 6, train)[0]
-    assert [e["op"] for e in meta.trace(6)] == ops and meta.bytes == traced.bytes
+    assert [e["op"] for e in meta.trace(6)] == ops
+    if device == "cpu":   # a GPU plan also holds the fused optimizer's slot table
+        assert meta.bytes == traced.bytes
