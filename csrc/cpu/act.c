@@ -58,7 +58,9 @@ static inline float vexpf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r2 + r + 1.0f;
-    int32_t sbits = (ni + 127) * 8388608; /* (n + 127) << 23 without shifting a signed value */
+    /* (n + 127) << 23 in unsigned arithmetic: for a NaN input ni is the NaN's bits, and
+     * the signed product overflowed (UB); the result is NaN whatever scale is */
+    uint32_t sbits = ((uint32_t)ni + 127u) << 23;
     float scale;
     memcpy(&scale, &sbits, sizeof scale);
     return p * scale;

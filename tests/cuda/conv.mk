@@ -1,44 +1,48 @@
-# conv.mk -- builds the standalone conv2d test + benchmark of the CUDA backend.
-#
-#   make -f tests/cuda/conv.mk                 # -> build/cuda/test_conv
-#   build/cuda/test_conv [test|bench|all]
-#   make -f tests/cuda/conv.mk ARCH='-gencode=arch=compute_86,code=sm_86'
-#   make -f tests/cuda/conv.mk BUILD=build/cuda128 DEFS='-DIG_KB=128 -DIG_KB_BUILD=128'
-#
-# Links csrc/cuda/conv2d*.cu, the core files it needs (status, dtype, geometry, and
-# op_run + validate + oplist so calls go through core validation) and a fake backend
-# inside the test; cuDNN is dlopen'ed at run time, never linked.
-NVCC ?= nvcc
-CC ?= cc
-ARCH ?= -gencode=arch=compute_90a,code=sm_90a
-BUILD ?= build/cuda
-DEFS ?=
-NVFLAGS ?= -std=c++17 -O3 -lineinfo -Icsrc/include -Icsrc/cuda $(ARCH) $(DEFS)
-CFLAGS_CORE ?= -std=c11 -O2 -Icsrc/include
+# conv.mk -- builds the standalone conv2d test + benchmark of the CUDA backend
+# (tests/cuda/test_conv.cu).
+# Why a separate program: it links csrc/cuda/conv2d*.cu, the core files it needs (status,
+# dtype, geometry, and op_run + validate + oplist so calls go through core validation)
+# and a fake backend inside the test, so conv2d is tested without the rest of the
+# backend; cuDNN is dlopen'ed at run time, never linked.
+# Included by tests/cuda/Makefile (ROOT, OUT, GC_NVCC, GC_CC, GC_ARCH, DEFS come from it):
+#   make -C tests/cuda conv                        # sm_90a -> build/tests/cuda/test_conv
+#   build/tests/cuda/test_conv [test|bench|all|wgtest|wgbench]
+#   make -C tests/cuda conv GC_ARCH='-gencode=arch=compute_86,code=sm_86'
+#   make -C tests/cuda conv TAG=kb128 DEFS='-DIG_KB=128 -DIG_KB_BUILD=128'
+#                                                  # -> build/tests/cuda/kb128/test_conv
+# ptxas' register / spill report of each conv2d*.cu goes to obj/conv/<name>.ptxas.txt.
 
-CORE := status dtype geometry op_run validate oplist
-CORE_OBJ := $(addprefix $(BUILD)/core_,$(addsuffix .o,$(CORE)))
-CU := csrc/cuda/conv2d.cu csrc/cuda/conv2d_simt.cu csrc/cuda/conv2d_vendor.cu csrc/cuda/conv2d_wgmma.cu \
-      csrc/cuda/conv2d_smallc.cu
-CU_OBJ := $(patsubst csrc/cuda/%.cu,$(BUILD)/%.o,$(CU))
-HDR := csrc/include/gpucmp.h csrc/cuda/common.cuh csrc/cuda/conv2d_internal.cuh csrc/cuda/conv2d_ptx.cuh
+ifeq ($(OUT),)
+$(error conv.mk is included by tests/cuda/Makefile: run `make -C tests/cuda conv`)
+endif
 
-$(BUILD)/test_conv: $(BUILD)/test_conv.o $(CU_OBJ) $(CORE_OBJ)
-	$(NVCC) $(ARCH) -o $@ $^ -ldl -lpthread -lm
+CONV_ARCH_DEFAULT := -gencode=arch=compute_90a,code=sm_90a
+CONV_ARCH := $(or $(GC_ARCH),$(CONV_ARCH_DEFAULT))
+CONV_OBJDIR := $(OUT)/obj/conv
+CONV_NVFLAGS := -std=c++17 -O3 -lineinfo -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(CONV_ARCH) $(DEFS)
+CONV_CFLAGS := -std=c11 -O2 -I$(ROOT)/csrc/include
 
-$(BUILD)/test_conv.o: tests/cuda/test_conv.cu $(HDR)
-	@mkdir -p $(BUILD)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+CONV_CORE := status dtype geometry op_run validate oplist
+CONV_CORE_OBJ := $(addprefix $(CONV_OBJDIR)/core_,$(addsuffix .o,$(CONV_CORE)))
+CONV_CU := $(addprefix $(ROOT)/csrc/cuda/,conv2d.cu conv2d_simt.cu conv2d_vendor.cu conv2d_wgmma.cu conv2d_smallc.cu)
+CONV_CU_OBJ := $(patsubst $(ROOT)/csrc/cuda/%.cu,$(CONV_OBJDIR)/%.o,$(CONV_CU))
+CONV_HDR := $(addprefix $(ROOT)/csrc/,include/gpucmp.h cuda/common.cuh cuda/conv2d_internal.cuh cuda/conv2d_ptx.cuh)
 
-$(BUILD)/%.o: csrc/cuda/%.cu $(HDR)
-	@mkdir -p $(BUILD)
-	$(NVCC) $(NVFLAGS) -Xptxas -v -c $< -o $@ 2> $(BUILD)/$*.ptxas.txt || (cat $(BUILD)/$*.ptxas.txt; false)
+conv: $(OUT)/test_conv
 
-$(BUILD)/core_%.o: csrc/core/%.c csrc/include/gpucmp.h
-	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS_CORE) -c $< -o $@
+$(OUT)/test_conv: $(CONV_OBJDIR)/test_conv.o $(CONV_CU_OBJ) $(CONV_CORE_OBJ)
+	$(GC_NVCC) $(CONV_ARCH) -o $@ $^ -ldl -lpthread -lm
 
-clean:
-	rm -rf $(BUILD)
+$(CONV_OBJDIR)/test_conv.o: $(ROOT)/tests/cuda/test_conv.cu $(CONV_HDR)
+	@mkdir -p $(CONV_OBJDIR)
+	$(GC_NVCC) $(CONV_NVFLAGS) -c $< -o $@
 
-.PHONY: clean
+$(CONV_OBJDIR)/%.o: $(ROOT)/csrc/cuda/%.cu $(CONV_HDR)
+	@mkdir -p $(CONV_OBJDIR)
+	$(GC_NVCC) $(CONV_NVFLAGS) -Xptxas -v -c $< -o $@ 2> $(CONV_OBJDIR)/$*.ptxas.txt || (cat $(CONV_OBJDIR)/$*.ptxas.txt; false)
+
+$(CONV_OBJDIR)/core_%.o: $(ROOT)/csrc/core/%.c $(ROOT)/csrc/include/gpucmp.h
+	@mkdir -p $(CONV_OBJDIR)
+	$(GC_CC) $(CONV_CFLAGS) -c $< -o $@
+
+.PHONY: conv

@@ -1,41 +1,44 @@
 # gemm.mk -- builds the standalone CUDA GEMM test + benchmark (tests/cuda/test_gemm.cu).
-#
-#   make -f tests/cuda/gemm.mk -j8                 # sm_80 + sm_90a  -> build/gemm_test/all/test_gemm
-#   make -f tests/cuda/gemm.mk -j8 TAG=sm80 ARCHS="-gencode=arch=compute_80,code=compute_80"
-#                                                   # PTX only: JIT-compiled for the device, no wgmma
-#   make -f tests/cuda/gemm.mk -j8 TAG=bench WATCHDOG=0   # as the library builds it, for timing
-#   build/gemm_test/all/test_gemm [--bench] [--quick] [--seed N]
-# WATCHDOG (cycles, default ~4 s): the wgmma kernel traps instead of hanging on a barrier
-# that never completes; 0 = off, as in the library.
-#
-# Run from the repository root. Links only the GEMM sources with core/status.c and
-# core/dtype.c; the backend helpers are stubbed inside the test. cuBLASLt is opened at
-# run time (never linked).
-NVCC  ?= nvcc
-CC    ?= cc
-TAG   ?= all
-ARCHS ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
-BUILD := build/gemm_test/$(TAG)
-WATCHDOG ?= 8000000000LL
-NVFLAGS := -DGC_GEMM_WATCHDOG=$(WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC -Icsrc/include -Icsrc/cuda $(ARCHS)
-CU  := csrc/cuda/gemm.cu csrc/cuda/gemm_simt.cu csrc/cuda/gemm_small.cu csrc/cuda/gemm_mma.cu csrc/cuda/gemm_wgmma.cu \
-       csrc/cuda/gemm_vendor.cu tests/cuda/test_gemm.cu
-C   := csrc/core/status.c csrc/core/dtype.c
-OBJ := $(patsubst %,$(BUILD)/%.o,$(notdir $(CU) $(C)))
-HDR := csrc/cuda/gemm.cuh csrc/cuda/common.cuh csrc/include/gpucmp.h
+# Why a separate program: it links only the GEMM sources with core/status.c and
+# core/dtype.c (the backend helpers are stubbed inside the test), so the GEMM paths are
+# tested on their own; cuBLASLt is opened at run time (never linked).
+# Included by tests/cuda/Makefile (ROOT, OUT, GC_NVCC, GC_CC, GC_ARCH, DEFS come from it):
+#   make -C tests/cuda -j8 gemm                    # sm_80 + sm_90a -> build/tests/cuda/test_gemm
+#   make -C tests/cuda -j8 gemm TAG=sm80 GC_ARCH="-gencode=arch=compute_80,code=compute_80"
+#                                                  # PTX only: JIT-compiled for the device, no wgmma
+#   make -C tests/cuda -j8 gemm TAG=bench GEMM_WATCHDOG=0   # as the library builds it, for timing
+#   build/tests/cuda[/TAG]/test_gemm [--bench] [--quick] [--only-bench] [--seed N]
+# GEMM_WATCHDOG (cycles, default ~4 s): the wgmma kernel traps instead of hanging on a
+# barrier that never completes; 0 = off, as in the library.
 
-$(BUILD)/test_gemm: $(OBJ)
-	$(NVCC) $(ARCHS) -o $@ $(OBJ) -ldl -lpthread
+ifeq ($(OUT),)
+$(error gemm.mk is included by tests/cuda/Makefile: run `make -C tests/cuda gemm`)
+endif
 
-$(BUILD)/%.cu.o: csrc/cuda/%.cu $(HDR) | $(BUILD)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
-$(BUILD)/test_gemm.cu.o: tests/cuda/test_gemm.cu $(HDR) | $(BUILD)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
-$(BUILD)/%.c.o: csrc/core/%.c csrc/include/gpucmp.h | $(BUILD)
-	$(CC) -O2 -std=c11 -fPIC -Icsrc/include -c $< -o $@
-$(BUILD):
+GEMM_ARCH_DEFAULT := -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
+GEMM_ARCH := $(or $(GC_ARCH),$(GEMM_ARCH_DEFAULT))
+GEMM_WATCHDOG ?= 8000000000LL
+GEMM_OBJDIR := $(OUT)/obj/gemm
+GEMM_NVFLAGS := -DGC_GEMM_WATCHDOG=$(GEMM_WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC \
+                -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(GEMM_ARCH) $(DEFS)
+GEMM_CU := $(addprefix $(ROOT)/csrc/cuda/,gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu \
+             gemm_vendor.cu) $(ROOT)/tests/cuda/test_gemm.cu
+GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
+GEMM_OBJ := $(patsubst %,$(GEMM_OBJDIR)/%.o,$(notdir $(GEMM_CU) $(GEMM_C)))
+GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh include/gpucmp.h)
+
+gemm: $(OUT)/test_gemm
+
+$(OUT)/test_gemm: $(GEMM_OBJ)
+	$(GC_NVCC) $(GEMM_ARCH) -o $@ $(GEMM_OBJ) -ldl -lpthread
+
+$(GEMM_OBJDIR)/%.cu.o: $(ROOT)/csrc/cuda/%.cu $(GEMM_HDR) | $(GEMM_OBJDIR)
+	$(GC_NVCC) $(GEMM_NVFLAGS) -c $< -o $@
+$(GEMM_OBJDIR)/test_gemm.cu.o: $(ROOT)/tests/cuda/test_gemm.cu $(GEMM_HDR) | $(GEMM_OBJDIR)
+	$(GC_NVCC) $(GEMM_NVFLAGS) -c $< -o $@
+$(GEMM_OBJDIR)/%.c.o: $(ROOT)/csrc/core/%.c $(ROOT)/csrc/include/gpucmp.h | $(GEMM_OBJDIR)
+	$(GC_CC) -O2 -std=c11 -fPIC -I$(ROOT)/csrc/include -c $< -o $@
+$(GEMM_OBJDIR):
 	mkdir -p $@
 
-clean:
-	rm -rf $(BUILD)
-.PHONY: clean
+.PHONY: gemm
