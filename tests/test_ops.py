@@ -21,6 +21,7 @@ What it provides:
 
 Every failure message carries the seed; GPUCMP_TEST_SEED=<seed> replays a run.
 """
+import contextlib
 import math
 import os
 
@@ -189,9 +190,17 @@ def conv_configs(c, n_random=12):
         dict(N=2, H=14, W=14, C=64, F=128, KH=1, KW=1, s=(2, 2), d=(1, 1), pad="valid"),
         dict(N=2, H=9, W=11, C=13, F=9, KH=1, KW=1, s=(3, 2), d=(1, 1), pad="valid"),
         dict(N=1, H=7, W=9, C=24, F=40, KH=1, KW=1, s=(2, 2), d=(1, 1), pad="same"),
+        # stride-1 1x1 (plain GEMMs: on CUDA also through the GEMM backend, _conv_routes):
+        # C, F multiples of 8 and odd ones, 'same' (= no padding), dilation (no effect)
+        dict(N=2, H=14, W=14, C=64, F=72, KH=1, KW=1, s=(1, 1), d=(1, 1), pad="valid"),
+        dict(N=3, H=7, W=9, C=13, F=21, KH=1, KW=1, s=(1, 1), d=(1, 1), pad="same"),
+        dict(N=1, H=5, W=6, C=40, F=9, KH=1, KW=1, s=(1, 1), d=(2, 2), pad="valid"),
     ]
     if c.backend != "cpu":  # the full stem at batch 2 (too slow for every CPU SIMD variant)
         fixed.append(dict(N=2, H=230, W=230, C=3, F=64, KH=7, KW=7, s=(2, 2), d=(1, 1), pad="valid"))
+        # a 1x1 layer big enough for the automatic GEMM route in every pass on an H200
+        # (wgmma forward / data gradient, split-K mma.sync weight gradient)
+        fixed.append(dict(N=6, H=28, W=28, C=256, F=256, KH=1, KW=1, s=(1, 1), d=(1, 1), pad="valid"))
     out = list(fixed)
     r = c.rng
     while len(out) < len(fixed) + n_random:
@@ -207,6 +216,42 @@ def conv_configs(c, n_random=12):
             continue
         out.append(cfg)
     return out
+
+
+def _plain_1x1(g):
+    return g["KH"] == 1 and g["KW"] == 1 and tuple(g["s"]) == (1, 1)
+
+
+def _conv_routes(c, g):
+    """On CUDA, a stride-1 1x1 layer runs through both implementations it has: the conv
+    kernels (GPUCMP_CONV_GEMM=conv) and gc_cuda_gemm (=gemm, csrc/cuda/conv2d_gemm.cu),
+    the latter on each GEMM kernel the dtype may take (forced, as in case_gemm), plus
+    the automatic choice; elsewhere one run as configured. (label, route, GEMM path)
+    per run, for _conv_route."""
+    if c.backend == "cpu" or not _plain_1x1(g):
+        return [("", None, None)]
+    exact = c.dtype == "float32" and not c.tf32
+    paths = ["auto"] if exact else ["auto", "mma", "small"]
+    return ([(" route=auto", "auto", "auto"), (" route=conv", "conv", "auto")] +
+            [(" route=gemm" + ("" if p == "auto" else "/" + p), "gemm", p) for p in paths])
+
+
+@contextlib.contextmanager
+def _conv_route(route, gemm_path):
+    if route is None:
+        yield
+        return
+    old = os.environ.get("GPUCMP_CONV_GEMM")
+    os.environ["GPUCMP_CONV_GEMM"] = route
+    try:
+        _core.cuda_gemm_force_path(gemm_path)
+        yield
+    finally:
+        _core.cuda_gemm_force_path("auto")
+        if old is None:
+            os.environ.pop("GPUCMP_CONV_GEMM", None)
+        else:
+            os.environ["GPUCMP_CONV_GEMM"] = old
 
 
 def _conv_desc(g):
@@ -381,15 +426,26 @@ def case_conv2d_fwd(c):
         w = c.normal((g["KH"], g["KW"], g["C"], g["F"]))
         bias = c.normal(g["F"]) if c.rng.random() < 0.6 else None
         act = str(c.rng.choice(ELEMENTWISE_ACTS))
-        c.what = _conv_desc(g) + f" bias={bias is not None} act={act}"
-        y = ops.conv2d(c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"],
-                       padding=g["pad"], dilation_rate=g["d"], activation=act, **c.kw)
-        want = ref.conv2d(x, w, bias, g["s"], g["pad"], g["d"], act)
-        terms = ref.conv2d(abs(x), abs(w), _abs(bias), g["s"], g["pad"], g["d"])
+        if c.backend != "cpu" and _plain_1x1(g):  # the GEMM route's epilogue: both kinds
+            _conv_fwd_case(c, g, x, w, None, "linear")
+            bias = c.normal(g["F"])
+            act = act if act != "linear" else "relu"
+        _conv_fwd_case(c, g, x, w, bias, act)
+
+
+def _conv_fwd_case(c, g, x, w, bias, act):
+    want = ref.conv2d(x, w, bias, g["s"], g["pad"], g["d"], act)
+    terms = ref.conv2d(abs(x), abs(w), _abs(bias), g["s"], g["pad"], g["d"])
+    for label, route, path in _conv_routes(c, g):
+        c.what = _conv_desc(g) + f" bias={bias is not None} act={act}" + label
+        with _conv_route(route, path):
+            y = ops.conv2d(c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"],
+                           padding=g["pad"], dilation_rate=g["d"], activation=act, **c.kw)
         c.check("y", y, want, k=g["KH"] * g["KW"] * g["C"], terms=terms)
-        _vendor_cross_check(c, "conv2d_fwd", lambda lib: ops.conv2d(
-            c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"], padding=g["pad"],
-            dilation_rate=g["d"], activation=act, impl=lib, **c.kw), want, terms, g["KH"] * g["KW"] * g["C"])
+    c.what = _conv_desc(g) + f" bias={bias is not None} act={act}"
+    _vendor_cross_check(c, "conv2d_fwd", lambda lib: ops.conv2d(
+        c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"], padding=g["pad"],
+        dilation_rate=g["d"], activation=act, impl=lib, **c.kw), want, terms, g["KH"] * g["KW"] * g["C"])
 
 
 def _conv_fwd_f64(c, g, x, w, bias=None):
@@ -405,12 +461,15 @@ def case_conv2d_bwd_data(c):
         w = c.normal((g["KH"], g["KW"], g["C"], g["F"]))
         yshape = ref.conv2d_output_shape(xshape, w.shape, g["s"], g["pad"], g["d"])
         dy = c.normal(yshape)
-        c.what = _conv_desc(g)
-        dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=g["s"],
-                                      padding=g["pad"], dilation_rate=g["d"], **c.kw)
         want = ref.conv2d_backward_data(dy, w, xshape, g["s"], g["pad"], g["d"])
         terms = ref.conv2d_backward_data(abs(dy), abs(w), xshape, g["s"], g["pad"], g["d"])
-        c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+        for label, route, path in _conv_routes(c, g):
+            c.what = _conv_desc(g) + label
+            with _conv_route(route, path):
+                dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=g["s"],
+                                              padding=g["pad"], dilation_rate=g["d"], **c.kw)
+            c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+        c.what = _conv_desc(g)
         _vendor_cross_check(c, "conv2d_bwd_data", lambda lib: ops.conv2d_backward_data(
             c.arg(dy), c.arg(w), xshape, strides=g["s"], padding=g["pad"], dilation_rate=g["d"], impl=lib,
             **c.kw), want, terms, g["KH"] * g["KW"] * g["F"])
@@ -426,24 +485,35 @@ def case_conv2d_bwd_filter(c):
         kshape = (g["KH"], g["KW"], g["C"], g["F"])
         yshape = ref.conv2d_output_shape(x.shape, kshape, g["s"], g["pad"], g["d"])
         dy = c.normal(yshape)
-        with_bias = bool(c.rng.random() < 0.7)
-        c.what = _conv_desc(g) + f" with_bias={with_bias}"
-        dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
-                                            strides=g["s"], padding=g["pad"],
-                                            dilation_rate=g["d"], with_bias=with_bias, **c.kw)
+        with_bias = bool(c.rng.random() < 0.7) or (c.backend != "cpu" and _plain_1x1(g))
         want_w, want_b = ref.conv2d_backward_filter(x, dy, (g["KH"], g["KW"]), g["s"], g["pad"],
                                                     g["d"])
         terms_w, terms_b = ref.conv2d_backward_filter(abs(x), abs(dy), (g["KH"], g["KW"]),
                                                       g["s"], g["pad"], g["d"])
         rows = yshape[0] * yshape[1] * yshape[2]
-        c.check("dw", dw, want_w, k=rows, terms=terms_w)
+        for label, route, path in _conv_routes(c, g):
+            c.what = _conv_desc(g) + f" with_bias={with_bias}" + label
+            with _conv_route(route, path):
+                dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
+                                                    strides=g["s"], padding=g["pad"],
+                                                    dilation_rate=g["d"], with_bias=with_bias, **c.kw)
+                dw2, db2 = (ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
+                                                       strides=g["s"], padding=g["pad"],
+                                                       dilation_rate=g["d"], with_bias=with_bias,
+                                                       **c.kw) if route else (dw, db))
+            c.check("dw", dw, want_w, k=rows, terms=terms_w)
+            if with_bias:
+                c.check("db", db, want_b, k=rows, terms=terms_b)
+            else:
+                assert db is None, c.msg("db returned although with_bias=False")
+            if route:  # deterministic: a second call gives the same bits
+                assert np.array_equal(np.asarray(dw).view(np.uint8), np.asarray(dw2).view(np.uint8)) and (
+                    db is None or np.array_equal(np.asarray(db).view(np.uint8),
+                                                 np.asarray(db2).view(np.uint8))), c.msg("not deterministic")
+        c.what = _conv_desc(g) + f" with_bias={with_bias}"
         _vendor_cross_check(c, "conv2d_bwd_filter", lambda lib: ops.conv2d_backward_filter(
             c.arg(x), c.arg(dy), (g["KH"], g["KW"]), strides=g["s"], padding=g["pad"], dilation_rate=g["d"],
             with_bias=False, impl=lib, **c.kw)[0], want_w, terms_w, rows)
-        if with_bias:
-            c.check("db", db, want_b, k=rows, terms=terms_b)
-        else:
-            assert db is None, c.msg("db returned although with_bias=False")
         if c.dtype == "float32":
             w = c.normal(kshape)
             fd_check(c, "dw", lambda t: _dot64(dy, _conv_fwd_f64(c, g, x, t)), w,

@@ -44,9 +44,11 @@
  * tiny channel counts go to the SIMT kernels for the backward passes, except where
  * KH*KW*C >= 48 (forward) / > 64 (weight gradient), e.g. ResNet's 7x7x3 stem: there
  * conv2d_smallc.cu's Tensor Core kernels run, whose K / M index is (kh, kw*C + c), one
- * contiguous run of x per kernel row. A 1x1 stride-1 convolution needs no special
- * kernel: with one tap the gather is a plain row read and the implicit GEMM is an
- * ordinary GEMM. A strided 1x1 convolution's data gradient is nonzero only at the
+ * contiguous run of x per kernel row. A 1x1 stride-1 unpadded convolution is a plain
+ * GEMM on the NHWC matrices: where the GEMM backend's own kernels are the faster ones
+ * (big channel counts on Hopper, see conv2d_gemm.cu) every pass goes to gc_cuda_gemm;
+ * elsewhere the implicit GEMM here runs it (with one tap the gather is a plain row
+ * read). A strided 1x1 convolution's data gradient is nonzero only at the
  * pixels the stride samples: dx is zeroed (cudaMemsetAsync) and a GEMM over the dy
  * pixels (M = N*OH*OW, K = F: a plain row read) scatters its output rows to those
  * pixels in the epilogue, instead of the predicated gather over all N*H*W pixels that
@@ -71,10 +73,12 @@
  * with 0), 5 = the small-C kernels (conv2d_smallc.cu) for the forward and the weight
  * gradient wherever they apply, any C (elsewhere, and for the data gradient, as 0).
  * gc_conv2d_debug_last_path: the kernel the last own forward ran (1 SIMT, 2 mma.sync
- * implicit GEMM, 3 direct, 4 wgmma, 5 small C); gc_conv2d_debug_last_bwd_path: the same
- * for the data gradient (1, 2, 4, or 6: the strided 1x1 scatter GEMM);
- * gc_conv2d_debug_last_wgrad_path: for the weight gradient (1 SIMT, 2 mma.sync, 5 small
- * C). */
+ * implicit GEMM, 3 direct, 4 wgmma, 5 small C, 7 the GEMM backend: conv2d_gemm.cu);
+ * gc_conv2d_debug_last_bwd_path: the same for the data gradient (1, 2, 4, 6: the strided
+ * 1x1 scatter GEMM, or 7); gc_conv2d_debug_last_wgrad_path: for the weight gradient
+ * (1 SIMT, 2 mma.sync, 5 small C, 7). The GEMM route of stride-1 unpadded 1x1 layers
+ * (conv2d_gemm.cu) is asked first in each pass, only while gc_conv2d_debug_path is 0;
+ * its own switch is gc_conv2d_debug_gemm / GPUCMP_CONV_GEMM. */
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
     gc_conv2d_debug_last_wgrad_path;
 int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0, gc_conv2d_debug_last_bwd_path = 0,
@@ -972,6 +976,10 @@ static int wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype 
 static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, const void *x,
                          const void *w, const void *bias, gc_act act, void *y)
 {
+    if (gc_conv2d_gemm_wanted(be, g, dt, 0)) {
+        gc_conv2d_debug_last_path = 7;
+        return gc_conv2d_gemm_fwd(be, g, dt, x, w, bias, act, y);
+    }
     int path = gc_conv2d_debug_path;
     if (path == 4) {
         gc_conv2d_debug_last_path = 4;
@@ -1033,6 +1041,10 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
 static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *dy, const void *w, void *dx)
 {
+    if (gc_conv2d_gemm_wanted(be, g, dt, 1)) {
+        gc_conv2d_debug_last_bwd_path = 7;
+        return gc_conv2d_gemm_bwd_data(be, g, dt, dy, w, dx);
+    }
     int path = gc_conv2d_debug_path;
     if (path == 4) {
         gc_conv2d_debug_last_bwd_path = 4;
@@ -1096,6 +1108,10 @@ static gc_status own_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, g
         GC_CUDA_TRY(cudaMemsetAsync(dw, 0, (size_t)(KC * g->F) * gc_dtype_size(dt), s));
         if (db) GC_CUDA_TRY(cudaMemsetAsync(db, 0, (size_t)g->F * gc_dtype_size(dt), s));
         return GC_OK;
+    }
+    if (gc_conv2d_gemm_wanted(be, g, dt, 2)) {
+        gc_conv2d_debug_last_wgrad_path = 7;
+        return gc_conv2d_gemm_bwd_filter(be, g, dt, x, dy, dw, db);
     }
     int path = gc_conv2d_debug_path;
     /* small C with more rows than the SIMT small-K kernel keeps in registers (KC > 64:

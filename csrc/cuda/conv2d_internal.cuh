@@ -86,6 +86,19 @@ gc_status gc_conv2d_smallc_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc
 gc_status gc_conv2d_smallc_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                       const void *x, const void *dy, void *dw, void *db);
 
+/* ---- conv2d_gemm.cu: stride-1, unpadded 1x1 convolutions as plain GEMMs through
+ * gc_cuda_gemm (gemm.cu). _wanted: 1 when pass (0 fwd, 1 bwd data, 2 bwd filter) of
+ * this layer should take the route (validity, the force switch gc_conv2d_debug_gemm /
+ * GPUCMP_CONV_GEMM, the automatic choice); the three passes then do all of the work
+ * (bwd_filter also db, deterministic). No conv workspace: the GEMM owns it. */
+int gc_conv2d_gemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass);
+gc_status gc_conv2d_gemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                             const void *x, const void *w, const void *bias, gc_act act, void *y);
+gc_status gc_conv2d_gemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                  const void *dy, const void *w, void *dx);
+gc_status gc_conv2d_gemm_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                    const void *x, const void *dy, void *dw, void *db);
+
 /* ---- conv2d_vendor.cu: cuDNN (legacy API through dlopen). op is one of the three
  * conv2d ops; the tensors are those of the gc_op_call. */
 gc_status gc_conv2d_vendor(const gc_backend *be, gc_op op, const gc_conv2d_geom *g, gc_dtype dt,

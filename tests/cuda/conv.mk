@@ -1,8 +1,8 @@
 # conv.mk -- builds the standalone conv2d test + benchmark of the CUDA backend
 # (tests/cuda/test_conv.cu).
 # Why a separate program: it links csrc/cuda/conv2d*.cu, the core files it needs (status,
-# dtype, geometry, and op_run + validate + oplist so calls go through core validation)
-# and a fake backend inside the test, so conv2d is tested without the rest of the
+# dtype, geometry, and op_run + validate + oplist so calls go through core validation),
+# the GEMM sources (conv2d_gemm.cu routes stride-1 1x1 layers to gc_cuda_gemm) and a fake backend inside the test, so conv2d is tested without the rest of the
 # backend; cuDNN is dlopen'ed at run time, never linked.
 # Included by tests/cuda/Makefile (ROOT, OUT, GC_NVCC, GC_CC, GC_ARCH, DEFS come from it):
 #   make -C tests/cuda conv                        # sm_90a -> build/tests/cuda/test_conv
@@ -19,14 +19,16 @@ endif
 CONV_ARCH_DEFAULT := -gencode=arch=compute_90a,code=sm_90a
 CONV_ARCH := $(or $(GC_ARCH),$(CONV_ARCH_DEFAULT))
 CONV_OBJDIR := $(OUT)/obj/conv
-CONV_NVFLAGS := -std=c++17 -O3 -lineinfo -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(CONV_ARCH) $(DEFS)
+CONV_NVFLAGS := -std=c++17 -O3 -lineinfo --expt-relaxed-constexpr -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(CONV_ARCH) $(DEFS)
 CONV_CFLAGS := -std=c11 -O2 -I$(ROOT)/csrc/include
 
 CONV_CORE := status dtype geometry op_run validate oplist
 CONV_CORE_OBJ := $(addprefix $(CONV_OBJDIR)/core_,$(addsuffix .o,$(CONV_CORE)))
-CONV_CU := $(addprefix $(ROOT)/csrc/cuda/,conv2d.cu conv2d_simt.cu conv2d_vendor.cu conv2d_wgmma.cu conv2d_smallc.cu)
+CONV_CU := $(addprefix $(ROOT)/csrc/cuda/,conv2d.cu conv2d_simt.cu conv2d_vendor.cu conv2d_wgmma.cu conv2d_smallc.cu \
+           conv2d_gemm.cu gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu gemm_vendor.cu)
 CONV_CU_OBJ := $(patsubst $(ROOT)/csrc/cuda/%.cu,$(CONV_OBJDIR)/%.o,$(CONV_CU))
-CONV_HDR := $(addprefix $(ROOT)/csrc/,include/gpucmp.h cuda/common.cuh cuda/conv2d_internal.cuh cuda/conv2d_ptx.cuh)
+CONV_HDR := $(addprefix $(ROOT)/csrc/,include/gpucmp.h cuda/common.cuh cuda/conv2d_internal.cuh cuda/conv2d_ptx.cuh \
+            cuda/gemm.cuh cuda/hopper_ptx.cuh)
 
 conv: $(OUT)/test_conv
 

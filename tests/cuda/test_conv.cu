@@ -12,7 +12,8 @@
  *                        data gradient (also part of 'test')
  *   test_conv resnet     ResNet-50's stem and strided / plain 1x1 layers at batch BATCH
  *                        (default 256): ms per pass and the path each took, ours vs cuDNN
- *                        (DTYPE=f16|bf16|tf32 for one dtype)
+ *                        (DTYPE=f16|bf16|tf32 for one dtype); stride-1 1x1 layers also
+ *                        with the GEMM route off ("conv") and forced ("gemm")
  *   test_conv wgbench    only the 3x3 64->64 56x56 b64 layer: forward (halo, im2col,
  *                        mma.sync, auto, cuDNN, ring depths) and data gradient (halo,
  *                        mma.sync, cuDNN) (also printed at the end of 'bench')
@@ -35,7 +36,7 @@
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
     gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
     gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
-    gc_conv2d_debug_last_wgrad_path;
+    gc_conv2d_debug_last_wgrad_path, gc_conv2d_debug_gemm;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -76,6 +77,9 @@ extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void 
     return GC_OK;
 }
 
+static void *g_scratch;
+extern "C" void *gc_cuda_scratch(const gc_backend *) { return g_scratch; }
+
 static gc_status fake_capture_begin(const gc_backend *)
 {
     GC_CUDA_TRY(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
@@ -97,6 +101,10 @@ static void init_backend(void)
     g_cc = prop.major * 10 + prop.minor;
     g_optin = prop.sharedMemPerBlockOptin;
     cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+    if (cudaMalloc(&g_scratch, GC_CUDA_SCRATCH_BYTES) != cudaSuccess) {
+        fprintf(stderr, "no scratch buffer\n");
+        exit(2);
+    }
     printf("device: %s, cc %d.%d, %d SMs, %.0f GB; cuDNN %s\n", prop.name, prop.major, prop.minor,
            g_sms, prop.totalGlobalMem / 1e9, gc_conv2d_vendor_available() ? "loaded" : "absent");
     memset(&g_be, 0, sizeof g_be);
@@ -311,6 +319,13 @@ static const conv_case g_cases[] = {
     {2, 12, 11, 5, 5, 5, 9, 1, 1, 2, 1, GC_PAD_SAME, GC_ACT_SIGMOID, 1, 1},     /* small C, dilation along h */
     {4, 14, 14, 64, 1, 1, 128, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1},  /* strided 1x1: scattered bwd data */
     {2, 9, 11, 13, 1, 1, 9, 3, 2, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},       /* strided 1x1, odd C / F */
+    /* stride-1 1x1 (conv2d_gemm.cu's GEMM route where forced or chosen): odd C / F
+     * (misaligned rows), 'same' padding (= none), split K, and a layer big enough that
+     * auto takes the route in every pass on an H200 (wgmma fwd / bwd data) */
+    {3, 7, 9, 13, 1, 1, 21, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_SIGMOID, 1, 1},
+    {2, 5, 6, 40, 1, 1, 24, 1, 1, 2, 2, GC_PAD_VALID, GC_ACT_TANH, 1, 0},
+    {4, 14, 14, 256, 1, 1, 136, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, 1, 1},
+    {6, 28, 28, 256, 1, 1, 256, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1},
 };
 
 struct config {
@@ -321,6 +336,7 @@ struct config {
     double tol;
     int stages; /* pipeline depth override of both Tensor Core kernels (0: default) */
     int nosplit;
+    int gemm; /* gc_conv2d_debug_gemm: 1 = stride-1 1x1 layers through gc_cuda_gemm, 2 = never */
 };
 
 static const config g_configs[] = {
@@ -340,6 +356,12 @@ static const config g_configs[] = {
     {"tf32-sc", GC_F32, 1, 5, GC_IMPL_OWN, 2e-3},
     {"f16-nosplit", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 1},
     {"tf32-nosplt", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 4, 1},
+    {"f16-gemm", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 0, 1},   /* 1x1 stride 1: the GEMM route */
+    {"bf16-gemm", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 0, 1},
+    {"tf32-gemm", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 0, 0, 1},
+    {"f32-gemm", GC_F32, 0, 0, GC_IMPL_OWN, 2e-5, 0, 0, 1},   /* exact f32: never routed */
+    {"f16-nogemm", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 0, 2}, /* the conv kernels for them */
+    {"bf16-nogemm", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 0, 2},
     {"cudnn-f32", GC_F32, 0, 0, GC_IMPL_VENDOR, 1e-4},
     {"cudnn-tf32", GC_F32, 1, 0, GC_IMPL_VENDOR, 2e-3},
     {"cudnn-f16", GC_F16, 1, 0, GC_IMPL_VENDOR, 1e-2},
@@ -383,7 +405,12 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
     gc_conv2d_debug_path = cf.path;
     gc_conv2d_debug_stages = gc_conv2d_debug_wg_stages = cf.stages;
     gc_conv2d_debug_nosplit = cf.nosplit;
+    gc_conv2d_debug_gemm = cf.gemm;
     const gc_dtype dt = cf.dt;
+    /* the passes that must (7) / must not run through gc_cuda_gemm */
+    const int plain1x1 = k.KH == 1 && k.KW == 1 && k.sh == 1 && k.sw == 1 && cf.impl == GC_IMPL_OWN;
+    const int want_gemm = plain1x1 && cf.gemm == 1 && (dt != GC_F32 || cf.tf32);
+    const int check_route = cf.impl == GC_IMPL_OWN && (cf.gemm == 1 || cf.gemm == 2);
     const size_t es = gc_dtype_size(dt);
     const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
     const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F), nb = (size_t)g.F;
@@ -429,6 +456,8 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
         double e = rel_err(to_float(y_.down(), ny, dt), ry);
         report(cf.name, ci, "fwd", e, cf.tol, NULL);
         worst[0] = std::max(worst[0], e);
+        if (check_route)
+            report(cf.name, ci, "fwd route", (gc_conv2d_debug_last_path == 7) == want_gemm ? 0.0 : 1.0, 0.0, NULL);
     }
     /* backward data */
     {
@@ -446,6 +475,9 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
             double e = rel_err(to_float(dx_.down(), nx, dt), rdx);
             report(cf.name, ci, "bwd_data", e, cf.tol, NULL);
             worst[1] = std::max(worst[1], e);
+            if (check_route)
+                report(cf.name, ci, "bwdD route", (gc_conv2d_debug_last_bwd_path == 7) == want_gemm ? 0.0 : 1.0,
+                       0.0, NULL);
         }
     }
     /* backward filter (+ db), twice: the results must be bitwise identical */
@@ -472,6 +504,9 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
                 double e = rel_err(to_float(hw, nw, dt), rdw);
                 report(cf.name, ci, "bwd_filter", e, cf.tol, NULL);
                 worst[2] = std::max(worst[2], e);
+                if (check_route)
+                    report(cf.name, ci, "bwdF route",
+                           (gc_conv2d_debug_last_wgrad_path == 7) == want_gemm ? 0.0 : 1.0, 0.0, NULL);
                 if (k.db) {
                     e = rel_err(to_float(hb, nb, dt), rdb);
                     report(cf.name, ci, "db", e, cf.tol, NULL);
@@ -492,6 +527,7 @@ out:
     gc_conv2d_debug_path = 0;
     gc_conv2d_debug_stages = gc_conv2d_debug_wg_stages = 0;
     gc_conv2d_debug_nosplit = 0;
+    gc_conv2d_debug_gemm = 0;
 }
 
 /* fwd + bwd_data + bwd_filter captured into one CUDA graph and replayed must give the
@@ -886,7 +922,7 @@ static void run_tests(void)
     printf("  %-11s %10s %10s %10s %10s\n", "config", "fwd", "bwd_data", "bwd_filter", "db");
     for (int c = 0; c < ncfg; c++) {
         if (g_configs[c].impl == GC_IMPL_VENDOR && !gc_conv2d_vendor_available()) continue;
-        if (g_quick && (g_configs[c].impl == GC_IMPL_VENDOR || !strstr("f16 tf32 f16-tc tf32-tc bf16 f16-s4 tf32-s6 bf16-s5 f16-nosplit tf32-nosplt", g_configs[c].name)))
+        if (g_quick && (g_configs[c].impl == GC_IMPL_VENDOR || !strstr("f16 tf32 f16-tc tf32-tc bf16 f16-s4 tf32-s6 bf16-s5 f16-nosplit tf32-nosplt f16-gemm tf32-gemm", g_configs[c].name)))
             continue;
         double worst[4] = {0, 0, 0, 0};
         int before = g_fail;
@@ -1280,7 +1316,9 @@ static void run_bench(void)
 
 /* 'resnet': ResNet-50's stem and strided / plain 1x1 layers (batch BATCH, default 256),
  * each pass timed separately with the path it took (last_path / last_bwd_path /
- * last_wgrad_path), ours and cuDNN, f16 / bf16 / tf32 (or DTYPE=f16|bf16|tf32). */
+ * last_wgrad_path; 7 = gc_cuda_gemm), ours and cuDNN, f16 / bf16 / tf32 (or
+ * DTYPE=f16|bf16|tf32); for the stride-1 1x1 layers also ours with the conv kernels
+ * only ("conv") and with every pass through gc_cuda_gemm ("gemm"). */
 struct rlayer {
     const char *name;
     int H, W, C, F, K, s;
@@ -1291,9 +1329,15 @@ static const rlayer g_rlayers[] = {
     {"conv4 1x1/2 512->1024", 28, 28, 512, 1024, 1, 2},
     {"conv5 1x1/2 1024->2048", 14, 14, 1024, 2048, 1, 2},
     {"conv5 1x1/2 1024->512", 14, 14, 1024, 512, 1, 2},
+    {"conv2 1x1 64->64", 56, 56, 64, 64, 1, 1},
+    {"conv2 1x1 64->256", 56, 56, 64, 256, 1, 1},
+    {"conv2 1x1 256->64", 56, 56, 256, 64, 1, 1},
+    {"conv3 1x1 128->512", 28, 28, 128, 512, 1, 1},
+    {"conv3 1x1 512->128", 28, 28, 512, 128, 1, 1},
     {"conv4 1x1 1024->256", 14, 14, 1024, 256, 1, 1},
     {"conv4 1x1 256->1024", 14, 14, 256, 1024, 1, 1},
     {"conv5 1x1 512->2048", 7, 7, 512, 2048, 1, 1},
+    {"conv5 1x1 2048->512", 7, 7, 2048, 512, 1, 1},
 };
 
 static void run_resnet_bench(void)
@@ -1327,8 +1371,14 @@ static void run_resnet_bench(void)
             dw.alloc(nw * es);
             int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
                     sb[1] = {g.F};
-            for (int impl = 0; impl < 2; impl++) {
+            /* variants: 0 ours (auto), 1 cuDNN, 2 ours with the conv kernels only (no GEMM
+             * route), 3 ours with every pass forced through gc_cuda_gemm (stride-1 1x1) */
+            const int plain1x1 = L.K == 1 && L.s == 1;
+            for (int var = 0; var < 4; var++) {
+                const int impl = var == 1;
                 if (impl == 1 && !gc_conv2d_vendor_available()) continue;
+                if (var >= 2 && !plain1x1) continue;
+                gc_conv2d_debug_gemm = var == 2 ? 2 : var == 3 ? 1 : 0;
                 gc_conv2d_params p = p0;
                 p.impl = (gc_impl)impl;
                 gc_tensor tw = gc_tensor_make(w.p, dt, 4, sw), tdw = gc_tensor_make(dw.p, dt, 4, sw);
@@ -1361,8 +1411,10 @@ static void run_resnet_bench(void)
                 const int pd = gc_conv2d_debug_last_bwd_path;
                 double tb = time_ms(bwdf, 10);
                 const int pw = gc_conv2d_debug_last_wgrad_path;
+                gc_conv2d_debug_gemm = 0;
+                const char *vname = var == 1 ? "cudnn" : var == 2 ? "conv" : var == 3 ? "gemm" : "ours";
                 if (err) {
-                    printf("%-24s %-5s %-6s error: %s\n", L.name, dnames[di], impl ? "cudnn" : "ours", gc_last_error());
+                    printf("%-24s %-5s %-6s error: %s\n", L.name, dnames[di], vname, gc_last_error());
                     gc_clear_error();
                     continue;
                 }
@@ -1372,7 +1424,7 @@ static void run_resnet_bench(void)
                            "cudnn", tf, td, tb, tt, 3 * flops / tt / 1e9);
                 else
                     printf("%-24s %-5s %-6s %9.3f %9.3f %9.3f %9.3f |   %d / %d / %d   | %8.1f\n", L.name, dnames[di],
-                           "ours", tf, td, tb, tt, pf, pd, pw, 3 * flops / tt / 1e9);
+                           vname, tf, td, tb, tt, pf, pd, pw, 3 * flops / tt / 1e9);
             }
             for (int s = 0; s < 2; s++) { x[s].release(); dy[s].release(); y[s].release(); dx[s].release(); }
             w.release(); dw.release();
