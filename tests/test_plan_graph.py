@@ -368,7 +368,11 @@ def test_trace_and_profile_report_the_ops_of_a_step(device):
     step_plan, sb = g.plan(device, 6, train)
     prof = prof_plan.profile(x, labels, {"lr": 0.1})
     step_plan.train_step(x, labels, {"lr": 0.1})
-    assert [e["op"] for e in prof] == ops and all(e["seconds"] >= 0 for e in prof)
+    # a GPU backend updates every tensor in one fused launch, reported as 'optim_multi'
+    updates = [e["op"] for e in prof if e["phase"] == "update"]
+    assert updates in (["sgd"] * 11, ["optim_multi"])
+    assert [e["op"] for e in prof if e["phase"] != "update"] == [e["op"] for e in trace if e["phase"] != "update"]
+    assert all(e["seconds"] >= 0 for e in prof)
     for k in pb:
         np.testing.assert_array_equal(np.asarray(pb[k].read()), np.asarray(sb[k].read()), err_msg=str(k))
     meta = g.plan("meta", 6, train)[0]

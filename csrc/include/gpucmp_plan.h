@@ -161,7 +161,8 @@ typedef void (*gc_plan_trace_fn)(void *ctx, const gc_op_call *call, int node, co
                                  double seconds);
 gc_status gc_plan_trace(gc_plan *plan, int64_t rows, int train, gc_plan_trace_fn fn, void *ctx);
 /* One training step run eagerly with the backend synchronised around every op: fn gets
- * each op call with its wall time in seconds (launch included) -- where a step's time
+ * each op call with its wall time in seconds (launch included; the fused optimizer
+ * launch of a GPU backend, which is not an op of the list, comes with call == NULL) -- where a step's time
  * goes, op by op, for profiling and for per-op calibration. Changes the weights like a
  * train_step. */
 gc_status gc_plan_profile(gc_plan *plan, const float *const *x, const void *y, int64_t rows,

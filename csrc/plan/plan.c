@@ -81,6 +81,12 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double gc_plan_clock(gc_plan *p)
+{
+    p->be->sync(p->be);
+    return now_seconds();
+}
+
 static gc_status run_call(gc_plan *p, const gc_op_call *c)
 {
     if (p->checking && p->trace) p->trace(p->trace_ctx, c, p->cur_node, p->cur_phase, -1.0);

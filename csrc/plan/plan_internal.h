@@ -157,6 +157,8 @@ gc_status gc_plan_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtyp
 /* backend memory owned by the plan, zero-filled */
 gc_status gc_plan_alloc(gc_plan *p, int64_t n, gc_dtype dt, void **out);
 gc_status gc_plan_copy(gc_plan *p, void *dst, const void *src, size_t bytes);
+/* profiling: the backend synchronised, then the monotonic clock in seconds */
+double gc_plan_clock(gc_plan *p);
 
 int64_t gc_numel(const int64_t *shape, int nd);
 gc_tensor gc_btd(void *data, gc_dtype dt, int64_t rows, const int64_t *shape, int nd);

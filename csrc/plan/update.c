@@ -67,8 +67,11 @@ gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp)
     }
     if (p->fused_opt && p->opt_slots && !p->checking) { /* every tensor in one launch */
         const float *dyn = p->device_mode ? (const float *)p->dyn : NULL;
+        double t0 = p->profiling ? gc_plan_clock(p) : 0.0;
         TRY(p->be->optim_multi(p->be, hp, dyn, ls ? (const float *)p->ls_bad : NULL, p->opt_slots,
                                p->n_slots, p->max_slot_n));
+        if (p->profiling && p->trace) /* not an op of the list: reported with call == NULL */
+            p->trace(p->trace_ctx, NULL, -1, "update", gc_plan_clock(p) - t0);
     } else { /* per tensor (and always in the creation dry run: each call validated) */
         for (int i = 0; i < p->n; i++)
             for (int k = 0; k < p->L[i].n_w; k++)

@@ -1549,6 +1549,13 @@ static void trace_one(void *ctx, const gc_op_call *c, int node, const char *phas
 {
     trace_sink *sink = ctx;
     if (sink->failed) return;
+    if (!c) { /* the fused optimizer launch (profile only) */
+        PyObject *d = Py_BuildValue("{s:s,s:i,s:s,s:[],s:[],s:{},s:d}", "op", "optim_multi", "node", node, "phase",
+                                    phase ? phase : "other", "inputs", "outputs", "params", "seconds", seconds);
+        if (!d || PyList_Append(sink->list, d)) sink->failed = 1;
+        Py_XDECREF(d);
+        return;
+    }
     int ni = gc_op_num_inputs(c->op), no = gc_op_num_outputs(c->op);
     PyObject *ins = PyList_New(ni), *outs = PyList_New(no);
     if (!ins || !outs) goto fail;
