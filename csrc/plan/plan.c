@@ -618,9 +618,9 @@ static gc_status check_nodes(gc_plan *p)
 }
 
 /* which gradients are needed, and which consumer of a fanned-out node writes first */
-static void analyse_gradients(gc_plan *p)
+static gc_status analyse_gradients(gc_plan *p)
 {
-    if (!p->training) return;
+    if (!p->training) return GC_OK;
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
         if (l->absorbed) { /* its gradient is that of the node it was folded into */
@@ -637,16 +637,18 @@ static void analyse_gradients(gc_plan *p)
     /* backward runs in reverse order: per producer, the first gradient to arrive is
      * written, later ones are added (within one node, the lower input slot first) */
     int *seen = calloc((size_t)p->n, sizeof *seen);
+    if (!seen) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
     for (int i = p->n - 1; i >= 0; i--) {
         plan_node *l = &p->L[i];
         for (int k = 0; k < l->n_in; k++) {
             if (!l->in_grad[k]) continue;
             int src = l->in[k];
-            l->in_accum[k] = seen ? seen[src] : 1;
-            if (seen) seen[src] = 1;
+            l->in_accum[k] = seen[src];
+            seen[src] = 1;
         }
     }
     free(seen);
+    return GC_OK;
 }
 
 /* Node fusions, decided once before any buffer exists (GPUCMP_PLAN_FUSE=0 turns them
@@ -911,7 +913,9 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
             if (p->L[i].dt != GC_F32 && !(be->native_dtypes & (1u << p->L[i].dt))) p->widen = 1;
         p->out_numel = p->L[p->n - 1].out_numel;
         fuse_nodes(p);
-        analyse_gradients(p);
+        s = analyse_gradients(p);
+    }
+    if (s == GC_OK) {
         pair_nodes(p);
         s = alloc_activations(p);
     }
