@@ -6,42 +6,18 @@ training step against Keras.
 
 Keras 3 (JAX backend) is the reference; the file is skipped without it.
 """
-import os
-
 import numpy as np
 import pytest
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
-keras = pytest.importorskip("keras")
-if not keras.__version__.startswith("3."):
-    pytest.skip(f"needs Keras 3, found {keras.__version__}", allow_module_level=True)
+from keras_reference import keras3, fresh_sessions, rel_err, weights_close  # noqa: F401 (fresh_sessions: autouse fixture)
+
+keras = keras3()
 
 import gpucmp.keras as gk  # noqa: E402
 from gpucmp.keras.models import lowering  # noqa: E402
 from gpucmp.keras.models import data_adapter  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_sessions():
-    keras.backend.clear_session()
-    gk.backend.clear_session()
-    keras.utils.set_random_seed(0)
-    gk.utils.set_random_seed(0)
-
-
-def rel_err(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-def weights_close(got, want):
-    """fp32 agreement of an updated weight: 1e-5 relative, or -- for the bias of a layer
-    feeding a training-mode BatchNormalization, whose gradient is exactly zero and
-    computes to rounding noise (~1e-9) on both sides -- 1e-7 absolute."""
-    return rel_err(got, want) < 1e-5 or float(np.max(np.abs(np.asarray(got, np.float64) -
-                                                           np.asarray(want, np.float64)))) < 1e-7
-
 
 
 def branching(K, bn_trainable=True):

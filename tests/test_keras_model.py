@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import reference as ref
+from keras_reference import rel_err
 from gpucmp import keras
 from gpucmp.keras import backend, callbacks, layers, optimizers
 from gpucmp.keras.models import Model, Sequential, load_model
@@ -19,10 +20,6 @@ def _fresh():
     backend.clear_session()
     keras.utils.set_random_seed(1234)
 
-
-def rel_err(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 # ------------------------------------------------------------------ the float64 hand computation

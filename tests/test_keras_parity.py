@@ -7,36 +7,21 @@ Runs when `keras` (Keras 3) is importable; CI installs it with the JAX backend
 """
 import contextlib
 import io
-import os
 import re
 import warnings
 
 import numpy as np
 import pytest
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
-keras = pytest.importorskip("keras")
-if not keras.__version__.startswith("3."):
-    pytest.skip(f"needs Keras 3, found {keras.__version__}", allow_module_level=True)
+from keras_reference import keras3, fresh_sessions, rel_err  # noqa: F401 (fresh_sessions: autouse fixture)
+
+keras = keras3()
 
 import gpucmp.keras as gk  # noqa: E402
 from gpucmp.harness.workloads.seeds import build_seed_cnn  # noqa: E402
 
 # Keras' own variables trip a NumPy 2 deprecation in get_weights(); not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_sessions():
-    keras.backend.clear_session()
-    gk.backend.clear_session()
-    keras.utils.set_random_seed(0)
-    gk.utils.set_random_seed(0)
-
-
-def rel_err(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def seeds_cnn(K):

@@ -6,15 +6,12 @@ through the graph plan -- Keras' predictions from Keras' weights.
 Keras' own ResNet50 takes ~10 s to build on two cores: each Keras configuration is
 built once per module.
 """
-import os
-
 import numpy as np
 import pytest
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
-keras = pytest.importorskip("keras")
-if not keras.__version__.startswith("3."):
-    pytest.skip(f"needs Keras 3, found {keras.__version__}", allow_module_level=True)
+from keras_reference import keras3, rel_err
+
+keras = keras3()
 
 import gpucmp.keras as gk  # noqa: E402
 from gpucmp.keras.applications import resnet50 as gk_resnet50  # noqa: E402
@@ -43,11 +40,6 @@ def rows(model):
         name = None if type(layer).__name__ == "InputLayer" else layer.name   # session-numbered
         out.append((name, type(layer).__name__, tuple(shape), layer.count_params()))
     return out
-
-
-def rel_err(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
