@@ -42,3 +42,16 @@ def weights_close(got, want):
     computes to rounding noise (~1e-9) on both sides -- 1e-7 absolute."""
     return rel_err(got, want) < 1e-5 or float(np.max(np.abs(np.asarray(got, np.float64) -
                                                            np.asarray(want, np.float64)))) < 1e-7
+
+
+def randomize_bn_statistics(model, rng):
+    """Non-trivial gamma, beta and moving statistics in every BatchNormalization of a
+    Keras model, so that inference does not reduce BN to the identity."""
+    import keras
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.set_weights([rng.uniform(0.8, 1.2, c).astype("float32"),
+                               rng.normal(0, 0.1, c).astype("float32"),
+                               rng.normal(0, 0.1, c).astype("float32"),
+                               rng.uniform(0.8, 1.5, c).astype("float32")])

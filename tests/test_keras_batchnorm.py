@@ -5,7 +5,8 @@ graph plan -- inference, a training step and frozen (trainable=False) inference 
 import numpy as np
 import pytest
 
-from keras_reference import keras3, fresh_sessions, rel_err, weights_close  # noqa: F401 (fresh_sessions: autouse fixture)
+from keras_reference import fresh_sessions  # noqa: F401 (an autouse fixture)
+from keras_reference import keras3, rel_err, weights_close
 
 keras = keras3()
 

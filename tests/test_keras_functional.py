@@ -9,7 +9,8 @@ Keras 3 (JAX backend) is the reference; the file is skipped without it.
 import numpy as np
 import pytest
 
-from keras_reference import keras3, fresh_sessions, rel_err, weights_close  # noqa: F401 (fresh_sessions: autouse fixture)
+from keras_reference import fresh_sessions  # noqa: F401 (an autouse fixture)
+from keras_reference import keras3, randomize_bn_statistics, rel_err, weights_close
 
 keras = keras3()
 
@@ -649,13 +650,7 @@ def test_resnet50_node_list_run_in_numpy_predicts_what_keras_predicts():
     gm = gk.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=7,
                                   classifier_activation=None)
     rng = np.random.default_rng(8)
-    for layer in km.layers:
-        if isinstance(layer, keras.layers.BatchNormalization):
-            c = layer.moving_mean.shape[0]
-            layer.set_weights([rng.uniform(0.8, 1.2, c).astype("float32"),
-                               rng.normal(0, 0.1, c).astype("float32"),
-                               rng.normal(0, 0.1, c).astype("float32"),
-                               rng.uniform(0.8, 1.5, c).astype("float32")])
+    randomize_bn_statistics(km, rng)
     gm.set_weights(km.get_weights())
     x = rng.uniform(0, 1, size=(2, 32, 32, 3)).astype(np.float32)
     nodes = lowering.describe(lowering.flatten(gm), lambda l: False)

@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 import pytest
 
-from keras_reference import keras3, fresh_sessions, rel_err  # noqa: F401 (fresh_sessions: autouse fixture)
+from keras_reference import fresh_sessions  # noqa: F401 (an autouse fixture)
+from keras_reference import keras3, rel_err
 
 keras = keras3()
 

@@ -9,7 +9,7 @@ built once per module.
 import numpy as np
 import pytest
 
-from keras_reference import keras3, rel_err
+from keras_reference import keras3, randomize_bn_statistics, rel_err
 
 keras = keras3()
 
@@ -105,13 +105,8 @@ def test_weights_file_from_keras_loads_by_name(tmp_path):
 def copy_layer_by_layer(km, gm, rng):
     """Keras' weights into gpucmp, layer by layer by name, BN statistics made non-trivial
     first (on the Keras side) so inference does not reduce BN to the identity."""
+    randomize_bn_statistics(km, rng)
     for layer in km.layers:
-        if isinstance(layer, keras.layers.BatchNormalization):
-            c = layer.moving_mean.shape[0]
-            layer.set_weights([rng.uniform(0.8, 1.2, c).astype("float32"),
-                               rng.normal(0, 0.1, c).astype("float32"),
-                               rng.normal(0, 0.1, c).astype("float32"),
-                               rng.uniform(0.8, 1.5, c).astype("float32")])
         if layer.weights:
             gm.get_layer(layer.name).set_weights(layer.get_weights())
 

@@ -55,3 +55,13 @@ def unsupported(cls_name, **kwargs):
         if value is not None:
             raise NotImplementedError(f"{cls_name}: `{arg}` is not supported by gpucmp yet "
                                       f"(received {arg}={value!r}); leave it None")
+
+
+def image_batch(input_shape, layer_name):
+    """A batch of NHWC images: rank 4, else Keras' incompatible-input ValueError."""
+    if len(input_shape) != 4:
+        from .layer import format_shape
+        raise ValueError(
+            f"Input 0 of layer '{layer_name}' is incompatible with the layer: expected "
+            f"ndim=4 (batch, height, width, channels), found ndim={len(input_shape)}. "
+            f"Full shape received: {format_shape(input_shape)}")

@@ -49,11 +49,7 @@ class Conv2D(Layer):
         self.bias = None
 
     def _check_input(self, input_shape):
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"Input 0 of layer '{self.name}' is incompatible with the layer: expected "
-                f"ndim=4 (batch, height, width, channels), found ndim={len(input_shape)}. "
-                f"Full shape received: {format_shape(input_shape)}")
+        check.image_batch(input_shape, self.name)
         if input_shape[-1] is None:
             raise ValueError(f"Layer '{self.name}': the channel dimension of the inputs must be "
                              f"known, received {format_shape(input_shape)}")

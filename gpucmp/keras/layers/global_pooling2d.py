@@ -18,11 +18,7 @@ class GlobalPooling2D(Layer):
         super().__init__(**kwargs)
 
     def compute_output_shape(self, input_shape):
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"Input 0 of layer '{self.name}' is incompatible with the layer: expected "
-                f"ndim=4, found ndim={len(input_shape)}. Full shape received: "
-                f"{format_shape(input_shape)}")
+        check.image_batch(input_shape, self.name)
         if self.keepdims:
             return (input_shape[0], 1, 1, input_shape[3])
         return (input_shape[0], input_shape[3])

@@ -22,11 +22,7 @@ class Pooling2D(Layer):
         super().__init__(**kwargs)
 
     def compute_output_shape(self, input_shape):
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"Input 0 of layer '{self.name}' is incompatible with the layer: expected "
-                f"ndim=4 (batch, height, width, channels), found ndim={len(input_shape)}. "
-                f"Full shape received: {format_shape(input_shape)}")
+        check.image_batch(input_shape, self.name)
         h = conv_output_length(input_shape[1], self.pool_size[0], self.strides[0], 1, self.padding)
         w = conv_output_length(input_shape[2], self.pool_size[1], self.strides[1], 1, self.padding)
         if (h is not None and h < 1) or (w is not None and w < 1):

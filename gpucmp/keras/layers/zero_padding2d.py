@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from . import argument_checks as check
-from .layer import Layer, format_shape
+from .layer import Layer
 
 
 def _pair(value, what):
@@ -51,11 +51,7 @@ class ZeroPadding2D(Layer):
         super().__init__(**kwargs)
 
     def compute_output_shape(self, input_shape):
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"Input 0 of layer '{self.name}' is incompatible with the layer: expected "
-                f"ndim=4, found ndim={len(input_shape)}. Full shape received: "
-                f"{format_shape(input_shape)}")
+        check.image_batch(input_shape, self.name)
         (t, b), (l, r) = self.padding
         h = None if input_shape[1] is None else input_shape[1] + t + b
         w = None if input_shape[2] is None else input_shape[2] + l + r
