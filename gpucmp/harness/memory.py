@@ -50,8 +50,9 @@ def per_sample_bytes(descs, optimizer="adam"):
 
 def max_batch(descs, capacity_bytes, optimizer="adam", reserve_bytes=CONTEXT_RESERVE_BYTES):
     """The largest batch whose training plan fits capacity_bytes (after the context reserve); 0 if none."""
-    slope = per_sample_bytes(descs, optimizer)
-    fixed = plan_memory(descs, 1, optimizer)["total"] - slope
+    m1 = plan_memory(descs, 1, optimizer)["total"]
+    slope = plan_memory(descs, 2, optimizer)["total"] - m1
+    fixed = m1 - slope
     room = capacity_bytes - reserve_bytes - fixed
     if room < slope or slope <= 0:
         return 0
