@@ -84,6 +84,8 @@ class BuildExt(build_ext):
             ext.library_dirs = list(ext.library_dirs or []) + [d for d in libdirs if os.path.isdir(d)]
             # static runtime: importing never needs libcudart; the driver is found at run time
             ext.libraries = list(ext.libraries or []) + ["cudart_static", "dl", "rt", "pthread", "stdc++"]
+            # kernel launches pass through csrc/cuda/launch_log.cu (the harness's launch log)
+            ext.extra_link_args = list(ext.extra_link_args or []) + ["-Wl,--wrap=__cudaLaunchKernel"]
             if os.environ.get("GPUCMP_STATIC_CXX", "1") != "0":
                 # The symbols of every static archive linked in (cudart_static, and the C++
                 # runtime where the toolchain links it statically, as on the H200 image's
@@ -108,7 +110,8 @@ class BuildExt(build_ext):
             ):
                 continue
             cmd = [nvcc, "-c", src, "-o", obj, "-O3", "-std=c++17", "-Xcompiler", "-fPIC",
-                   "-I" + rel("include"), "-I" + rel("cuda"), "--expt-relaxed-constexpr"] + arch_flags()
+                   "-I" + rel("include"), "-I" + rel("cuda"), "--expt-relaxed-constexpr",
+                   "-DGPUCMP_LAUNCH_WRAP"] + arch_flags()
             jobs.append((src, cmd))
         max_par = max(1, int(os.environ.get("GPUCMP_NVCC_JOBS", str(os.cpu_count() or 2))))
         running = []

@@ -13,6 +13,7 @@
 #             bench_cnn.py gpucmp-only), to check benchmark() agrees with them
 # partitions  `gpucmp bench` with GPUCMP_CUDA_SMS=16, 32, 64 (green contexts) -> bench_smN.json,
 #             then benchmarks/validate_projection.py against $OUT/calibration.json (or the shipped one)
+# CAL_WORKLOADS / PART_WORKLOADS narrow the calibrated / partition-measured workloads.
 # Everything else goes to $OUT/log.txt (the tool returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpucmp-out}; mkdir -p "$OUT"
@@ -38,7 +39,7 @@ for stage in "$@"; do
   calibrate)
     run python3 -m gpucmp devices
     run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" \
-      --ops-budget-s "${OPS_BUDGET_S:-150}"
+      --ops-budget-s "${OPS_BUDGET_S:-150}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
     CAL=$OUT/calibration.json ;;
   bench)
     run timeout 240 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth --precision float32 float16 \
@@ -53,8 +54,8 @@ for stage in "$@"; do
       --repeats 3 --batch-sizes 32 128 --precision float32 ;;
   partitions)
     for n in ${PARTITIONS:-16 32 64}; do
-      GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth \
-        --precision float32 float16 --repeats 3 --json "$OUT/bench_sm$n.json"
+      GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads ${PART_WORKLOADS:-cnn gemm conv bandwidth} \
+        --precision float32 float16 --repeats ${PART_REPEATS:-3} --json "$OUT/bench_sm$n.json"
     done
     run python3 benchmarks/validate_projection.py --calibration "$CAL" --per-sm-from "$OUT/bench_sm16.json" \
       --write-calibration "$OUT/calibration_per_sm.json" --measured "$OUT"/bench_sm*.json --out "$OUT/validation.md" ;;

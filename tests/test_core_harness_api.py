@@ -259,3 +259,85 @@ def test_bad_green_context_request_fails_first_use_with_a_clear_error(bad):
     assert "GPUCMP_CUDA_SMS" in out["error"], out["error"]
     assert out["error"].split(":")[0] in ("ValueError", "RuntimeError", "NotImplementedError")
     assert "GPUCMP_CUDA_SMS" in out["second_use"], out["second_use"]
+
+
+# ------------------------------------------------------------------ launch log, graph timing
+
+def test_launch_log_and_graph_timing_need_a_gpu():
+    with pytest.raises(ValueError, match="cpu"):
+        _core.launch_log_begin("cpu")
+    with pytest.raises(RuntimeError, match="no launch log is open"):
+        _core.launch_log_end()
+    with pytest.raises(ValueError, match="graph capture"):
+        _core.bench_gemm("cpu", 32, 32, 32, "float32", repeats=1, graph=True)
+    with pytest.raises(ValueError, match="grids_for needs a CUDA backend"):
+        _core.bench_conv("cpu", 2, 8, 8, 4, 4, 3, 3, dtype="float32", repeats=1, grids_for=[16])
+
+
+@pytest.mark.parametrize("bad, exc", [("16", TypeError), (16, TypeError), ([], ValueError), ([0], ValueError),
+                                      ([16, -1], ValueError), (list(range(1, 66)), ValueError)])
+def test_grids_for_rejects_bad_sm_lists(bad, exc):
+    with pytest.raises(exc, match="grids_for"):
+        _core.bench_gemm("cpu", 32, 32, 32, "float32", repeats=1, grids_for=bad)
+
+
+LAUNCH_KEYS = {"name", "grid", "block", "blocks", "threads", "smem_bytes", "blocks_per_sm"}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_launch_log_records_the_kernels_of_an_op(backend):
+    _core.launch_log_begin(backend)
+    try:
+        _core.bench_gemm(backend, 512, 384, 256, "float16", repeats=1, warmup=1)
+    finally:
+        launches = _core.launch_log_end()
+    assert launches, "a GEMM launched no kernel the log saw"
+    for r in launches:
+        assert set(r) == LAUNCH_KEYS, r
+        assert r["blocks"] == r["grid"][0] * r["grid"][1] * r["grid"][2] >= 1
+        assert r["threads"] == r["block"][0] * r["block"][1] * r["block"][2] >= 1
+        assert r["smem_bytes"] >= 0 and r["blocks_per_sm"] >= 1, r
+        assert r["name"] and r["name"] != "?", r
+    with pytest.raises(RuntimeError, match="no launch log is open"):
+        _core.launch_log_end()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_grids_follow_the_sm_count_the_kernels_are_told(backend):
+    """The seeds' CNN's small weight gradient splits K over the SMs it sees: fewer SMs,
+    fewer blocks (each doing more); the op still computes the same thing."""
+    full = _core.device_info(backend)["sms"]
+    r = _core.bench_conv(backend, 128, 5, 5, 64, 64, 3, 3, dtype="float16", which="bwd_filter", repeats=3,
+                         graph=True, grids_for=[8, full])
+    assert positive_seconds(r["seconds"])
+    assert set(r["grids"]) == {8, full}
+
+    def main_blocks(launches):
+        m = max(launches, key=lambda x: (x["smem_bytes"], x["blocks"] * x["threads"]))
+        return m["blocks"]
+    assert main_blocks(r["grids"][8]) < main_blocks(r["grids"][full]), r["grids"]
+    # the answer does not depend on the SM count the kernels were told
+    rng = np.random.default_rng()
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 100)).astype(np.float32)
+    from gpucmp import ops
+    want = a.astype(np.float64) @ b
+    for sms in (8, full):
+        _core.launch_log_begin(backend, sms=sms)
+        try:
+            got = np.asarray(ops.matmul(a, b, backend=backend))
+        finally:
+            _core.launch_log_end()
+        assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 1e-2       # TF32 by default
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_graph_timing_of_an_op(backend):
+    eager = _core.bench_gemm(backend, 16, 16, 16, "float32", repeats=5, inner=200)
+    graph = _core.bench_gemm(backend, 16, 16, 16, "float32", repeats=5, inner=200, graph=True)
+    conv = _core.bench_conv(backend, 8, 14, 14, 32, 32, 3, 3, dtype="bfloat16", which="bwd_data", repeats=3,
+                            inner=20, graph=True)
+    assert positive_seconds(eager) and positive_seconds(graph) and positive_seconds(conv)

@@ -367,7 +367,12 @@ extern "C" cudaStream_t gc_cuda_stream(const gc_backend *be)
 }
 
 extern "C" int gc_cuda_cc(const gc_backend *be) { return st_of(be) ? st_of(be)->cc : 0; }
-extern "C" int gc_cuda_sm_count(const gc_backend *be) { return st_of(be) ? st_of(be)->sms : 0; }
+extern int gc_cuda_sms_as; /* launch_log.cu: the SM count a launch-log query plans for */
+extern "C" int gc_cuda_sm_count(const gc_backend *be)
+{
+    if (!st_of(be)) return 0;
+    return gc_cuda_sms_as > 0 ? gc_cuda_sms_as : st_of(be)->sms;
+}
 extern "C" size_t gc_cuda_smem_optin(const gc_backend *be)
 {
     return st_of(be) ? st_of(be)->smem_optin : 0;

@@ -34,6 +34,24 @@ typedef struct {
  * count, and a confinement that cannot be made is this call's error. */
 gc_status gc_cuda_device_info_get(const gc_backend *be, gc_cuda_device_info *out);
 
+/* One kernel launch seen by the launch log (csrc/cuda/launch_log.cu). */
+typedef struct {
+    char name[128];             /* cudaFuncGetName: the mangled kernel name, "?" if unknown */
+    unsigned grid[3], block[3];
+    int64_t smem_bytes;         /* dynamic shared memory of the launch */
+    int blocks_per_sm;          /* cudaOccupancyMaxActiveBlocksPerMultiprocessor, -1 if unknown */
+} gc_cuda_launch;
+
+/* 1 when this build routes kernel launches through the log (setup.py's link wrap). */
+int gc_cuda_launch_log_supported(void);
+/* Opens the log: every kernel launch of the process is recorded until _end. sms > 0:
+ * while it is open, the backend tells its kernels the device has `sms` SMs (grids are
+ * sized for that count; results stay correct). One log at a time. */
+void gc_cuda_launch_log_begin(int sms);
+/* Closes the log, copies up to `max` records into out and returns how many launches
+ * were seen (more than were kept when over the log's capacity, 4096). */
+int gc_cuda_launch_log_end(gc_cuda_launch *out, int max);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,7 +20,9 @@
  * Everything between argument parsing and the result runs with the GIL released and
  * has one cleanup path; a status becomes the same exception as in module.c.
  * bench_copy times the backend's device-to-device copy the same way (the harness's
- * bandwidth workload); both share the sampling loop (bench_sample). */
+ * bandwidth workload); both share the sampling loop (bench_sample). graph=True (GEMM,
+ * conv) captures one sample's `inner` calls into a graph after the warm-up and times its
+ * replays instead: a captured plan's view of an op (no host launch cost per call). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -30,6 +32,9 @@
 
 #include "gpucmp.h"
 #include "bench.h"
+#ifdef GPUCMP_WITH_CUDA
+#include "gpucmp_cuda.h"
+#endif
 
 /* ------------------------------------------------------------------ argument helpers */
 
@@ -148,6 +153,9 @@ static const char *const bench_pad_names[2] = {"valid", "same"};
 
 /* ------------------------------------------------------------------ the timed job */
 
+#define BENCH_MAX_GRIDS 64    /* SM counts one grids_for call may ask for */
+#define BENCH_MAX_LAUNCHES 16 /* launches kept per call (an op makes a few) */
+
 typedef struct {
     gc_op op;
     int nin, nout;
@@ -159,6 +167,18 @@ typedef struct {
     } params;
     int tf32; /* -1 leave, 0 off, 1 on */
     int repeats, warmup, inner;
+    int graph; /* time replays of the `inner` calls captured into one graph */
+    /* grids_for: after timing, one more call per SM count with the launch log open
+     * (grids sized for that count), its launches kept per count */
+    int ngrids;
+    int grid_sms[BENCH_MAX_GRIDS];
+    int grid_n[BENCH_MAX_GRIDS];
+    struct bench_launch {
+        unsigned blocks, threads;
+        int blocks_per_sm;
+        long long smem;
+        char name[128];
+    } (*grid_rec)[BENCH_MAX_LAUNCHES]; /* ngrids rows (PyMem; bench_finish frees it) */
 } bench_job;
 
 static double bench_now(void)
@@ -227,21 +247,47 @@ static int bench_is_float(gc_dtype d) { return d == GC_F32 || d == GC_F16 || d =
 typedef gc_status (*bench_step_fn)(const gc_backend *be, void *ctx);
 
 static gc_status bench_sample(const gc_backend *be, bench_step_fn step, void *ctx, int warmup, int repeats,
-                              int inner, double *median)
+                              int inner, int graph, double *median)
 {
     gc_status s = GC_OK;
+    void *g = NULL;
+    if (graph && !(be->capture_begin && be->capture_end && be->graph_launch && be->graph_destroy))
+        return gc_fail(GC_ERR_INVALID_ARG, "bench: graph=True needs a backend with graph capture ('%s' has none)",
+                       be->name);
     for (int w = 0; w < warmup && s == GC_OK; w++) s = step(be, ctx);
     if (s == GC_OK) s = be->sync(be);
     if (s) return s;
+    if (graph) { /* the `inner` calls of one sample, captured once (after the warm-up grew any workspace) */
+        s = be->capture_begin(be);
+        if (s) return s;
+        for (int i = 0; i < inner && s == GC_OK; i++) s = step(be, ctx);
+        gc_status e = be->capture_end(be, &g);
+        if (s == GC_OK) s = e;
+        if (s) {
+            if (g) be->graph_destroy(be, g);
+            return s;
+        }
+        s = be->graph_launch(be, g); /* the first replay uploads the graph: not timed */
+        if (s == GC_OK) s = be->sync(be);
+        if (s) {
+            be->graph_destroy(be, g);
+            return s;
+        }
+    }
     double *times = (double *)malloc((size_t)repeats * sizeof(double));
-    if (!times) return gc_fail(GC_ERR_NOMEM, "bench: no host memory");
+    if (!times) {
+        if (g) be->graph_destroy(be, g);
+        return gc_fail(GC_ERR_NOMEM, "bench: no host memory");
+    }
     for (int r = 0; r < repeats && s == GC_OK; r++) {
         double t0 = bench_now();
-        for (int i = 0; i < inner && s == GC_OK; i++) s = step(be, ctx);
+        if (g) s = be->graph_launch(be, g);
+        for (int i = 0; !g && i < inner && s == GC_OK; i++) s = step(be, ctx);
         if (s == GC_OK) s = be->sync(be);
         double t1 = bench_now();
         times[r] = (t1 - t0) / (double)inner;
     }
+    if (g) be->graph_destroy(be, g);
     if (s == GC_OK) {
         qsort(times, (size_t)repeats, sizeof(double), bench_cmp);
         *median = repeats % 2 ? times[repeats / 2] : 0.5 * (times[repeats / 2 - 1] + times[repeats / 2]);
@@ -261,6 +307,39 @@ static gc_status bench_op_step(const gc_backend *be, void *ctx)
 {
     bench_op_ctx *c = (bench_op_ctx *)ctx;
     return c->direct ? c->fn(be, c->call) : gc_op_run(be, c->call);
+}
+
+/* One call per SM count of j->grid_sms with the launch log open (CUDA backends only;
+ * the Python layer checked that), keeping each call's launches. */
+static gc_status bench_grids(const gc_backend *be, bench_job *j, bench_op_ctx *ctx)
+{
+#ifdef GPUCMP_WITH_CUDA
+    gc_cuda_launch recs[BENCH_MAX_LAUNCHES];
+    for (int g = 0; g < j->ngrids; g++) {
+        gc_cuda_launch_log_begin(j->grid_sms[g]);
+        gc_status s = bench_op_step(be, ctx);
+        if (s == GC_OK) s = be->sync(be);
+        const int seen = gc_cuda_launch_log_end(recs, BENCH_MAX_LAUNCHES);
+        if (s) return s;
+        if (seen > BENCH_MAX_LAUNCHES)
+            return gc_fail(GC_ERR_UNSUPPORTED, "bench: grids_for: one call made %d kernel launches, more than %d",
+                           seen, BENCH_MAX_LAUNCHES);
+        j->grid_n[g] = seen;
+        for (int i = 0; i < seen; i++) {
+            struct bench_launch *r = &j->grid_rec[g][i];
+            r->blocks = recs[i].grid[0] * recs[i].grid[1] * recs[i].grid[2];
+            r->threads = recs[i].block[0] * recs[i].block[1] * recs[i].block[2];
+            r->blocks_per_sm = recs[i].blocks_per_sm;
+            r->smem = (long long)recs[i].smem_bytes;
+            memcpy(r->name, recs[i].name, sizeof r->name);
+        }
+    }
+    return GC_OK;
+#else
+    (void)ctx;
+    (void)j;
+    return gc_fail(GC_ERR_INVALID_ARG, "bench: grids_for needs a CUDA backend ('%s' launches no kernels)", be->name);
+#endif
 }
 
 /* Runs the job; GIL released by the caller. */
@@ -304,7 +383,9 @@ static gc_status bench_run(const gc_backend *be, bench_job *j, double *median)
     s = gc_op_run(be, &call);
     if (s == GC_OK) {
         bench_op_ctx ctx = {fn, direct, &call};
-        s = bench_sample(be, bench_op_step, &ctx, j->warmup > 1 ? j->warmup - 1 : 0, j->repeats, j->inner, median);
+        s = bench_sample(be, bench_op_step, &ctx, j->warmup > 1 ? j->warmup - 1 : 0, j->repeats, j->inner, j->graph,
+                         median);
+        if (s == GC_OK && j->ngrids) s = bench_grids(be, j, &ctx);
     }
 
 done:
@@ -325,8 +406,83 @@ static PyObject *bench_finish(const gc_backend *be, bench_job *j)
     Py_BEGIN_ALLOW_THREADS
     s = bench_run(be, j, &median);
     Py_END_ALLOW_THREADS
-    if (s) return gc_py_raise(s);
-    return PyFloat_FromDouble(median);
+    if (s || !j->ngrids) {
+        PyMem_Free(j->grid_rec);
+        j->grid_rec = NULL;
+        return s ? gc_py_raise(s) : PyFloat_FromDouble(median);
+    }
+    PyObject *grids = PyDict_New(), *out = NULL;
+    for (int g = 0; grids && g < j->ngrids; g++) {
+        PyObject *lst = PyList_New(0);
+        for (int i = 0; lst && i < j->grid_n[g]; i++) {
+            const struct bench_launch *r = &j->grid_rec[g][i];
+            PyObject *d = Py_BuildValue("{s:s,s:I,s:I,s:i,s:L}", "name", r->name, "blocks", r->blocks, "threads",
+                                        r->threads, "blocks_per_sm", r->blocks_per_sm, "smem_bytes", r->smem);
+            if (!d || PyList_Append(lst, d) < 0) Py_CLEAR(lst);
+            Py_XDECREF(d);
+        }
+        PyObject *key = PyLong_FromLong(j->grid_sms[g]);
+        if (!lst || !key || PyDict_SetItem(grids, key, lst) < 0) Py_CLEAR(grids);
+        Py_XDECREF(key);
+        Py_XDECREF(lst);
+    }
+    if (grids) out = Py_BuildValue("{s:d,s:O}", "seconds", median, "grids", grids);
+    Py_XDECREF(grids);
+    PyMem_Free(j->grid_rec);
+    j->grid_rec = NULL;
+    return out;
+}
+
+/* grids_for: None, or a sequence of SM counts (each >= 1) -> j->grid_sms; -1 with an
+ * exception when it is not, or when the backend cannot log launches. */
+static int bench_grids_arg(PyObject *v, const char *fn, const gc_backend *be, bench_job *j)
+{
+    if (!v || v == Py_None) return 0;
+    if (PyUnicode_Check(v) || PyBytes_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s: grids_for must be a sequence of SM counts, got %R", fn, v);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(v, "grids_for must be a sequence of SM counts");
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: grids_for must be a sequence of SM counts, got %R", fn, v);
+        return -1;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > BENCH_MAX_GRIDS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: grids_for must hold 1 to %d SM counts, got %zd", fn, BENCH_MAX_GRIDS, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long x = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if ((x == -1 && PyErr_Occurred()) || x < 1 || x > 100000) {
+            PyErr_Clear();
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "%s: grids_for[%zd] must be an SM count in [1, 100000]", fn, i);
+            return -1;
+        }
+        j->grid_sms[i] = (int)x;
+    }
+    Py_DECREF(seq);
+#ifdef GPUCMP_WITH_CUDA
+    if (strcmp(be->name, "cuda") == 0) {
+        if (gc_cuda_launch_log_supported()) {
+            j->grid_rec = PyMem_Calloc((size_t)n, sizeof *j->grid_rec);
+            if (!j->grid_rec) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            j->ngrids = (int)n;
+            return 0;
+        }
+        PyErr_Format(PyExc_NotImplementedError, "%s: grids_for: this build does not route kernel launches through "
+                     "the launch log (it needs setup.py's link wrap)", fn);
+        return -1;
+    }
+#endif
+    PyErr_Format(PyExc_ValueError, "%s: grids_for needs a CUDA backend ('%s' launches no kernels)", fn, be->name);
+    return -1;
 }
 
 /* ------------------------------------------------------------------ bench_gemm */
@@ -335,12 +491,12 @@ static PyObject *py_bench_gemm(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"device", "m", "n", "k", "dtype", "impl", "repeats", "trans_a", "trans_b",
-                             "warmup", "inner", NULL};
-    PyObject *device, *dtype_o, *impl_o = NULL;
+                             "warmup", "inner", "graph", "grids_for", NULL};
+    PyObject *device, *dtype_o, *impl_o = NULL, *grids_o = NULL;
     long long m, n, k;
-    int repeats = 10, trans_a = 0, trans_b = 0, warmup = 3, inner = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLO|Oippii:bench_gemm", kwlist, &device, &m, &n, &k, &dtype_o,
-                                     &impl_o, &repeats, &trans_a, &trans_b, &warmup, &inner))
+    int repeats = 10, trans_a = 0, trans_b = 0, warmup = 3, inner = 1, graph = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLO|OippiipO:bench_gemm", kwlist, &device, &m, &n, &k, &dtype_o,
+                                     &impl_o, &repeats, &trans_a, &trans_b, &warmup, &inner, &graph, &grids_o))
         return NULL;
     const char *fn = "bench_gemm";
     int dt, impl = 0;
@@ -378,6 +534,8 @@ static PyObject *py_bench_gemm(PyObject *self, PyObject *args, PyObject *kw)
     j.repeats = repeats;
     j.warmup = warmup;
     j.inner = inner;
+    j.graph = graph;
+    if (bench_grids_arg(grids_o, fn, be, &j)) return NULL;
     return bench_finish(be, &j);
 }
 
@@ -387,14 +545,14 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"device", "n", "h", "w", "c", "f", "kh", "kw", "strides", "padding", "dtype", "impl",
-                             "which", "repeats", "warmup", "dilation", "inner", NULL};
-    PyObject *device, *strides_o = NULL, *pad_o = NULL, *dtype_o = NULL, *impl_o = NULL, *which_o = NULL,
+                             "which", "repeats", "warmup", "dilation", "inner", "graph", "grids_for", NULL};
+    PyObject *device, *grids_o = NULL, *strides_o = NULL, *pad_o = NULL, *dtype_o = NULL, *impl_o = NULL, *which_o = NULL,
              *dil_o = NULL;
     long long N, H, W, C, F, KH, KW;
-    int repeats = 10, warmup = 3, inner = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOi:bench_conv", kwlist, &device, &N, &H, &W, &C, &F,
-                                     &KH, &KW, &strides_o, &pad_o, &dtype_o, &impl_o, &which_o, &repeats, &warmup,
-                                     &dil_o, &inner))
+    int repeats = 10, warmup = 3, inner = 1, graph = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOipO:bench_conv", kwlist, &device, &N, &H, &W, &C,
+                                     &F, &KH, &KW, &strides_o, &pad_o, &dtype_o, &impl_o, &which_o, &repeats, &warmup,
+                                     &dil_o, &inner, &graph, &grids_o))
         return NULL;
     const char *fn = "bench_conv";
     static const char *const which_names[3] = {"fwd", "bwd_data", "bwd_filter"};
@@ -467,6 +625,8 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     j.repeats = repeats;
     j.warmup = warmup;
     j.inner = inner;
+    j.graph = graph;
+    if (bench_grids_arg(grids_o, fn, be, &j)) return NULL;
     return bench_finish(be, &j);
 }
 
@@ -501,7 +661,7 @@ static gc_status bench_copy_run(const gc_backend *be, size_t nbytes, int warmup,
     }
     if (s == GC_OK) {
         bench_copy_ctx ctx = {dst, src, nbytes};
-        s = bench_sample(be, bench_copy_step, &ctx, warmup, repeats, inner, median);
+        s = bench_sample(be, bench_copy_step, &ctx, warmup, repeats, inner, 0, median);
     }
     if (src) be->release(be, src);
     if (dst) be->release(be, dst);
@@ -564,17 +724,19 @@ static PyObject *py_bench_copy(PyObject *self, PyObject *args, PyObject *kw)
 static PyMethodDef bench_methods[] = {
     {"bench_gemm", (PyCFunction)(void (*)(void))py_bench_gemm, METH_VARARGS | METH_KEYWORDS,
      "bench_gemm(device, m, n, k, dtype, impl='own', repeats=10, trans_a=False, trans_b=False, warmup=3, "
-     "inner=1) -> float\n\n"
+     "inner=1, graph=False) -> float\n\n"
      "Median seconds of one C = op(A) @ op(B) (A m x k, B k x n, random operands in backend memory).\n"
      "dtype: 'float32' (exact: TF32 off for the call), 'tfloat32', 'float16', 'bfloat16'; impl: 'own' or\n"
      "'vendor' (cuBLAS; NotImplementedError on the CPU). Each of `repeats` samples times `inner` calls\n"
-     "between two backend syncs with a monotonic host clock."},
+     "between two backend syncs with a monotonic host clock. graph=True captures the `inner` calls into one\n"
+     "CUDA graph and times its replays: the device time of a call as a captured plan runs it, without the\n"
+     "host's launch cost (ValueError on a backend without graph capture)."},
     {"bench_conv", (PyCFunction)(void (*)(void))py_bench_conv, METH_VARARGS | METH_KEYWORDS,
      "bench_conv(device, n, h, w, c, f, kh, kw, strides=(1,1), padding='valid', dtype='float16', impl='own',\n"
-     "           which='fwd', repeats=10, warmup=3, dilation=(1,1), inner=1) -> float\n\n"
+     "           which='fwd', repeats=10, warmup=3, dilation=(1,1), inner=1, graph=False) -> float\n\n"
      "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), no bias:\n"
      "which = 'fwd' (y), 'bwd_data' (dx from dy) or 'bwd_filter' (dw from x, dy). dtype and impl as for\n"
-     "bench_gemm ('vendor' = cuDNN)."},
+     "bench_gemm ('vendor' = cuDNN), and so are inner and graph."},
     {"bench_copy", (PyCFunction)(void (*)(void))py_bench_copy, METH_VARARGS | METH_KEYWORDS,
      "bench_copy(device, nbytes, repeats=20, inner=None, warmup=None) -> float\n\n"
      "Median seconds of one device-to-device copy of nbytes bytes through the backend's copy (source and\n"

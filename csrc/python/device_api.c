@@ -6,7 +6,9 @@
  * L2, shared memory -- and the PCI bus id that matches it to NVML; for the CPU the
  * model, cores, OpenMP threads and active GEMM micro-kernel); memory_stats(backend)
  * -> the backend's own memory accounting (gc_backend.memory_stats) with the driver's
- * free / total; reset_peak_memory(backend).
+ * free / total; reset_peak_memory(backend); launch_log_begin(backend, sms=0) /
+ * launch_log_end() -> the kernel launches in between (csrc/cuda/launch_log.cu), with
+ * grids sized as for `sms` SMs when given.
  *
  * How: a thin layer. The CUDA figures come from gc_cuda_device_info_get
  * (csrc/cuda/backend.cu, gpucmp_cuda.h), which only reads attributes -- no context is
@@ -182,6 +184,82 @@ static PyObject *py_reset_peak_memory(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ launch log */
+
+#ifdef GPUCMP_WITH_CUDA
+static int g_log_open;
+#endif
+
+static PyObject *py_launch_log_begin(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"backend", "sms", NULL};
+    PyObject *name;
+    int sms = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i:launch_log_begin", kwlist, &name, &sms)) return NULL;
+    const gc_backend *be = bench_backend(name, "launch_log_begin");
+    if (!be) return NULL;
+    if (sms < 0 || sms > 100000)
+        return PyErr_Format(PyExc_ValueError, "launch_log_begin: sms must be in [0, 100000] (0: the device's own), got %d",
+                            sms);
+#ifdef GPUCMP_WITH_CUDA
+    if (strcmp(be->name, "cuda") == 0) {
+        if (!gc_cuda_launch_log_supported())
+            return PyErr_Format(PyExc_NotImplementedError,
+                                "launch_log_begin: this build does not route kernel launches through the launch log "
+                                "(it needs setup.py's link wrap)");
+        if (g_log_open) return PyErr_Format(PyExc_RuntimeError, "launch_log_begin: a launch log is already open");
+        gc_cuda_launch_log_begin(sms);
+        g_log_open = 1;
+        Py_RETURN_NONE;
+    }
+#endif
+    return PyErr_Format(PyExc_ValueError, "launch_log_begin: backend '%s' launches no GPU kernels (a CUDA device is needed)",
+                        be->name);
+}
+
+static PyObject *py_launch_log_end(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+#ifdef GPUCMP_WITH_CUDA
+    if (!g_log_open) return PyErr_Format(PyExc_RuntimeError, "launch_log_end: no launch log is open");
+    enum { KEEP = 4096 };
+    gc_cuda_launch *recs = (gc_cuda_launch *)PyMem_Malloc(KEEP * sizeof(gc_cuda_launch));
+    if (!recs) {
+        (void)gc_cuda_launch_log_end(NULL, 0);
+        g_log_open = 0;
+        return PyErr_NoMemory();
+    }
+    const int seen = gc_cuda_launch_log_end(recs, KEEP);
+    g_log_open = 0;
+    const int n = seen < KEEP ? seen : KEEP;
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < n; i++) {
+        const gc_cuda_launch *r = &recs[i];
+        PyObject *d = PyDict_New();
+        int bad = !d || put(d, "name", PyUnicode_DecodeUTF8(r->name, (Py_ssize_t)strlen(r->name), "replace")) ||
+                  put(d, "grid", Py_BuildValue("(III)", r->grid[0], r->grid[1], r->grid[2])) ||
+                  put(d, "block", Py_BuildValue("(III)", r->block[0], r->block[1], r->block[2])) ||
+                  put(d, "blocks", PyLong_FromUnsignedLongLong((unsigned long long)r->grid[0] * r->grid[1] * r->grid[2])) ||
+                  put(d, "threads", PyLong_FromUnsignedLong((unsigned long)r->block[0] * r->block[1] * r->block[2])) ||
+                  put(d, "smem_bytes", PyLong_FromLongLong((long long)r->smem_bytes)) ||
+                  put(d, "blocks_per_sm", PyLong_FromLong(r->blocks_per_sm)) || PyList_Append(out, d) < 0;
+        Py_XDECREF(d);
+        if (bad) Py_CLEAR(out);
+    }
+    PyMem_Free(recs);
+    if (out && seen > n) {
+        Py_DECREF(out);
+        return PyErr_Format(PyExc_RuntimeError, "launch_log_end: %d launches were made, more than the log keeps (%d)",
+                            seen, n);
+    }
+    return out;
+#else
+    return PyErr_Format(PyExc_RuntimeError, "launch_log_end: no launch log is open (this build has no CUDA backend)");
+#endif
+}
+
 static PyMethodDef device_methods[] = {
     {"device_info", py_device_info, METH_O,
      "device_info(backend) -> dict\n\n"
@@ -197,6 +275,15 @@ static PyMethodDef device_methods[] = {
      "device_total_bytes (cudaMemGetInfo; None on the CPU)."},
     {"reset_peak_memory", py_reset_peak_memory, METH_O,
      "reset_peak_memory(backend) -> None\n\nSets the backend's peak_bytes to its allocated_bytes."},
+    {"launch_log_begin", (PyCFunction)(void (*)(void))py_launch_log_begin, METH_VARARGS | METH_KEYWORDS,
+     "launch_log_begin(backend, sms=0) -> None\n\n"
+     "Starts recording every GPU kernel launch of the process (a CUDA backend; ValueError otherwise,\n"
+     "NotImplementedError for a build without the launch wrap). sms > 0: until launch_log_end, the CUDA\n"
+     "backend's kernels size their grids as if the device had that many SMs (results stay correct)."},
+    {"launch_log_end", py_launch_log_end, METH_NOARGS,
+     "launch_log_end() -> list of dict\n\n"
+     "Stops recording; one dict per launch: name (mangled), grid, block, blocks, threads, smem_bytes\n"
+     "(dynamic), blocks_per_sm (occupancy: blocks one SM holds at once, -1 if unknown)."},
     {NULL, NULL, 0, NULL}};
 
 int gpucmp_add_device_api(PyObject *module)

@@ -2,17 +2,22 @@
 
 What it provides: `calibrate(device, workloads, precisions, batch_sizes)` -> a dict
 (schema gpucmp-calibration/1) holding the card's achievable peaks (GEMM rate per
-precision at 8192^3, device copy bandwidth, back-to-back launch latency), the measured
-time of every GEMM and convolution the workloads run (each at its exact shape, dtype
-and pass, timed on device-resident operands by the core's bench functions), the
-measured step time of each measurable model workload, and its provenance (device,
-date, driver, runtime, gpucmp version). `save(cal, path)` writes it atomically.
+precision at 8192^3, device copy bandwidth, launch latency), the measured time of every
+GEMM and convolution the workloads run (each at its exact shape, dtype and pass, timed
+on device-resident operands by the core's bench functions, replayed from a CUDA graph
+as a captured training step runs them), the grid each of those ops launches for the SM
+counts of the cards in the spec database (the core's launch log: split K and
+grid-stride kernels size their grids from the SMs they see, which the projection's wave
+model needs), the measured step time of each measurable model workload, and its
+provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
+atomically.
 `python -m gpucmp calibrate` runs it; data/calibration.json is its output on an H200.
 
 Why it is built this way: a machine without a GPU must still project (the shipped file),
 and a machine with one can replace it by its own measurements -- the same function,
 so the shipped numbers are reproducible with one command on the card they name.
 """
+import dataclasses
 import datetime
 import json
 import math
@@ -21,8 +26,9 @@ import platform
 from . import devices as devices_mod
 from . import energy
 from . import results
+from . import specs
 from . import workloads as wl
-from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION
+from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION, blocks_at
 from .workloads.base import canonical_precision
 from .. import _core
 
@@ -50,13 +56,17 @@ def measure_peaks(device, n=PEAK_N, repeats=3):
              "avg_power_w": float(r["avg_power_w"])} for r in df.to_dict("records")]
     gemm = {r["precision"]: r for r in rows if r["workload"] == "gemm"}
     copy = next(r for r in rows if r["workload"] == "bandwidth")
+    eager = _sized(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps, warmup=5,
+                                                       inner=inner), 5e-6, 0.05, 7)
+    # the per-kernel cost that does not scale with SMs, as a captured step sees it: a tiny
+    # GEMM replayed from a graph (the ops below are timed the same way)
     launch = _sized(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps, warmup=5,
-                                                        inner=inner), 5e-6, 0.05, 7)
+                                                        inner=inner, graph=True), 3e-6, 0.05, 7)
     peaks = {"gemm_flops": {p: 2.0 * n ** 3 / r["step_time_s"] for p, r in gemm.items()},
              "gemm_clock_mhz": {p: r["sm_clock_mhz"] for p, r in gemm.items()}, "gemm_n": n,
              "copy_bytes_per_s": 2.0 * (copy["batch_size"] << 20) / copy["step_time_s"],
              "copy_bytes": copy["batch_size"] << 20,
-             "launch_s": launch}
+             "launch_s": launch, "launch_eager_s": eager, "op_timing": "graph"}
     return peaks, rows
 
 
@@ -68,20 +78,49 @@ def _idle_power(device, info):
         return math.nan
 
 
-def _bench_op(device, op, estimate_s):
+def grid_sms(origin_sms, rows=None):
+    """The SM counts whose grids the calibration records: every card of the spec database,
+    the origin, and partitions of it (green contexts: the projection's validation)."""
+    rows = specs.specs() if rows is None else rows
+    found = {int(x) for x in rows["sms"] if x == x} | {int(origin_sms)}
+    return sorted(found | {n for n in (8, 16, 24, 32, 48, 64, 96) if n < origin_sms})
+
+
+def main_launch(launches):
+    """The launch that does an op's math: the one with the most dynamic shared memory (the
+    tile kernels), then the most threads; helper launches (split-K reduction, bias sums,
+    transposes) use little or none."""
+    return max(launches, key=lambda r: (r["smem_bytes"], r["blocks"] * r["threads"]))
+
+
+def _bench_op(device, op, estimate_s, grids_for=None):
+    """(seconds, {sms: [blocks, threads, blocks_per_sm]} or None) of one op: GEMMs and convs
+    replayed from a graph, with their grids for `grids_for` SM counts; copies eagerly."""
     core, e = _core, op.extra
     if op.kind == "copy":
         nbytes = int(op.bytes // 2)
-        return _sized(lambda inner, reps: core.bench_copy(device, nbytes, repeats=reps, inner=inner), estimate_s)
+        return _sized(lambda inner, reps: core.bench_copy(device, nbytes, repeats=reps, inner=inner), estimate_s), None
     dt = BENCH_DTYPE[op.unit]
+    kw = {"graph": True}
+    if grids_for:
+        kw["grids_for"] = list(grids_for)
     if op.kind == "gemm":
-        return _sized(lambda inner, reps: core.bench_gemm(device, e["m"], e["n"], e["k"], dt, repeats=reps,
-                                                          trans_a=e["trans_a"], trans_b=e["trans_b"], warmup=2,
-                                                          inner=inner), estimate_s)
-    return _sized(lambda inner, reps: core.bench_conv(device, e["n"], e["h"], e["w"], e["c"], e["f"], e["kh"],
-                                                      e["kw"], strides=e["strides"], padding=e["padding"], dtype=dt,
-                                                      which=e["which"], repeats=reps, warmup=2, inner=inner),
-                  estimate_s)
+        r = _sized(lambda inner, reps: core.bench_gemm(device, e["m"], e["n"], e["k"], dt, repeats=reps,
+                                                       trans_a=e["trans_a"], trans_b=e["trans_b"], warmup=2,
+                                                       inner=inner, **kw), estimate_s)
+    else:
+        r = _sized(lambda inner, reps: core.bench_conv(device, e["n"], e["h"], e["w"], e["c"], e["f"], e["kh"],
+                                                       e["kw"], strides=e["strides"], padding=e["padding"], dtype=dt,
+                                                       which=e["which"], repeats=reps, warmup=2, inner=inner, **kw),
+                   estimate_s)
+    if not grids_for:
+        return r, None
+    grids = {}
+    for sms, launches in r["grids"].items():
+        if launches:
+            m = main_launch(launches)
+            grids[str(sms)] = [int(m["blocks"]), int(m["threads"]), int(m["blocks_per_sm"])]
+    return r["seconds"], grids
 
 
 def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "resnet50"),
@@ -103,6 +142,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     info = dict(core.device_info(device))
     power = {"idle_w": _idle_power(device, info), "limit_w": record.get("power_limit_w"),
              "max_sm_clock_mhz": record.get("max_sm_clock_mhz")}
+    sm_list = grid_sms(int(info["sms"]))
     peaks, kernels = measure_peaks(device)
     origin = DeviceModel(record["gpu"], int(info["sms"]),
                          {u: peaks["gemm_flops"][PEAK_PRECISION[u]] for u in UNIT_COLUMN},
@@ -122,7 +162,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                 "gpucmp": __version__, "host": platform.node(), "sm_clock_mhz": record.get("sm_clock_mhz"),
                 "power_limit_w": record.get("power_limit_w"), "sm_limit": info.get("sm_limit"),
                 "command": "gpucmp calibrate"},
-            "peaks": peaks, "power": power, "kernels": kernels, "ops": ops, "steps": steps,
+            "peaks": peaks, "power": power, "kernels": kernels, "ops": ops, "steps": steps, "grid_sms": sm_list,
             "skipped_ops": skipped,
         }
     if path:
@@ -134,6 +174,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                   "step_time_s": float(r["step_time_s"]), "peak_memory_bytes": r["peak_memory_bytes"],
                   "modeled_memory_bytes": r["modeled_memory_bytes"], "sm_clock_mhz": float(r["sm_clock_mhz"]),
                   "avg_power_w": float(r["avg_power_w"])} for r in df.to_dict("records")]
+    log_grids = True
     t_start = time.perf_counter()            # the ops budget starts once the steps are measured
     for w in ws:
         for p in precs:
@@ -147,12 +188,26 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                                 skipped.append(f"{op.key}: not timed (ops budget of {ops_budget_s} s spent)")
                                 continue
                             try:
-                                sec = _bench_op(device, op, 2 * origin.roofline(op) + peaks["launch_s"])
-                            except (ValueError, NotImplementedError, RuntimeError, MemoryError) as exc:
+                                sec, grids = _bench_op(device, op, 2 * origin.roofline(op) + peaks["launch_s"],
+                                                       sm_list if log_grids else None)
+                            except NotImplementedError as exc:
+                                if log_grids and "launch log" in str(exc):   # a build without the launch wrap
+                                    log_grids = False
+                                    skipped.append(f"grids: {exc}")
+                                    sec, grids = _bench_op(device, op, 2 * origin.roofline(op) + peaks["launch_s"])
+                                else:
+                                    skipped.append(f"{op.key}: {exc}")
+                                    continue
+                            except (ValueError, RuntimeError, MemoryError) as exc:
                                 skipped.append(f"{op.key}: {exc}")
                                 continue
-                            ops[op.key] = {"seconds": sec, "kind": op.kind, "unit": op.unit, "flops": op.flops,
-                                           "bytes": op.bytes, "blocks": op.blocks, "roofline_s": origin.roofline(op)}
+                            rec = {"seconds": sec, "kind": op.kind, "unit": op.unit, "flops": op.flops,
+                                   "bytes": op.bytes, "blocks": op.blocks}
+                            if grids:
+                                rec["grids"] = grids
+                            rec["roofline_s"] = origin.roofline(
+                                dataclasses.replace(op, blocks=blocks_at(rec, origin.sms, op.blocks)))
+                            ops[op.key] = rec
         if path:
             save(result(), path)
     cal = result()

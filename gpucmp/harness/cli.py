@@ -124,7 +124,9 @@ def cmd_bench(args):
 
 def cmd_calibrate(args):
     from .calibration import calibrate
-    cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out)
+    kw = {k: v for k, v in (("workloads", args.workloads), ("precisions", args.precision),
+                            ("batch_sizes", args.batch_size)) if v}
+    cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out, **kw)
     print(f"wrote {args.out}: {cal['gpu']}, {len(cal['ops'])} ops, {len(cal['steps'])} model steps")
     return 0
 
@@ -202,6 +204,10 @@ def build_parser():
     k.add_argument("--device", default="cuda:0")
     k.add_argument("--out", required=True)
     k.add_argument("--ops-budget-s", type=float, default=None, help="time spent timing single ops at most")
+    k.add_argument("--workloads", nargs="+", default=None, help="default: cnn gemm conv bandwidth resnet50")
+    k.add_argument("--precision", nargs="+", default=None, help="default: float32 float16")
+    k.add_argument("--batch-size", nargs="+", type=_positive, default=None, help="model batch sizes (default: "
+                   "each workload's own)")
     k.set_defaults(func=cmd_calibrate)
 
     n = sub.add_parser("cnn", help="train the seeds' CNN on real handwritten digits")

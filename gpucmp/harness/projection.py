@@ -17,8 +17,12 @@ against the target's roofline ridge gives -- with these differences:
   are measured, and a target's datasheet peak is multiplied by the fraction of its
   datasheet the origin achieves (a per-unit efficiency, never a per-card factor);
 - the roofline time of an op on a card is max(FLOPs x wave / peak, bytes / bandwidth),
-  where wave = ceil(tiles / SMs) / (tiles / SMs) is the wave-quantization loss of its
-  output tiles on that card's SMs; bandwidth is also capped by SMs x the per-SM copy
+  where wave = ceil(blocks / SMs) / (blocks / SMs) is the wave-quantization loss of its
+  thread blocks on that card's SMs. The blocks are those the op's kernel really launches
+  for that SM count, recorded by the calibration through the core's launch log (split-K
+  and grid-stride kernels size their grids from the SMs they see, so a small layer that
+  fills 132 SMs with 132 blocks launches 48 on 48 SMs, each doing more); ops without a
+  record count their output tiles. Bandwidth is also capped by SMs x the per-SM copy
   rate measured on the origin, which matters only for cards with few SMs;
 - each op's measured time is split into a launch latency (measured on the origin, kept)
   and a device part, which is scaled by the ratio of the target's roofline time to the
@@ -38,7 +42,7 @@ against the target's roofline ridge gives -- with these differences:
 """
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from . import specs
@@ -293,6 +297,19 @@ def _attribution(total, step_time_s, whole):
     return 1.0, step_time_s - total
 
 
+def blocks_at(rec, sms, default):
+    """Thread blocks the op of calibration record `rec` launches on `sms` SMs: the recorded
+    grid of that SM count, else of the nearest recorded count (log scale); `default` (the
+    op's output tiles) when the calibration recorded no grids for it."""
+    grids = rec.get("grids") if rec else None
+    if not grids:
+        return default
+    key = str(int(sms))
+    if key not in grids:
+        key = min(grids, key=lambda k: abs(math.log(int(k) / max(1, int(sms)))))
+    return int(grids[key][0])
+
+
 def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, siblings=None, anchor=None):
     """(projected step seconds, per-op table rows, host overhead seconds) of ops on target.
     whole: the measured step is all device work (a kernel benchmark), so it replaces the
@@ -306,11 +323,15 @@ def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, sibling
     for op, (t_o, how) in zip(ops, times):
         t_o *= scale
         dev_o = max(0.0, t_o - origin.launch_s)
-        r_o, r_t = origin.roofline(op), target.roofline(op)
+        rec = cal["ops"].get(op.key) if op.key else None
+        op_o = replace(op, blocks=blocks_at(rec, origin.sms, op.blocks))
+        op_t = replace(op, blocks=blocks_at(rec, target.sms, op.blocks))
+        r_o, r_t = origin.roofline(op_o), target.roofline(op_t)
         t_t = target.launch_s + (dev_o * r_t / r_o if r_o > 0 else 0.0)
         projected += t_t
         rows.append({"op": op.name, "kind": op.kind, "unit": op.unit, "flops": op.flops, "bytes": op.bytes,
-                     "origin_s": t_o, "origin_time": how, "target_s": t_t, "intensity": op.intensity})
+                     "origin_s": t_o, "origin_time": how, "target_s": t_t, "intensity": op.intensity,
+                     "origin_blocks": op_o.blocks, "target_blocks": op_t.blocks})
     return projected, rows, overhead
 
 

@@ -81,6 +81,32 @@ def test_wave_quantization_on_fewer_sms(rng):
     assert (t - part.launch_s) / (1e-3 - origin.launch_s) == pytest.approx(sms / n * q, rel=1e-9)
 
 
+def test_recorded_grids_replace_the_tile_count(rng):
+    """A split-K op (fewer output tiles than SMs, grid sized to the SMs it sees) slows down
+    as the SMs go, as its recorded grids say; the tile count alone says 1 wave either way."""
+    sms = int(specs.spec(ORIGIN)["sms"])
+    op = costs.gemm("g", 1024, 1024, 1 << 16, "float16", tf32=False)     # 64 output tiles, compute bound
+    assert op.blocks == 64
+    t_meas = rng.uniform(1e-4, 5e-4)
+    cal = synthetic_calibration(rng, [(op, t_meas)])
+    origin = projection.origin_model(cal)
+    eff = projection.efficiencies(origin, cal)
+    n = int(rng.choice([16, 32, 64]))
+    part = projection.target_model(ORIGIN, origin, eff, sms=n)
+    t_tiles, _, _ = projection.project_ops([op], origin, part, cal)
+    by_tiles = sms / n * part.wave(op) / origin.wave(op)                  # = 64 / n: the tiles fill n SMs
+    assert (t_tiles - part.launch_s) / (t_meas - origin.launch_s) == pytest.approx(by_tiles, rel=1e-9)
+    split = int(rng.integers(2, 5))
+    cal["ops"][op.key]["grids"] = {str(k): [split * k, 128, 2] for k in (n, sms)}
+    t, rows, _ = projection.project_ops([op], origin, part, cal)
+    assert rows[0]["origin_blocks"] == split * sms and rows[0]["target_blocks"] == split * n
+    assert (t - part.launch_s) / (t_meas - origin.launch_s) == pytest.approx(sms / n, rel=1e-9)
+    assert sms / n > by_tiles
+    # an SM count without a record takes the nearest recorded one (log scale); no record: tiles
+    assert projection.blocks_at(cal["ops"][op.key], n + 1, 4) == split * n
+    assert projection.blocks_at({"seconds": 1.0}, n, 7) == 7
+
+
 def test_launch_latency_and_host_overhead_are_carried(rng):
     tiny = costs.elementwise("e", "act", 1000, 1, 1)
     cal = synthetic_calibration(rng)
