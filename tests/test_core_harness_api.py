@@ -272,6 +272,10 @@ def test_launch_log_and_graph_timing_need_a_gpu():
         _core.bench_gemm("cpu", 32, 32, 32, "float32", repeats=1, graph=True)
     with pytest.raises(ValueError, match="grids_for needs a CUDA backend"):
         _core.bench_conv("cpu", 2, 8, 8, 4, 4, 3, 3, dtype="float32", repeats=1, grids_for=[16])
+    with pytest.raises(ValueError, match="plan_sms needs a CUDA backend"):
+        _core.bench_gemm("cpu", 32, 32, 32, "float32", repeats=1, plan_sms=8)
+    with pytest.raises(ValueError, match="plan_sms must be"):
+        _core.bench_gemm("cpu", 32, 32, 32, "float32", repeats=1, plan_sms=-2)
 
 
 @pytest.mark.parametrize("bad, exc", [("16", TypeError), (16, TypeError), ([], ValueError), ([0], ValueError),
@@ -306,11 +310,14 @@ def test_launch_log_records_the_kernels_of_an_op(backend):
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
 def test_grids_follow_the_sm_count_the_kernels_are_told(backend):
-    """The seeds' CNN's small weight gradient splits K over the SMs it sees: fewer SMs,
-    fewer blocks (each doing more); the op still computes the same thing."""
+    """The seeds' CNN's first convolution (one input channel) sizes its grid from the SMs it
+    sees: fewer SMs, fewer blocks (each doing more); the op still computes the same thing."""
     full = _core.device_info(backend)["sms"]
-    r = _core.bench_conv(backend, 128, 5, 5, 64, 64, 3, 3, dtype="float16", which="bwd_filter", repeats=3,
+    r = _core.bench_conv(backend, 128, 28, 28, 1, 32, 3, 3, dtype="float16", which="fwd", repeats=3,
                          graph=True, grids_for=[8, full])
+    small = _core.bench_conv(backend, 128, 28, 28, 1, 32, 3, 3, dtype="float16", which="fwd", repeats=3,
+                             graph=True, plan_sms=8)
+    assert positive_seconds(small)
     assert positive_seconds(r["seconds"])
     assert set(r["grids"]) == {8, full}
 

@@ -7,7 +7,8 @@
  * query). sms > 0 also makes the backend report that many SMs to its kernels
  * (gc_cuda_sm_count) while the log is open, so an op sizes its grid -- split K,
  * grid-stride caps, persistent tiles -- as it would on such a device; the work still
- * runs correctly on the real one. The harness's projection uses it to see the real
+ * runs correctly on the real one. gc_cuda_set_plan_sms(n) does the same without a log
+ * (bench's plan_sms: an op timed with the grid it would launch on n SMs). The harness's projection uses it to see the real
  * block counts of an op on another card's SMs (wave quantization), instead of guessing
  * them from output tiles.
  *
@@ -80,11 +81,21 @@ extern "C" int gc_cuda_launch_log_supported(void) { return 1; }
 extern "C" int gc_cuda_launch_log_supported(void) { return 0; }
 #endif
 
+static int g_plan_sms; /* gc_cuda_set_plan_sms, outside any log */
+
+extern "C" void gc_cuda_set_plan_sms(int sms)
+{
+    pthread_mutex_lock(&g_mu);
+    g_plan_sms = sms > 0 ? sms : 0;
+    if (!g_open) gc_cuda_sms_as = g_plan_sms;
+    pthread_mutex_unlock(&g_mu);
+}
+
 extern "C" void gc_cuda_launch_log_begin(int sms)
 {
     pthread_mutex_lock(&g_mu);
     g_count = 0;
-    gc_cuda_sms_as = sms > 0 ? sms : 0;
+    gc_cuda_sms_as = sms > 0 ? sms : g_plan_sms;
     g_open = 1;
     pthread_mutex_unlock(&g_mu);
 }
@@ -93,7 +104,7 @@ extern "C" int gc_cuda_launch_log_end(gc_cuda_launch *out, int max)
 {
     pthread_mutex_lock(&g_mu);
     g_open = 0;
-    gc_cuda_sms_as = 0;
+    gc_cuda_sms_as = g_plan_sms;
     const int n = g_count;
     const int keep = n < LOG_MAX ? n : LOG_MAX;
     if (out && max > 0) memcpy(out, g_log, (size_t)(keep < max ? keep : max) * sizeof *out);

@@ -48,6 +48,9 @@ int gc_cuda_launch_log_supported(void);
  * while it is open, the backend tells its kernels the device has `sms` SMs (grids are
  * sized for that count; results stay correct). One log at a time. */
 void gc_cuda_launch_log_begin(int sms);
+/* Until called again with 0: the backend tells its kernels the device has `sms` SMs
+ * (no log; bench's plan_sms). A log's own sms takes precedence while it is open. */
+void gc_cuda_set_plan_sms(int sms);
 /* Closes the log, copies up to `max` records into out and returns how many launches
  * were seen (more than were kept when over the log's capacity, 4096). */
 int gc_cuda_launch_log_end(gc_cuda_launch *out, int max);

@@ -168,6 +168,7 @@ typedef struct {
     int tf32; /* -1 leave, 0 off, 1 on */
     int repeats, warmup, inner;
     int graph; /* time replays of the `inner` calls captured into one graph */
+    int plan_sms; /* > 0: the CUDA kernels size their grids for this many SMs while timed */
     /* grids_for: after timing, one more call per SM count with the launch log open
      * (grids sized for that count), its launches kept per count */
     int ngrids;
@@ -378,6 +379,9 @@ static gc_status bench_run(const gc_backend *be, bench_job *j, double *median)
             direct = 0;
 
     if (j->tf32 >= 0) gc_set_allow_tf32(j->tf32);
+#ifdef GPUCMP_WITH_CUDA
+    if (j->plan_sms > 0) gc_cuda_set_plan_sms(j->plan_sms);
+#endif
     /* the first call goes through gc_op_run: every core check (vendor on a host backend,
      * a missing slot) is made there and reported as such */
     s = gc_op_run(be, &call);
@@ -390,6 +394,9 @@ static gc_status bench_run(const gc_backend *be, bench_job *j, double *median)
 
 done:
     gc_set_allow_tf32(old_tf32);
+#ifdef GPUCMP_WITH_CUDA
+    if (j->plan_sms > 0) gc_cuda_set_plan_sms(0);
+#endif
     /* (success: the stream was drained by the last sync; error: release is ordered after
      * whatever is in flight, and a sync here could overwrite the first error's message) */
     for (int k = 0; k < GC_MAX_OP_IN; k++)
@@ -485,18 +492,35 @@ static int bench_grids_arg(PyObject *v, const char *fn, const gc_backend *be, be
     return -1;
 }
 
+/* plan_sms: 0 (the device's own), or an SM count the CUDA kernels size grids for */
+static int bench_plan_sms_arg(int v, const char *fn, const gc_backend *be, bench_job *j)
+{
+    if (v == 0) return 0;
+    if (v < 0 || v > 100000) {
+        PyErr_Format(PyExc_ValueError, "%s: plan_sms must be in [1, 100000] (or 0: the device's own), got %d", fn, v);
+        return -1;
+    }
+    if (strcmp(be->name, "cuda") != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: plan_sms needs a CUDA backend ('%s' has no SMs)", fn, be->name);
+        return -1;
+    }
+    j->plan_sms = v;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ bench_gemm */
 
 static PyObject *py_bench_gemm(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"device", "m", "n", "k", "dtype", "impl", "repeats", "trans_a", "trans_b",
-                             "warmup", "inner", "graph", "grids_for", NULL};
+                             "warmup", "inner", "graph", "grids_for", "plan_sms", NULL};
     PyObject *device, *dtype_o, *impl_o = NULL, *grids_o = NULL;
     long long m, n, k;
-    int repeats = 10, trans_a = 0, trans_b = 0, warmup = 3, inner = 1, graph = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLO|OippiipO:bench_gemm", kwlist, &device, &m, &n, &k, &dtype_o,
-                                     &impl_o, &repeats, &trans_a, &trans_b, &warmup, &inner, &graph, &grids_o))
+    int repeats = 10, trans_a = 0, trans_b = 0, warmup = 3, inner = 1, graph = 0, plan_sms = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLO|OippiipOi:bench_gemm", kwlist, &device, &m, &n, &k, &dtype_o,
+                                     &impl_o, &repeats, &trans_a, &trans_b, &warmup, &inner, &graph, &grids_o,
+                                     &plan_sms))
         return NULL;
     const char *fn = "bench_gemm";
     int dt, impl = 0;
@@ -535,7 +559,7 @@ static PyObject *py_bench_gemm(PyObject *self, PyObject *args, PyObject *kw)
     j.warmup = warmup;
     j.inner = inner;
     j.graph = graph;
-    if (bench_grids_arg(grids_o, fn, be, &j)) return NULL;
+    if (bench_grids_arg(grids_o, fn, be, &j) || bench_plan_sms_arg(plan_sms, fn, be, &j)) return NULL;
     return bench_finish(be, &j);
 }
 
@@ -545,14 +569,15 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"device", "n", "h", "w", "c", "f", "kh", "kw", "strides", "padding", "dtype", "impl",
-                             "which", "repeats", "warmup", "dilation", "inner", "graph", "grids_for", NULL};
+                             "which", "repeats", "warmup", "dilation", "inner", "graph", "grids_for", "plan_sms",
+                             NULL};
     PyObject *device, *grids_o = NULL, *strides_o = NULL, *pad_o = NULL, *dtype_o = NULL, *impl_o = NULL, *which_o = NULL,
              *dil_o = NULL;
     long long N, H, W, C, F, KH, KW;
-    int repeats = 10, warmup = 3, inner = 1, graph = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOipO:bench_conv", kwlist, &device, &N, &H, &W, &C,
+    int repeats = 10, warmup = 3, inner = 1, graph = 0, plan_sms = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOipOi:bench_conv", kwlist, &device, &N, &H, &W, &C,
                                      &F, &KH, &KW, &strides_o, &pad_o, &dtype_o, &impl_o, &which_o, &repeats, &warmup,
-                                     &dil_o, &inner, &graph, &grids_o))
+                                     &dil_o, &inner, &graph, &grids_o, &plan_sms))
         return NULL;
     const char *fn = "bench_conv";
     static const char *const which_names[3] = {"fwd", "bwd_data", "bwd_filter"};
@@ -626,7 +651,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     j.warmup = warmup;
     j.inner = inner;
     j.graph = graph;
-    if (bench_grids_arg(grids_o, fn, be, &j)) return NULL;
+    if (bench_grids_arg(grids_o, fn, be, &j) || bench_plan_sms_arg(plan_sms, fn, be, &j)) return NULL;
     return bench_finish(be, &j);
 }
 
@@ -730,13 +755,16 @@ static PyMethodDef bench_methods[] = {
      "'vendor' (cuBLAS; NotImplementedError on the CPU). Each of `repeats` samples times `inner` calls\n"
      "between two backend syncs with a monotonic host clock. graph=True captures the `inner` calls into one\n"
      "CUDA graph and times its replays: the device time of a call as a captured plan runs it, without the\n"
-     "host's launch cost (ValueError on a backend without graph capture)."},
+     "host's launch cost (ValueError on a backend without graph capture). grids_for=[SMs, ...] (CUDA):\n"
+     "after timing, one call per SM count with the launch log open and the kernels told the device has\n"
+     "that many SMs; then the result is {'seconds': t, 'grids': {sms: [launch dicts]}}. plan_sms=N (CUDA):\n"
+     "the timed calls themselves run with grids sized for N SMs (on the whole device)."},
     {"bench_conv", (PyCFunction)(void (*)(void))py_bench_conv, METH_VARARGS | METH_KEYWORDS,
      "bench_conv(device, n, h, w, c, f, kh, kw, strides=(1,1), padding='valid', dtype='float16', impl='own',\n"
      "           which='fwd', repeats=10, warmup=3, dilation=(1,1), inner=1, graph=False) -> float\n\n"
      "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), no bias:\n"
      "which = 'fwd' (y), 'bwd_data' (dx from dy) or 'bwd_filter' (dw from x, dy). dtype and impl as for\n"
-     "bench_gemm ('vendor' = cuDNN), and so are inner and graph."},
+     "bench_gemm ('vendor' = cuDNN), and so are inner, graph, grids_for and plan_sms."},
     {"bench_copy", (PyCFunction)(void (*)(void))py_bench_copy, METH_VARARGS | METH_KEYWORDS,
      "bench_copy(device, nbytes, repeats=20, inner=None, warmup=None) -> float\n\n"
      "Median seconds of one device-to-device copy of nbytes bytes through the backend's copy (source and\n"

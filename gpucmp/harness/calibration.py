@@ -8,7 +8,8 @@ on device-resident operands by the core's bench functions, replayed from a CUDA 
 as a captured training step runs them), the grid each of those ops launches for the SM
 counts of the cards in the spec database (the core's launch log: split K and
 grid-stride kernels size their grids from the SMs they see, which the projection's wave
-model needs), the measured step time of each measurable model workload, and its
+model needs) and, for an op whose grid follows the SMs, its time with the grid for 8
+SMs on the whole card (the projection's per-block latency model), the measured step time of each measurable model workload, and its
 provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
 atomically.
 `python -m gpucmp calibrate` runs it; data/calibration.json is its output on an H200.
@@ -93,7 +94,7 @@ def main_launch(launches):
     return max(launches, key=lambda r: (r["smem_bytes"], r["blocks"] * r["threads"]))
 
 
-def _bench_op(device, op, estimate_s, grids_for=None):
+def _bench_op(device, op, estimate_s, grids_for=None, plan_sms=0):
     """(seconds, {sms: [blocks, threads, blocks_per_sm]} or None) of one op: GEMMs and convs
     replayed from a graph, with their grids for `grids_for` SM counts; copies eagerly."""
     core, e = _core, op.extra
@@ -102,6 +103,8 @@ def _bench_op(device, op, estimate_s, grids_for=None):
         return _sized(lambda inner, reps: core.bench_copy(device, nbytes, repeats=reps, inner=inner), estimate_s), None
     dt = BENCH_DTYPE[op.unit]
     kw = {"graph": True}
+    if plan_sms:
+        kw["plan_sms"] = int(plan_sms)
     if grids_for:
         kw["grids_for"] = list(grids_for)
     if op.kind == "gemm":
@@ -205,6 +208,15 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                                    "bytes": op.bytes, "blocks": op.blocks}
                             if grids:
                                 rec["grids"] = grids
+                                small = sm_list[0]
+                                if blocks_at(rec, small, 0) != blocks_at(rec, int(info["sms"]), 0):
+                                    # the grid follows the SMs: time it with the grid for `small` SMs
+                                    # too (the projection's per-block model, projection.block_model)
+                                    try:
+                                        rec["seconds_small"] = _bench_op(device, op, sec, plan_sms=small)[0]
+                                        rec["small_sms"] = small
+                                    except (ValueError, RuntimeError, MemoryError) as exc:
+                                        skipped.append(f"{op.key} at plan_sms={small}: {exc}")
                             rec["roofline_s"] = origin.roofline(
                                 dataclasses.replace(op, blocks=blocks_at(rec, origin.sms, op.blocks)))
                             ops[op.key] = rec

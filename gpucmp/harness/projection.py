@@ -22,7 +22,12 @@ against the target's roofline ridge gives -- with these differences:
   for that SM count, recorded by the calibration through the core's launch log (split-K
   and grid-stride kernels size their grids from the SMs they see, so a small layer that
   fills 132 SMs with 132 blocks launches 48 on 48 SMs, each doing more); ops without a
-  record count their output tiles. Bandwidth is also capped by SMs x the per-SM copy
+  record count their output tiles. An op whose grid follows the SMs was also timed on the
+  origin with the grid for a few SMs (8 blocks' worth on the whole card); the two times
+  give its per-block latency L and its work T (seconds of one SM), and on the target it
+  takes ceil(B / SMs) x (L x clock ratio + T x per-SM-rate ratio / B), never less than
+  its roofline there: small split-K layers are latency per wave, not FLOPs, so four
+  times fewer SMs do not make them four times slower. Bandwidth is also capped by SMs x the per-SM copy
   rate measured on the origin, which matters only for cards with few SMs;
 - each op's measured time is split into a launch latency (measured on the origin, kept)
   and a device part, which is scaled by the ratio of the target's roofline time to the
@@ -310,6 +315,35 @@ def blocks_at(rec, sms, default):
     return int(grids[key][0])
 
 
+def block_model(rec, origin_sms, launch_s):
+    """(L, T, blocks_o) of an op whose grid follows the SM count, from two measurements on
+    the whole origin card: its time with the grid for the origin's SMs (B_o blocks) and with
+    the grid for `small_sms` (B_s blocks; the calibration's plan_sms run). Each wave of
+    blocks costs a per-block latency L plus the block's share of the op's work T (seconds
+    of one SM): t = launch + ceil(B / SMs) * (L + T / B). None when the record lacks the
+    second measurement, the grid does not change, or the two do not fit the model."""
+    if not rec or "seconds_small" not in rec or not rec.get("grids"):
+        return None
+    b_o = blocks_at(rec, origin_sms, 0)
+    b_s = blocks_at(rec, rec["small_sms"], 0)
+    if b_o <= 0 or b_s <= 0 or b_o == b_s:
+        return None
+    a_o = (rec["seconds"] - launch_s) / math.ceil(b_o / origin_sms)
+    a_s = (rec["seconds_small"] - launch_s) / math.ceil(b_s / origin_sms)
+    work = (a_s - a_o) / (1.0 / b_s - 1.0 / b_o)
+    lat = a_o - work / b_o
+    if work <= 0 or lat < 0:
+        return None
+    return lat, work, b_o
+
+
+def _per_sm_work(model, op):
+    """Seconds one SM of `model` needs for all of op's work (its wave-free roofline x SMs)."""
+    t_mem = op.bytes / model.effective_bandwidth()
+    t = t_mem if op.unit == "memory" or op.flops == 0 else max(op.flops / model.peak(op.unit), t_mem)
+    return t * model.sms
+
+
 def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, siblings=None, anchor=None):
     """(projected step seconds, per-op table rows, host overhead seconds) of ops on target.
     whole: the measured step is all device work (a kernel benchmark), so it replaces the
@@ -327,7 +361,20 @@ def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, sibling
         op_o = replace(op, blocks=blocks_at(rec, origin.sms, op.blocks))
         op_t = replace(op, blocks=blocks_at(rec, target.sms, op.blocks))
         r_o, r_t = origin.roofline(op_o), target.roofline(op_t)
-        t_t = target.launch_s + (dev_o * r_t / r_o if r_o > 0 else 0.0)
+        bm = block_model(rec, origin.sms, origin.launch_s)
+        if bm is not None and r_o > 0:
+            lat, work, b_o = bm
+            clock = (origin.clock_mhz / target.clock_mhz
+                     if target.clock_mhz == target.clock_mhz and origin.clock_mhz == origin.clock_mhz else 1.0)
+            rho = _per_sm_work(target, op) / _per_sm_work(origin, op)
+            at_o = math.ceil(b_o / origin.sms) * (lat + work / b_o)
+            at_t = math.ceil(op_t.blocks / target.sms) * (lat * clock + work * rho / op_t.blocks)
+            # never faster than the target's roofline (relative to how close the origin came to its own)
+            dev_t = max(dev_o * at_t / at_o, r_t * min(1.0, dev_o / r_o))
+            how = how + ", per-block model"
+        else:
+            dev_t = dev_o * r_t / r_o if r_o > 0 else 0.0
+        t_t = target.launch_s + dev_t
         projected += t_t
         rows.append({"op": op.name, "kind": op.kind, "unit": op.unit, "flops": op.flops, "bytes": op.bytes,
                      "origin_s": t_o, "origin_time": how, "target_s": t_t, "intensity": op.intensity,

@@ -107,6 +107,39 @@ def test_recorded_grids_replace_the_tile_count(rng):
     assert projection.blocks_at({"seconds": 1.0}, n, 7) == 7
 
 
+def test_per_block_model_from_two_grids_on_the_origin(rng):
+    """An op timed with the grid for the origin's SMs and for 8 SMs (both on the whole card)
+    gives its per-block latency and work; fewer SMs then cost waves x (L + T / blocks)."""
+    sms = int(specs.spec(ORIGIN)["sms"])
+    op = costs.gemm("g", 1024, 1024, 4096, "float16", tf32=False)       # compute bound
+    cal = synthetic_calibration(rng, [(op, 1.0)])
+    origin = projection.origin_model(cal)
+    launch = origin.launch_s
+    # per-block latency (s) and work (SM-seconds; more than the roofline's, as real kernels need)
+    lat, work = rng.uniform(2e-6, 8e-6), projection._per_sm_work(origin, op) * rng.uniform(1.5, 3.0)
+    per_sm = rng.integers(1, 4)
+
+    def time(blocks, on_sms):
+        return launch + math.ceil(blocks / on_sms) * (lat + work / blocks)
+    grids = {str(k): [int(per_sm * k), 128, 2] for k in (8, 16, 32, 64, sms)}
+    cal["ops"][op.key].update(grids=grids, seconds=time(per_sm * sms, sms), small_sms=8,
+                              seconds_small=time(per_sm * 8, sms))
+    got_lat, got_work, b_o = projection.block_model(cal["ops"][op.key], sms, launch)
+    assert got_lat == pytest.approx(lat, rel=1e-6) and got_work == pytest.approx(work, rel=1e-6)
+    eff = projection.efficiencies(origin, cal)
+    n = int(rng.choice([16, 32, 64]))
+    part = projection.target_model(ORIGIN, origin, eff, sms=n)
+    t, rows, _ = projection.project_ops([op], origin, part, cal)
+    want = part.launch_s + math.ceil(per_sm * n / n) * (lat + work / (per_sm * n))
+    assert t == pytest.approx(want, rel=1e-6)
+    assert rows[0]["origin_time"].endswith("per-block model")
+    # a grid that does not follow the SMs, or inconsistent times, leave the roofline scaling
+    flat = dict(cal["ops"][op.key], grids={str(k): [64, 128, 2] for k in (8, sms)})
+    assert projection.block_model(flat, sms, launch) is None
+    bad = dict(cal["ops"][op.key], seconds_small=cal["ops"][op.key]["seconds"] / 10)
+    assert projection.block_model(bad, sms, launch) is None
+
+
 def test_launch_latency_and_host_overhead_are_carried(rng):
     tiny = costs.elementwise("e", "act", 1000, 1, 1)
     cal = synthetic_calibration(rng)
