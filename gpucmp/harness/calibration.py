@@ -180,10 +180,12 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     log_grids = True
     t_start = time.perf_counter()            # the ops budget starts once the steps are measured
     for w in ws:
-        for p in precs:
-            if not w.supports(p):
-                continue
-            for c in w.configs("cuda", batch_sizes if w.kind == "model" else None):
+        # batch sizes outer, precisions inner: a budget cut leaves whole batch sizes out,
+        # not whole precisions
+        for c in w.configs("cuda", batch_sizes if w.kind == "model" else None):
+            for p in precs:
+                if not w.supports(p):
+                    continue
                 for op in w.ops(c, p):
                     if op.kind in ("gemm", "copy") or op.kind.startswith("conv2d_"):
                         if op.key and op.key not in ops:
