@@ -4,7 +4,9 @@ The model of ../shared/seeds (Conv 32 -> MaxPool -> Conv 64 -> MaxPool -> Conv 6
 Flatten -> Dense 64 -> Dense 10, 93,322 parameters), Adam (Keras defaults), categorical
 cross-entropy, one epoch of 60,000 MNIST-shaped samples (the real digits tiled), shuffled
 each epoch, last partial batch kept -- the same work in every framework. Reported: epoch
-time and samples/s, median over repeats (after a warm-up), and the ratio to each peer.
+time and samples/s, median over repeats (after a warm-up), and the ratio to each peer;
+for gpucmp also the time per step inside fit (on_train_begin to on_train_end over the
+steps: no data upload, the quantity gpucmp.benchmark() reports for a model).
 
 CPU: gpucmp vs PyTorch eager (same threads). GPU (when gpucmp has a CUDA device): gpucmp
 vs PyTorch eager (cudnn.benchmark on), PyTorch with the whole step captured in a CUDA
@@ -78,12 +80,22 @@ def gpucmp_epoch(device, x, y, batch_size, repeats, precision):
     model = build_seed_cnn(keras)
     w = warmup_rows(len(x), batch_size)
     model.fit(x[:w], y[:w], batch_size=batch_size, epochs=1, verbose=0)  # plan built, kernels loaded
-    times = []
+    stamps = {}
+
+    class Stamp(keras.callbacks.Callback):        # inside fit, as gpucmp.benchmark() times a model
+        def on_train_begin(self, logs=None):
+            stamps["begin"] = time.perf_counter()
+
+        def on_train_end(self, logs=None):
+            stamps["end"] = time.perf_counter()
+    times, inside = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
+        model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0, callbacks=[Stamp()])
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        inside.append(stamps["end"] - stamps["begin"])
+    steps = -(-len(x) // batch_size)
+    return float(np.median(times)), float(np.median(inside)) / steps
 
 
 # ------------------------------------------------------------------ PyTorch
@@ -258,8 +270,9 @@ def worker(args):
     rng = np.random.default_rng()
     x, y = mnist_shaped(args.samples, rng)
     threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
+    step = None
     if args.framework == "gpucmp":
-        t = gpucmp_epoch(args.device, x, y, args.batch, args.repeats, args.precision)
+        t, step = gpucmp_epoch(args.device, x, y, args.batch, args.repeats, args.precision)
     elif args.framework == "jax":
         t = jax_epoch(args.device, x, y, args.batch, args.repeats, args.precision)
     else:
@@ -267,7 +280,7 @@ def worker(args):
         torch.set_num_threads(threads)
         t = torch_epoch(torch, "cpu" if args.device == "cpu" else "cuda", x, y, args.batch, args.repeats,
                         graph=args.framework == "torch-graph", precision=args.precision)
-    print("RESULT " + json.dumps({"seconds": t}), flush=True)
+    print("RESULT " + json.dumps({"seconds": t, "step_seconds": step}), flush=True)
 
 
 def measure(framework, device, batch, precision, args):
@@ -286,7 +299,8 @@ def measure(framework, device, batch, precision, args):
         return None
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])["seconds"]
+            r = json.loads(line[7:])
+            return (r["seconds"], r["step_seconds"]) if framework == "gpucmp" else r["seconds"]
     print(f"{framework} on {device} (batch {batch}, {precision}) failed:\n{out.stdout[-2000:]}{out.stderr[-4000:]}")
     return None
 
@@ -334,10 +348,13 @@ def main():
                 continue
             for bs in args.batch_sizes:
                 row = {"device": device, "precision": precision, "batch": bs}
-                t = measure("gpucmp", device, bs, precision, args) if "gpucmp" in wanted else None
+                r = measure("gpucmp", device, bs, precision, args) if "gpucmp" in wanted else None
+                t = r[0] if r else None
                 if t:
                     row["gpucmp s/epoch"] = t
                     row["gpucmp samples/s"] = args.samples / t
+                    row["gpucmp ms/step in fit"] = r[1] * 1e3
+                    row["gpucmp samples/s in fit"] = bs / r[1]
                 peers = [("torch", "torch eager", torch_ok), ("torch-graph", "torch graph", torch_ok and gpu),
                          ("jax", "jax jit", has_jax)]
                 for fw, label, ok in peers:
@@ -351,7 +368,8 @@ def main():
                             row[f"gpucmp / {label} (speed)"] = tp / t
                 rows.append(row)
                 print(row, flush=True)
-    cols = ["device", "precision", "batch", "gpucmp s/epoch", "gpucmp samples/s"]
+    cols = ["device", "precision", "batch", "gpucmp s/epoch", "gpucmp samples/s", "gpucmp ms/step in fit",
+            "gpucmp samples/s in fit"]
     for label in ("torch eager", "torch graph", "jax jit"):
         if any(f"{label} s/epoch" in r for r in rows):
             cols += [f"{label} s/epoch", f"gpucmp / {label} (speed)"]
