@@ -18,6 +18,12 @@ relies on would be reached there only by chance. Here shapes are chosen to take 
 - conv2d_fwd / conv2d_bwd_data of large 16-bit stride-1 layers (conv2d_wgmma.cu on an
   H100 / H200: the halo and im2col kernels; 'same' / 'valid', ragged tiles, 1x1,
   several filter tiles, bias and every activation).
+- conv2d_bwd_filter on the Hopper wgmma kernel (conv2d_wgmma_wgrad.cu), forced with
+  GPUCMP_CONV_WGRAD=wgmma on a compute capability 9.0 device (skipped elsewhere): 1x1
+  stride 1 and 2, 3x3 'same' / 'valid', pixels not a multiple of the 64-pixel K-block,
+  C / F not multiples of the 64-wide boxes; against the oracle, bitwise repeatable, and
+  against the mma.sync kernel (GPUCMP_CONV_WGRAD=mma, GEMM route off) on the same
+  inputs; every block shape (GPUCMP_CONV_WGRAD_VARIANT) on two layers.
 
 Each in float32 (TF32 off and on), float16 and bfloat16, through gpucmp.ops (which
 NaN-poisons outputs, so an unwritten element fails) with test_ops.py's Case: the same
@@ -176,3 +182,114 @@ def test_conv_large_16bit(case, dtype, g):
     dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s, padding=g["pad"], **c.kw)
     c.check("dx", dx, ref.conv2d_backward_data(dy, w, x.shape, s, g["pad"], d), k=g["KH"] * g["KW"] * g["F"],
             terms=ref.conv2d_backward_data(abs(dy), abs(w), x.shape, s, g["pad"], d))
+
+
+# ---------------------------------------------------------------- Hopper wgmma weight gradient
+# conv2d_wgmma_wgrad.cu, forced through its switch (GPUCMP_CONV_WGRAD, read per call):
+# forced, any failure of the kernel is the op's error, so a pass means it ran. Shapes: the
+# block shapes the cost model picks for ResNet-50's layers (1x1 64->256 / 256->64, 3x3
+# 64->64 / 128->128, strided 1x1), ragged pixel counts (P % 64 != 0) and C / F that are
+# not multiples of 64 (zero-filled box edges).
+WGRAD = [
+    dict(N=4, H=20, W=20, C=64, F=256, KH=1, KW=1, s=(1, 1), pad="valid"),    # 1x1 64->256 (A = x, alternate)
+    dict(N=3, H=15, W=17, C=256, F=64, KH=1, KW=1, s=(1, 1), pad="same"),     # 1x1 256->64, P = 765 (ragged)
+    dict(N=4, H=28, W=28, C=128, F=256, KH=1, KW=1, s=(2, 2), pad="valid"),   # 1x1/2, P = 784 (ragged)
+    dict(N=2, H=16, W=16, C=64, F=128, KH=1, KW=1, s=(2, 2), pad="same"),     # 1x1/2 'same' (no padding)
+    dict(N=3, H=20, W=20, C=64, F=64, KH=3, KW=3, s=(1, 1), pad="same"),      # 3x3 64->64, P = 1200
+    dict(N=2, H=17, W=23, C=128, F=128, KH=3, KW=3, s=(1, 1), pad="valid"),   # 3x3 valid, P = 630
+    dict(N=2, H=14, W=14, C=128, F=192, KH=3, KW=3, s=(1, 1), pad="same"),    # 3 dy boxes
+    dict(N=2, H=12, W=13, C=72, F=40, KH=3, KW=3, s=(1, 1), pad="same"),      # C, F not multiples of 64
+    dict(N=3, H=9, W=9, C=24, F=200, KH=1, KW=1, s=(1, 1), pad="valid"),      # 1x1, ragged C and F
+    dict(N=1, H=6, W=5, C=64, F=64, KH=3, KW=3, s=(1, 1), pad="same"),        # one K-block (P = 30)
+]
+VARIANTS = [a + m + str(nb) for a in "xd" for m in "sa" for nb in range(1, 5)]
+
+
+def _wgrad_ids(g):
+    return f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}-s{g['s'][0]}-{g['pad']}"
+
+
+@pytest.fixture
+def hopper():
+    """Skips unless the first CUDA device has compute capability 9.0 (sm_90a code)."""
+    try:
+        cc = _core.device_info(_gpu()).get("compute_capability")
+    except Exception as e:  # pragma: no cover - no device
+        pytest.skip(f"no CUDA device information: {e}")
+    if cc != "9.0":
+        pytest.skip(f"the wgmma weight gradient needs compute capability 9.0, this device has {cc}")
+
+
+def _wgrad(c, g, x, dy, env, monkeypatch, with_bias=True):
+    """conv2d_backward_filter with the given GPUCMP_CONV_* switches; a forced kernel's
+    'no sm_90a code' refusal skips."""
+    for k in ("GPUCMP_CONV_WGRAD", "GPUCMP_CONV_WGRAD_VARIANT", "GPUCMP_CONV_GEMM"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    try:
+        return ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]), strides=g["s"],
+                                          padding=g["pad"], with_bias=with_bias, **c.kw)
+    except Exception as e:
+        if "no sm_90a code" in str(e):
+            pytest.skip(f"library built without sm_90a code: {e}")
+        raise AssertionError(c.msg(f"{env}: {type(e).__name__}: {e}")) from e
+
+
+def _wgrad_inputs(c, g):
+    x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+    yshape = ref.conv2d_output_shape(x.shape, (g["KH"], g["KW"], g["C"], g["F"]), g["s"], g["pad"], (1, 1))
+    dy = c.normal(yshape)
+    k = (g["KH"], g["KW"])
+    want = ref.conv2d_backward_filter(x, dy, k, g["s"], g["pad"], (1, 1))
+    terms = ref.conv2d_backward_filter(abs(x), abs(dy), k, g["s"], g["pad"], (1, 1))
+    c.what = (f"x={x.shape} kernel=({g['KH']},{g['KW']},{g['C']},{g['F']}) strides={g['s']} "
+              f"padding={g['pad']}")
+    return x, dy, want, terms, yshape[0] * yshape[1] * yshape[2]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("g", WGRAD, ids=_wgrad_ids)
+def test_conv_bwd_filter_wgmma(case, hopper, monkeypatch, dtype, g):
+    c = case("conv2d_bwd_filter", dtype)
+    x, dy, (want_w, want_b), (terms_w, terms_b), rows = _wgrad_inputs(c, g)
+    forced = {"GPUCMP_CONV_WGRAD": "wgmma"}
+    dw, db = _wgrad(c, g, x, dy, forced, monkeypatch)
+    c.what += " [wgmma forced]"
+    c.check("dw", dw, want_w, k=rows, terms=terms_w)
+    c.check("db", db, want_b, k=rows, terms=terms_b)
+    # the same inputs again: bitwise the same (fixed split and summation order)
+    dw2, db2 = _wgrad(c, g, x, dy, forced, monkeypatch)
+    assert np.asarray(dw2).tobytes() == np.asarray(dw).tobytes(), c.msg("dw differs between two identical calls")
+    assert np.asarray(db2).tobytes() == np.asarray(db).tobytes(), c.msg("db differs between two identical calls")
+    # without the bias gradient
+    dw3, db3 = _wgrad(c, g, x, dy, forced, monkeypatch, with_bias=False)
+    assert db3 is None, c.msg("db returned although with_bias=False")
+    assert np.asarray(dw3).tobytes() == np.asarray(dw).tobytes(), c.msg("dw differs without the bias gradient")
+    # the mma.sync kernel on the same inputs (GEMM route off for the 1x1 layers)
+    old, _ = _wgrad(c, g, x, dy, {"GPUCMP_CONV_WGRAD": "mma", "GPUCMP_CONV_GEMM": "conv"}, monkeypatch)
+    c.what = c.what.replace("[wgmma forced]", "[mma.sync]")
+    c.check("dw", old, want_w, k=rows, terms=terms_w)
+    diff = np.linalg.norm(np.asarray(dw, np.float64) - np.asarray(old, np.float64))
+    scale = np.linalg.norm(want_w) + 1e-30
+    assert diff / scale <= 2e-2, c.msg(f"wgmma and mma.sync results differ by {diff / scale:.3e} (relative)")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("g", [WGRAD[4], WGRAD[2]], ids=_wgrad_ids)
+def test_conv_bwd_filter_wgmma_variants(case, hopper, monkeypatch, dtype, g):
+    """Every block shape (A = x / dy, shared / alternate, NB = 1..4 boxes) on the same
+    inputs: a failure names the variant, which localises a layout error."""
+    c = case("conv2d_bwd_filter", dtype)
+    x, dy, (want_w, want_b), (terms_w, terms_b), rows = _wgrad_inputs(c, g)
+    base = c.what
+    bad = []
+    for v in VARIANTS:
+        c.what = f"{base} [wgmma variant {v}]"
+        dw, db = _wgrad(c, g, x, dy, {"GPUCMP_CONV_WGRAD": "wgmma", "GPUCMP_CONV_WGRAD_VARIANT": v}, monkeypatch)
+        try:
+            c.check("dw", dw, want_w, k=rows, terms=terms_w)
+            c.check("db", db, want_b, k=rows, terms=terms_b)
+        except AssertionError as e:
+            bad.append(f"{v}: {str(e).splitlines()[0][:300]}")
+    assert not bad, "variants failing:\n" + "\n".join(bad)

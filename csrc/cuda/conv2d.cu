@@ -59,7 +59,10 @@
  * goes to conv2d_wgmma.cu (persistent wgmma kernels, weights resident in shared memory:
  * the halo kernel, which reads each input tile once for all taps, or the TMA im2col one
  * for larger weight slices); when neither applies (GC_ERR_UNSUPPORTED before any
- * launch) the mma.sync kernel here runs instead.
+ * launch) the mma.sync kernel here runs instead. The 16-bit weight gradient of
+ * stride-1 layers and of unpadded 1x1 layers of any stride (C and F multiples of 64,
+ * enough pixels; not the GEMM route's 1x1 layers) goes to conv2d_wgmma_wgrad.cu
+ * (wgmma on TMA-loaded x / dy boxes, split K with the same fixed-order reduction).
  */
 #include "conv2d_ptx.cuh"
 
@@ -76,9 +79,11 @@
  * implicit GEMM, 3 direct, 4 wgmma, 5 small C, 7 the GEMM backend: conv2d_gemm.cu);
  * gc_conv2d_debug_last_bwd_path: the same for the data gradient (1, 2, 4, 6: the strided
  * 1x1 scatter GEMM, or 7); gc_conv2d_debug_last_wgrad_path: for the weight gradient
- * (1 SIMT, 2 mma.sync, 5 small C, 7). The GEMM route of stride-1 unpadded 1x1 layers
- * (conv2d_gemm.cu) is asked first in each pass, only while gc_conv2d_debug_path is 0;
- * its own switch is gc_conv2d_debug_gemm / GPUCMP_CONV_GEMM. */
+ * (1 SIMT, 2 mma.sync, 5 small C, 7, 8 the Hopper wgmma kernel of conv2d_wgmma_wgrad.cu,
+ * whose switch gc_conv2d_debug_wgrad / GPUCMP_CONV_WGRAD is read only while
+ * gc_conv2d_debug_path is 0; forced, it runs before the GEMM route). The GEMM route of
+ * stride-1 unpadded 1x1 layers (conv2d_gemm.cu) is asked first in each pass, only while
+ * gc_conv2d_debug_path is 0; its own switch is gc_conv2d_debug_gemm / GPUCMP_CONV_GEMM. */
 extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
     gc_conv2d_debug_last_wgrad_path;
 int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0, gc_conv2d_debug_last_bwd_path = 0,
@@ -1109,11 +1114,24 @@ static gc_status own_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, g
         if (db) GC_CUDA_TRY(cudaMemsetAsync(db, 0, (size_t)g->F * gc_dtype_size(dt), s));
         return GC_OK;
     }
+    int path = gc_conv2d_debug_path;
+    /* Hopper wgmma (conv2d_wgmma_wgrad.cu): forced (its error, if any, is the result),
+     * or automatic after the GEMM route, falling back where it does not apply */
+    const int wgw = path == 0 ? gc_conv2d_wgrad_wgmma_mode() : 2;
+    if (wgw == 1) {
+        gc_conv2d_debug_last_wgrad_path = 8;
+        return gc_conv2d_wgrad_wgmma(be, g, dt, x, dy, dw, db);
+    }
     if (gc_conv2d_gemm_wanted(be, g, dt, 2)) {
         gc_conv2d_debug_last_wgrad_path = 7;
         return gc_conv2d_gemm_bwd_filter(be, g, dt, x, dy, dw, db);
     }
-    int path = gc_conv2d_debug_path;
+    if (wgw == 0 && gc_conv2d_wgrad_wgmma_wanted(be, g, dt)) {
+        gc_conv2d_debug_last_wgrad_path = 8;
+        gc_status st = gc_conv2d_wgrad_wgmma(be, g, dt, x, dy, dw, db);
+        if (st != GC_ERR_UNSUPPORTED) return st;
+        gc_clear_error(); /* nothing was launched: the kernels below take it */
+    }
     /* small C with more rows than the SIMT small-K kernel keeps in registers (KC > 64:
      * the 7x7x3 stem): the row-gather Tensor Core kernel, split K over the pixels */
     if (path != 1 && fits_int(g) && !use_simt(dt) && (path == 5 || (path == 0 && g->C < 8 && KC > 64)) &&

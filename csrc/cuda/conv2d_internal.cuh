@@ -1,8 +1,8 @@
 /* conv2d_internal.cuh -- what the conv2d sources share (private to them): conv2d.cu
  * (adapters + Tensor Core implicit GEMMs), conv2d_wgmma.cu (the Hopper forward and data
- * gradient), conv2d_smallc.cu (forward and weight gradient for C < 8),
- * conv2d_simt.cu (the exact-f32 direct reference kernels) and conv2d_vendor.cu (cuDNN
- * loaded at run time).
+ * gradient), conv2d_wgmma_wgrad.cu (the Hopper weight gradient), conv2d_smallc.cu
+ * (forward and weight gradient for C < 8), conv2d_simt.cu (the exact-f32 direct
+ * reference kernels) and conv2d_vendor.cu (cuDNN loaded at run time).
  *
  * All entry points take the geometry from gc_conv2d_geometry (core/geometry.c), device
  * pointers of one storage dtype (f32 / f16 / bf16) and launch on gc_cuda_stream(be);
@@ -72,6 +72,19 @@ gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_
  * forced: also where the tiles waste much); GC_ERR_UNSUPPORTED before any launch */
 gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                    const void *dy, const void *w, void *dx, int forced);
+
+/* ---- conv2d_wgmma_wgrad.cu: the Hopper weight gradient (sm_90a; f16 / bf16, C % 8 == 0,
+ * F % 8 == 0, dilation 1, stride 1 or a 1x1 unpadded kernel). _mode: the switch
+ * (gc_conv2d_debug_wgrad, else GPUCMP_CONV_WGRAD): 0 automatic, 1 forced, 2 never.
+ * _wanted: the automatic choice (compute capability 9.0 with the sm_90a code, C and F
+ * multiples of 64, enough pixels). The entry point computes dw (and db when non-NULL) in
+ * the storage dtype, deterministic, through gc_cuda_workspace; GC_ERR_UNSUPPORTED means
+ * nothing was launched. _describe: the plan it would launch (variant, tiles, splits). */
+int gc_conv2d_wgrad_wgmma_mode(void);
+int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt);
+gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                const void *x, const void *dy, void *dw, void *db);
+void gc_conv2d_wgrad_wgmma_describe(const gc_backend *be, const gc_conv2d_geom *g, char *buf, size_t n);
 
 /* ---- conv2d_smallc.cu: Tensor Core forward and weight gradient for few input channels
  * (C < 8, e.g. ResNet's 7x7/2 RGB stem): the GEMM K (forward) / M (weight gradient) runs

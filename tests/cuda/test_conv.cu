@@ -17,6 +17,11 @@
  *   test_conv wgbench    only the 3x3 64->64 56x56 b64 layer: forward (halo, im2col,
  *                        mma.sync, auto, cuDNN, ring depths) and data gradient (halo,
  *                        mma.sync, cuDNN) (also printed at the end of 'bench')
+ *   test_conv wgradtest  only the Hopper wgmma weight gradient (conv2d_wgmma_wgrad.cu,
+ *                        forced): vs float64, vs mma.sync, determinism, every block
+ *                        variant, split / ring overrides, graph replay, refusals, auto
+ *   test_conv wgradbench ResNet-50's weight gradients at batch BATCH (default 256): the
+ *                        wgmma kernel, mma.sync, auto (path), cuDNN; ms and TFLOP/s
  *
  * The ops run through gc_op_run (core validation) on a minimal fake CUDA backend that
  * implements the few common.cuh services the conv sources use (stream, workspace,
@@ -37,6 +42,8 @@ extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_
     gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
     gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
     gc_conv2d_debug_last_wgrad_path, gc_conv2d_debug_gemm;
+extern "C" int gc_conv2d_debug_wgrad, gc_conv2d_debug_wgrad_variant, gc_conv2d_debug_wgrad_splits,
+    gc_conv2d_debug_wgrad_stages;
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -912,6 +919,7 @@ static void run_wgmma_tests(void)
     test_wgmma_refusals();
 }
 
+static void run_wgrad_tests(void);
 static int g_quick; /* 'quick' mode: own kernels in f16 / tf32 only (for compute-sanitizer) */
 
 static void run_tests(void)
@@ -932,6 +940,7 @@ static void run_tests(void)
     }
     if (g_quick) return;
     run_wgmma_tests();
+    run_wgrad_tests();
     test_graph(GC_F16, 1);
     test_graph(GC_F32, 1);
     test_graph(GC_F32, 0);
@@ -1433,6 +1442,339 @@ static void run_resnet_bench(void)
     printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
 }
 
+/* ------------------------------------------------------------------ Hopper wgmma weight gradient
+ * conv2d_wgmma_wgrad.cu forced (gc_conv2d_debug_wgrad = 1): NaN-poisoned dw / db against
+ * the float64 reference (sampled rows when the reference is expensive), against the
+ * mma.sync kernel on the same inputs (gc_conv2d_debug_wgrad = 2, GEMM route off), bitwise
+ * repeatable, every block variant and split / ring overrides (vs the reference), one
+ * graph capture (replay == eager bitwise); refusals come back GC_ERR_UNSUPPORTED. */
+static const conv_case g_wgw_cases[] = {
+    /* N  H   W    C  KH KW  F  sh sw dh dw  pad           act            bias db */
+    {4, 20, 20, 64, 1, 1, 256, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1},  /* 1x1 64->256 */
+    {3, 15, 17, 256, 1, 1, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},   /* 1x1 256->64, P = 765 */
+    {4, 28, 28, 128, 1, 1, 256, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1}, /* 1x1/2 */
+    {2, 16, 16, 64, 1, 1, 128, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 0},   /* 1x1/2 'same' */
+    {3, 20, 20, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},    /* 3x3 64->64 */
+    {2, 17, 23, 128, 3, 3, 128, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1}, /* 3x3 valid */
+    {2, 14, 14, 128, 3, 3, 192, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},  /* 3 dy boxes */
+    {2, 12, 13, 72, 3, 3, 40, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},    /* C, F not multiples of 64 */
+    {3, 9, 9, 24, 1, 1, 200, 1, 1, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1},    /* 1x1 ragged C, F */
+    {1, 6, 5, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},      /* one K-block */
+    {2, 11, 9, 64, 2, 2, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},     /* even kernel: pad after only */
+    {8, 56, 56, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1},    /* ResNet conv2 3x3, batch 8 */
+    {16, 14, 14, 256, 3, 3, 256, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1}, /* ResNet conv4 3x3, batch 16 */
+    {16, 28, 28, 512, 1, 1, 256, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1},/* ResNet conv4 1x1/2 */
+};
+
+/* dw reference rows: all of them when cheap, else every 7th row of dw (KC rows) */
+static double wgw_ref_err(const gc_conv2d_geom &g, const std::vector<float> &x, const std::vector<float> &dy,
+                          const std::vector<float> &out_w, const std::vector<float> &out_b, int with_db,
+                          double *err_b)
+{
+    std::vector<double> rw, rb;
+    ref_bwd_filter(g, x.data(), dy.data(), rw, rb);
+    *err_b = with_db ? rel_err(out_b, rb) : 0.0;
+    return rel_err(out_w, rw);
+}
+
+static void test_wgrad_case(int ci, const conv_case &k, gc_dtype dt, double *worst)
+{
+    const char *dn = gc_dtype_name(dt);
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+    gc_conv2d_geom g;
+    if (gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g) != GC_OK) {
+        printf("  FAIL wgrad case %d: geometry: %s\n", ci, gc_last_error());
+        g_fail++;
+        return;
+    }
+    gc_set_allow_tf32(1);
+    const size_t es = gc_dtype_size(dt);
+    const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
+    const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F), nb = (size_t)g.F;
+    std::vector<uint8_t> bx, bdy;
+    std::vector<float> x = rand_tensor(nx, dt, bx, 1.0f), dy = rand_tensor(ny, dt, bdy, 1.0f);
+    dbuf gx, gdy, dwa, dba, dwb, dbb;
+    gx.alloc(nx * es); gx.up(bx);
+    gdy.alloc(ny * es); gdy.up(bdy);
+    dwa.alloc(nw * es); dba.alloc(nb * es); dwb.alloc(nw * es); dbb.alloc(nb * es);
+    int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F};
+    int64_t sb[1] = {g.F};
+    gc_tensor tx = gc_tensor_make(gx.p, dt, 4, sx), tdy = gc_tensor_make(gdy.p, dt, 4, sy);
+    const gc_tensor *in[2] = {&tx, &tdy};
+    char what[128];
+    snprintf(what, sizeof what, "%dx%dx%dx%d k%dx%d F%d s%d %s", k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, k.sh,
+             k.pad == GC_PAD_SAME ? "same" : "valid");
+    /* mode: 1 wgmma forced, 2 the mma.sync kernel (GEMM route off) */
+    auto run = [&](dbuf &dw, dbuf &db, int mode, int variant, int splits, int stages) -> gc_status {
+        gc_tensor tdw = gc_tensor_make(dw.p, dt, 4, sw), tdb = gc_tensor_make(k.db ? db.p : NULL, dt, 1, sb);
+        gc_tensor *out[2] = {&tdw, &tdb};
+        dw.poison();
+        db.poison();
+        gc_conv2d_debug_wgrad = mode;
+        gc_conv2d_debug_gemm = mode == 2 ? 2 : 0;
+        gc_conv2d_debug_wgrad_variant = variant;
+        gc_conv2d_debug_wgrad_splits = splits;
+        gc_conv2d_debug_wgrad_stages = stages;
+        gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+        gc_conv2d_debug_wgrad = gc_conv2d_debug_gemm = 0;
+        gc_conv2d_debug_wgrad_variant = gc_conv2d_debug_wgrad_splits = gc_conv2d_debug_wgrad_stages = 0;
+        if (st == GC_OK) CK(cudaDeviceSynchronize());
+        return st;
+    };
+    char plan[128];
+    gc_conv2d_wgrad_wgmma_describe(&g_be, &g, plan, sizeof plan);
+    gc_status st = run(dwa, dba, 1, 0, 0, 0);
+    if (st) {
+        printf("  FAIL wgrad case %2d %-4s %s: %s: %s\n", ci, dn, what, gc_status_name(st), gc_last_error());
+        g_fail++;
+        goto out;
+    }
+    {
+        const std::vector<uint8_t> ha = dwa.down(), hba = dba.down();
+        const std::vector<float> ow = to_float(ha, nw, dt), ob = to_float(hba, nb, dt);
+        double eb = 0;
+        const double ew = wgw_ref_err(g, x, dy, ow, ob, k.db, &eb);
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s [%s]", what, plan);
+        report(dn, ci, "wgrad-ref", ew, 1e-2, buf);
+        if (k.db) report(dn, ci, "wgrad-db", eb, 1e-2, buf);
+        worst[0] = std::max(worst[0], std::max(ew, eb));
+        /* bitwise repeatable */
+        if (run(dwb, dbb, 1, 0, 0, 0) == GC_OK) {
+            const std::vector<uint8_t> hb = dwb.down(), hbb = dbb.down();
+            const int same = !memcmp(ha.data(), hb.data(), nw * es) && (!k.db || !memcmp(hba.data(), hbb.data(), nb * es));
+            report(dn, ci, "wgrad-determinism", same ? 0.0 : 1.0, 0.0, what);
+        }
+        /* the mma.sync kernel on the same inputs */
+        if ((st = run(dwb, dbb, 2, 0, 0, 0))) {
+            printf("  FAIL wgrad case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
+            g_fail++;
+        } else {
+            const std::vector<float> o2 = to_float(dwb.down(), nw, dt);
+            std::vector<double> r2(o2.begin(), o2.end());
+            for (float v : o2)
+                if (!isfinite(v)) { r2.assign(1, NAN); break; }
+            const double e2 = r2.size() == nw ? rel_err(ow, r2) : INFINITY;
+            report(dn, ci, "wgrad-vs-mma", e2, 2e-2, what);
+            worst[1] = std::max(worst[1], e2);
+        }
+        /* split / ring overrides: one split, three splits, the shortest ring */
+        const int ovr[3][2] = {{1, 0}, {3, 0}, {0, 2}};
+        for (int o = 0; o < 3; o++) {
+            if ((st = run(dwb, dbb, 1, 0, ovr[o][0], ovr[o][1]))) {
+                printf("  FAIL wgrad case %2d %-4s %s: splits %d stages %d: %s\n", ci, dn, what, ovr[o][0], ovr[o][1],
+                       gc_last_error());
+                g_fail++;
+                continue;
+            }
+            const std::vector<float> o3 = to_float(dwb.down(), nw, dt);
+            const double e3 = rel_err(o3, std::vector<double>(ow.begin(), ow.end()));
+            char lab[32];
+            snprintf(lab, sizeof lab, ovr[o][0] ? "wgrad-split%d" : "wgrad-ring%d", ovr[o][0] ? ovr[o][0] : ovr[o][1]);
+            report(dn, ci, lab, e3, 1e-2, what);
+        }
+        /* every block variant (the cheap cases) */
+        if ((double)g.N * g.OH * g.OW * nw <= 2e8) {
+            for (int v = 1; v <= 16; v++) {
+                if ((st = run(dwb, dbb, 1, v, 0, 0))) {
+                    printf("  FAIL wgrad case %2d %-4s %s: variant %d: %s\n", ci, dn, what, v, gc_last_error());
+                    g_fail++;
+                    continue;
+                }
+                const std::vector<float> o4 = to_float(dwb.down(), nw, dt);
+                const double e4 = rel_err(o4, std::vector<double>(ow.begin(), ow.end()));
+                char lab[32];
+                const int vv = v - 1;
+                snprintf(lab, sizeof lab, "wgrad-var-%c%c%d", (vv >> 3) & 1 ? 'x' : 'd', (vv >> 2) & 1 ? 'a' : 's',
+                         (vv & 3) + 1);
+                report(dn, ci, lab, e4, 1e-2, what);
+                worst[2] = std::max(worst[2], e4);
+            }
+        }
+        /* one graph capture of the forced path, replayed == eager */
+        if (ci == 4) {
+            gc_tensor tdw = gc_tensor_make(dwb.p, dt, 4, sw), tdb = gc_tensor_make(dbb.p, dt, 1, sb);
+            gc_tensor *out[2] = {&tdw, &tdb};
+            dwb.poison();
+            dbb.poison();
+            cudaGraph_t graph = NULL;
+            cudaGraphExec_t exec = NULL;
+            int ok = 0;
+            gc_conv2d_debug_wgrad = 1;
+            CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+            st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+            cudaError_t ce = cudaStreamEndCapture(g_stream, &graph);
+            gc_conv2d_debug_wgrad = 0;
+            if (st == GC_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+                CK(cudaGraphLaunch(exec, g_stream));
+                CK(cudaStreamSynchronize(g_stream));
+                const std::vector<uint8_t> c = dwb.down(), cb = dbb.down();
+                ok = !memcmp(ha.data(), c.data(), nw * es) && (!k.db || !memcmp(hba.data(), cb.data(), nb * es));
+            } else {
+                printf("  wgrad graph capture failed: %s / %s\n", gc_last_error(), cudaGetErrorString(ce));
+                (void)cudaGetLastError();
+            }
+            if (exec) cudaGraphExecDestroy(exec);
+            if (graph) cudaGraphDestroy(graph);
+            report(dn, ci, "wgrad-graph", ok ? 0.0 : 1.0, 0.0, what);
+        }
+        /* the automatic choice takes it for the layers it wants (C, F multiples of 64,
+         * enough pixels, not the GEMM route's) */
+        if (g.C % 64 == 0 && g.F % 64 == 0 && g.N * g.OH * g.OW >= 64 * (int64_t)g_sms &&
+            !(g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.C >= 128 && g.F >= 128) &&
+            run(dwb, dbb, 0, 0, 0, 0) == GC_OK)
+            report(dn, ci, "auto->wgrad-wgmma", gc_conv2d_debug_last_wgrad_path == 8 ? 0.0 : 1.0, 0.0, what);
+    }
+out:
+    gx.release(); gdy.release(); dwa.release(); dba.release(); dwb.release(); dbb.release();
+}
+
+static void test_wgrad_refusals(void)
+{
+    struct { conv_case k; gc_dtype dt; const char *why; } bad[] = {
+        {{2, 8, 8, 64, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1}, GC_F32, "float32"},
+        {{2, 8, 8, 64, 3, 3, 64, 2, 2, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1}, GC_F16, "3x3 stride 2"},
+        {{2, 8, 8, 64, 3, 3, 64, 1, 1, 2, 2, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1}, GC_BF16, "dilation 2"},
+        {{2, 8, 8, 20, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_LINEAR, 0, 1}, GC_F16, "C = 20"},
+        {{2, 15, 15, 64, 1, 1, 64, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1}, GC_F16, "1x1/2, odd H"},
+    };
+    for (auto &t : bad) {
+        gc_conv2d_params p = {t.k.sh, t.k.sw, t.k.dh, t.k.dw, t.k.pad, t.k.act, GC_IMPL_OWN};
+        gc_conv2d_geom g;
+        gc_conv2d_geometry(t.k.N, t.k.H, t.k.W, t.k.C, t.k.KH, t.k.KW, t.k.F, &p, &g);
+        const size_t es = gc_dtype_size(t.dt);
+        const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F);
+        const size_t ny = (size_t)(g.N * g.OH * g.OW * g.F);
+        dbuf gx, gdy, gw, gb;
+        gx.alloc(nx * es); gdy.alloc(ny * es); gw.alloc(nw * es); gb.alloc(g.F * es);
+        int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                sb[1] = {g.F};
+        gc_tensor tx = gc_tensor_make(gx.p, t.dt, 4, sx), tdy = gc_tensor_make(gdy.p, t.dt, 4, sy),
+                  tdw = gc_tensor_make(gw.p, t.dt, 4, sw), tdb = gc_tensor_make(gb.p, t.dt, 1, sb);
+        const gc_tensor *in[2] = {&tx, &tdy};
+        gc_tensor *out[2] = {&tdw, &tdb};
+        gc_set_allow_tf32(1);
+        gc_conv2d_debug_wgrad = 1;
+        gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+        gc_conv2d_debug_wgrad = 0;
+        (void)cudaGetLastError();
+        g_checks++;
+        const int ok = st == GC_ERR_UNSUPPORTED && cudaDeviceSynchronize() == cudaSuccess;
+        if (!ok) g_fail++;
+        printf("  %-4s wgrad wgmma refuses %-14s: %s\n", ok ? "ok" : "FAIL", t.why, st ? gc_last_error() : "ran");
+        /* and the automatic choice still computes it (another kernel) */
+        st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
+        g_checks++;
+        if (st != GC_OK) g_fail++;
+        if (st != GC_OK) printf("  FAIL wgrad auto fallback for %s: %s\n", t.why, gc_last_error());
+        gx.release(); gdy.release(); gw.release(); gb.release();
+    }
+}
+
+static void run_wgrad_tests(void)
+{
+    if (g_cc != 90) {
+        printf("wgrad wgmma: skipped: compute capability %d.%d, not 9.0\n", g_cc / 10, g_cc % 10);
+        return;
+    }
+    const int n = (int)(sizeof g_wgw_cases / sizeof g_wgw_cases[0]);
+    printf("wgrad wgmma (forced): %d cases x f16, bf16; vs float64, vs mma.sync, determinism, variants, "
+           "splits, ring, graph\n", n);
+    const gc_dtype dts[2] = {GC_F16, GC_BF16};
+    for (gc_dtype dt : dts) {
+        double worst[3] = {0, 0, 0};
+        const int before = g_fail;
+        for (int i = 0; i < n; i++) test_wgrad_case(i, g_wgw_cases[i], dt, worst);
+        printf("  wgrad %-4s worst rel err: vs float64 %.2e, vs mma.sync %.2e, variants vs default %.2e%s\n",
+               gc_dtype_name(dt), worst[0], worst[1], worst[2], g_fail > before ? "  FAILURES" : "");
+    }
+    test_wgrad_refusals();
+}
+
+/* ResNet-50's weight gradients at batch BATCH (default 256; DTYPE=f16|bf16): the wgmma
+ * kernel (forced), mma.sync (conv kernels only), auto (and the path it took), cuDNN. */
+static void run_wgrad_bench(void)
+{
+    const int N = getenv("BATCH") ? atoi(getenv("BATCH")) : 256;
+    const char *only = getenv("DTYPE");
+    struct wl { const char *name; int H, C, F, K, s, reps; };
+    static const wl L[] = {
+        {"conv2 1x1 64->64", 56, 64, 64, 1, 1, 1},      {"conv2 1x1 64->256", 56, 64, 256, 1, 1, 4},
+        {"conv2 1x1 256->64", 56, 256, 64, 1, 1, 2},    {"conv2 3x3 64->64", 56, 64, 64, 3, 1, 3},
+        {"conv3 1x1/2 256->128", 56, 256, 128, 1, 2, 1}, {"conv3 1x1/2 256->512", 56, 256, 512, 1, 2, 1},
+        {"conv3 3x3 128->128", 28, 128, 128, 3, 1, 4},  {"conv4 1x1/2 512->256", 28, 512, 256, 1, 2, 1},
+        {"conv4 1x1/2 512->1024", 28, 512, 1024, 1, 2, 1}, {"conv4 3x3 256->256", 14, 256, 256, 3, 1, 6},
+        {"conv5 1x1/2 1024->512", 14, 1024, 512, 1, 2, 1}, {"conv5 1x1/2 1024->2048", 14, 1024, 2048, 1, 2, 1},
+        {"conv5 3x3 512->512", 7, 512, 512, 3, 1, 3},
+    };
+    printf("\nResNet-50 weight gradients, batch %d (no db): ms per call (median of 10 graph replays)\n", N);
+    printf("%-24s %-5s %9s %9s %9s %9s | %7s %7s %7s | auto path, plan\n", "layer", "dtype", "wgmma", "mma.sync",
+           "auto", "cuDNN", "wg TF", "mma TF", "auto TF");
+    const gc_dtype dts[2] = {GC_F16, GC_BF16};
+    double sum[2][4] = {{0}};
+    for (gc_dtype dt : dts) {
+        const int di = dt == GC_F16 ? 0 : 1;
+        if (only && strcmp(only, di ? "bf16" : "f16")) continue;
+        for (const wl &l : L) {
+            gc_conv2d_params p = {l.s, l.s, 1, 1, l.K == 3 ? GC_PAD_SAME : GC_PAD_VALID, GC_ACT_LINEAR, GC_IMPL_OWN};
+            gc_conv2d_geom g;
+            gc_conv2d_geometry(N, l.H, l.H, l.C, l.K, l.K, l.F, &p, &g);
+            const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
+            const size_t es = gc_dtype_size(dt);
+            const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
+                         ny = (size_t)(g.N * g.OH * g.OW * g.F);
+            dbuf x[2], dy[2], dw;
+            for (int s = 0; s < 2; s++) {
+                x[s].alloc(nx * es); dev_rand(x[s], dt, nx, 1);
+                dy[s].alloc(ny * es); dev_rand(dy[s], dt, ny, 1);
+            }
+            dw.alloc(nw * es);
+            int64_t sx[4] = {g.N, g.H, g.W, g.C}, sw[4] = {g.KH, g.KW, g.C, g.F}, sy[4] = {g.N, g.OH, g.OW, g.F},
+                    sb[1] = {g.F};
+            gc_tensor tdw = gc_tensor_make(dw.p, dt, 4, sw), tnb = gc_tensor_make(NULL, dt, 1, sb);
+            double t[4] = {0, 0, 0, 0};
+            int auto_path = 0;
+            for (int var = 0; var < 4; var++) { /* 0 wgmma, 1 mma.sync, 2 auto, 3 cuDNN */
+                if (var == 3 && !gc_conv2d_vendor_available()) continue;
+                gc_conv2d_params pp = p;
+                pp.impl = var == 3 ? GC_IMPL_VENDOR : GC_IMPL_OWN;
+                gc_status err = GC_OK;
+                auto bwdf = [&](int i) {
+                    gc_tensor tx = gc_tensor_make(x[i % 2].p, dt, 4, sx), tdy = gc_tensor_make(dy[i % 2].p, dt, 4, sy);
+                    const gc_tensor *in[2] = {&tx, &tdy};
+                    gc_tensor *out[2] = {&tdw, &tnb};
+                    gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &pp);
+                    if (st && !err) err = st;
+                };
+                gc_conv2d_debug_wgrad = var == 0 ? 1 : var == 1 ? 2 : 0;
+                gc_conv2d_debug_gemm = var == 1 ? 2 : 0;
+                double ms = 1.0;
+                if (getenv("NCU1")) { bwdf(0); CK(cudaStreamSynchronize(g_stream)); } /* one launch each, for ncu */
+                else ms = time_ms(bwdf, 10);
+                if (var == 2) auto_path = gc_conv2d_debug_last_wgrad_path;
+                gc_conv2d_debug_wgrad = gc_conv2d_debug_gemm = 0;
+                if (err) {
+                    printf("  %s %s variant %d: error: %s\n", l.name, gc_dtype_name(dt), var, gc_last_error());
+                    gc_clear_error();
+                    continue;
+                }
+                t[var] = ms;
+            }
+            char plan[128];
+            gc_conv2d_wgrad_wgmma_describe(&g_be, &g, plan, sizeof plan);
+            printf("%-24s %-5s %9.3f %9.3f %9.3f %9.3f | %7.0f %7.0f %7.0f | %d, %s\n", l.name, gc_dtype_name(dt), t[0],
+                   t[1], t[2], t[3], t[0] > 0 ? flops / t[0] / 1e9 : 0.0, t[1] > 0 ? flops / t[1] / 1e9 : 0.0,
+                   t[2] > 0 ? flops / t[2] / 1e9 : 0.0, auto_path, plan);
+            for (int v = 0; v < 4; v++) sum[di][v] += t[v] * l.reps;
+            for (int s = 0; s < 2; s++) { x[s].release(); dy[s].release(); }
+            dw.release();
+        }
+        printf("  %-5s per ResNet-50 step (these layers x their counts): wgmma %.2f ms, mma.sync %.2f, auto %.2f, "
+               "cuDNN %.2f\n", gc_dtype_name(dt), sum[di][0], sum[di][1], sum[di][2], sum[di][3]);
+    }
+    printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* line-buffered: a time-boxed run killed midway keeps its log */
@@ -1456,6 +1798,11 @@ int main(int argc, char **argv)
         run_wgmma_bench();
         printf("%s\n", g_graphed_all ? "all timings from graph replays" : "some timings eager (capture failed)");
     }
+    if (!strcmp(mode, "wgradtest")) {
+        run_wgrad_tests();
+        printf("correctness: %d of %d checks passed%s\n", g_checks - g_fail, g_checks, g_fail ? "  -- FAILURES" : "");
+    }
+    if (!strcmp(mode, "wgradbench")) run_wgrad_bench();
     if (!strcmp(mode, "resnet")) run_resnet_bench();
     g_sweep_only = !strcmp(mode, "sweep");
     if (!strcmp(mode, "bench") || !strcmp(mode, "all") || g_sweep_only) run_bench();

@@ -1,0 +1,684 @@
+/* conv2d_wgmma_wgrad.cu -- Hopper (sm_90a) weight gradient of a convolution on wgmma + TMA.
+ *
+ * What: gc_conv2d_wgrad_wgmma computes dw[kh][kw][c][f] = sum over the output pixels
+ * (n, oh, ow) of x[n][oh*sh + kh - pad_top][ow*sw + kw - pad_left][c] * dy[n][oh][ow][f]
+ * (zero outside the image) and, when asked, db[f] = sum dy[.][f], for NHWC f16 / bf16
+ * storage with fp32 accumulation on an H100 / H200: stride 1 with any kernel (dilation
+ * 1), or 1x1 unpadded with any stride; C % 8 == 0 and F % 8 == 0. dw and db come out in
+ * the storage dtype, as from the other weight-gradient kernels of conv2d.cu. Everything
+ * else returns GC_ERR_UNSUPPORTED before anything is launched (conv2d.cu then runs its
+ * mma.sync kernel, conv_wgrad_kernel).
+ *
+ * The GEMM: dW (KH*KW*C rows, F columns) = X^T . DY over K = N*OH*OW pixels, both
+ * operands MN-major in memory (a pixel's C channels / F filters are contiguous). The
+ * operands are cut into "boxes" of 64 pixels x 64 channels (x; one tap, one 64-channel
+ * chunk) or 64 pixels x 64 filters (dy): 8 KB of 128-byte pixel rows in the TMA
+ * 128-byte swizzle, which is the wgmma canonical MN-major layout (8-row groups 1024
+ * bytes apart: SBO; 64-element column blocks one box apart: LBO), read with the
+ * transpose bit set for both A and B (16-bit types only). x boxes come from one TMA copy
+ * in im2col mode (the tap is the im2col offset, padding and pixels past the batch arrive
+ * as zeros, exactly as the forward's im2col kernel in conv2d_wgmma.cu loads them); a
+ * strided 1x1 layer reads x through a tensor map whose W / H strides are the stride
+ * times the real ones, so that it is a 1x1 stride-1 layer on the sampled pixels. dy
+ * boxes are tiled 2-D copies of the (pixels, F) matrix. Channels / filters past C / F
+ * and pixels past the batch are zero-filled by the copy engine.
+ *
+ * Block: 3 warpgroups, one block per SM. Warpgroup 0 (one thread) is the producer: per
+ * K-block of 64 pixels it loads the block's boxes into a ring of stages (full / empty
+ * mbarriers). Warpgroups 1 and 2 are consumers, each a 64 x 64*NB fp32 accumulator
+ * (NB = 1..4: wgmma .m64n{64,128,192,256}k16, 4 per K-block); A is one box, B is NB
+ * consecutive boxes of the stage. Which operand is A (x or dy) and the block shape are
+ * chosen per layer by a small cost model (loaded bytes vs Tensor Core work, wasted
+ * columns, wave quantisation, the split-K partial traffic):
+ *   shared (alt = 0): stage = 2 A boxes + NB B boxes; consumer w multiplies A box w by
+ *     the shared B boxes on every K-block (a 128 x 64*NB tile; the layers with many
+ *     boxes on both sides);
+ *   alternate (alt = 1): stage = 1 A box + NB B boxes; consumer w takes the block's
+ *     K-blocks w, w+2, ... (a 64 x 64*NB tile, both consumers busy: the layers with a
+ *     single 64-wide box on one side, F = 64 or a 1x1 layer with C = 64). The ring depth
+ *     is even, so each stage is only ever consumed by the same warpgroup and the phase
+ *     parity of its barrier is never ambiguous, and at least 4, so that each consumer
+ *     owns two stages (it frees one only after issuing the next).
+ * Split K: blockIdx.y takes a fixed range of K-blocks and each consumer writes its raw
+ * fp32 sums to its own slice of the workspace (no atomics); gc_conv2d_reduce_splits then
+ * adds the slices in a fixed order and rounds (deterministic for a given split count,
+ * which depends on the SM count). db: gc_conv2d_colsum on dy, through the same
+ * workspace (after the partials).
+ * Device code exists only for sm_90a (GC_WGW_DEVICE); other targets compile empty
+ * kernels and the entry point reports GC_ERR_UNSUPPORTED (probe kernel, as in
+ * gemm_wgmma.cu). The PTX primitives come from hopper_ptx.cuh.
+ * Test hooks: gc_conv2d_debug_wgrad (1 force / 2 never; 0: GPUCMP_CONV_WGRAD =
+ * wgmma|mma|auto), gc_conv2d_debug_wgrad_variant (GPUCMP_CONV_WGRAD_VARIANT, e.g. "da3":
+ * A = dy, alternate, NB = 3; "xs4": A = x, shared, NB = 4), _splits, _stages.
+ */
+#include "conv2d_internal.cuh"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+
+#if defined(GC_CONV_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
+#define GC_HOPPER_WATCHDOG GC_CONV_WATCHDOG
+#endif
+#include "hopper_ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GC_WGW_DEVICE 1
+#else
+#define GC_WGW_DEVICE 0
+#endif
+
+extern "C" int gc_conv2d_debug_wgrad, gc_conv2d_debug_wgrad_variant, gc_conv2d_debug_wgrad_splits,
+    gc_conv2d_debug_wgrad_stages;
+int gc_conv2d_debug_wgrad = 0;         /* 0 env / auto, 1 force, 2 never */
+int gc_conv2d_debug_wgrad_variant = 0; /* 0 cost model; else 1 + (a_x << 3 | alt << 2 | (NB - 1)) */
+int gc_conv2d_debug_wgrad_splits = 0;  /* 0 cost model; else this many K ranges (at most one per K-block) */
+int gc_conv2d_debug_wgrad_stages = 0;  /* 0 as many as fit (<= 8); else at most this many (even, >= 2 / 4) */
+
+namespace {
+
+constexpr int WGW_BK = 64;                  /* pixels per K-block */
+constexpr int WGW_BOX = WGW_BK * 128;       /* 8 KB: 64 pixel rows of 64 16-bit values */
+constexpr int WGW_THREADS = 384;            /* producer + 2 consumer warpgroups */
+constexpr int WGW_MAX_STAGES = 8;
+constexpr int WGW_BAR_BYTES = 256;          /* full[8], empty[8] */
+
+size_t wgw_smem_bytes(int stages, int nbox)
+{
+    return 1024 + (size_t)stages * nbox * WGW_BOX + WGW_BAR_BYTES;
+}
+
+struct wgw_params {
+    float *part;          /* slices of (KC, F) fp32 partial sums */
+    int C, F, KW, cch;    /* cch: x boxes per tap, ceil(C / 64) */
+    int OH, OW;           /* output pixels per image (the pixel walk of a K-block) */
+    int pad_top, pad_left;
+    int nX, nD;           /* x boxes (taps * cch), dy boxes (ceil(F / 64)) */
+    int a_x;              /* 1: A (the 64 accumulator rows) is x and B dy; 0: the reverse */
+    int alt;              /* 1: alternate K-blocks between the consumers (1 A box per stage) */
+    int tiles_n;          /* groups of NB B boxes */
+    int nkb, kbps;        /* K-blocks in all, per split */
+    int stages, stage_bytes;
+    int KC;
+};
+
+#if GC_WGW_DEVICE
+using namespace gc_hopper; /* smem_u32, mbar_*, tma_load_2d, wg_fence / commit / wait */
+
+__device__ __forceinline__ void wgw_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* im2col box of the (C, W, H, N) tensor (as conv2d_wgmma.cu's): channels [c, c + 64) of
+ * 64 pixels whose filter corners start at (w, h, n), each read at corner + (off_w, off_h) */
+__device__ __forceinline__ void wgw_tma_im2col(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c, int w,
+                                               int h, int n, uint16_t off_w, uint16_t off_h)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(off_w), "h"(off_h)
+                 : "memory");
+}
+template <int N> __device__ __forceinline__ void wgw_fence_regs(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* MN-major operand, 128-byte swizzle: 8 K-rows of 128 bytes per 1024-byte group (SBO),
+ * 64-element MN blocks one box apart (LBO; unused by a 64-wide A) */
+__device__ __forceinline__ uint64_t wgw_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(WGW_BOX >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+#define WGW_DREGS32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+    ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WGW_DOUTS32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WGW_DREGS64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+    ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+    ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
+    ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WGW_DOUTS64 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WGW_DREGS96 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+    ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+    ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
+    ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+    ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
+    ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WGW_DOUTS96 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+
+/* d (64 x 64*NB per warpgroup, fp32) += A (64 x 16, stored K x M) * B (16 x 64*NB, stored
+ * K x N): both transpose bits set */
+template <typename T, int NB> struct wgw_mma;
+#define WGW_MMA_DEF(T, NB, instr, DREGS, DOUTS, IA, IB, IS)                                       \
+    template <> struct wgw_mma<T, NB> {                                                            \
+        static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)             \
+        {                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n" instr " {" DREGS "}, %" IA \
+                         ", %" IB ", p, 1, 1, 1, 1;\n}\n"                                          \
+                         : DOUTS                                                                   \
+                         : "l"(da), "l"(db), "r"(1));                                              \
+        }                                                                                          \
+    };
+#define WGW_MMA_DEFS(T, S)                                                                                       \
+    WGW_MMA_DEF(T, 1, "wgmma.mma_async.sync.aligned.m64n64k16.f32." S "." S, WGW_DREGS32, WGW_DOUTS32, "32", "33", \
+                "34")                                                                                            \
+    WGW_MMA_DEF(T, 2, "wgmma.mma_async.sync.aligned.m64n128k16.f32." S "." S, WGW_DREGS64, WGW_DOUTS64, "64",      \
+                "65", "66")                                                                                      \
+    WGW_MMA_DEF(T, 3, "wgmma.mma_async.sync.aligned.m64n192k16.f32." S "." S, WGW_DREGS96, WGW_DOUTS96, "96",      \
+                "97", "98")                                                                                      \
+    WGW_MMA_DEF(T, 4, "wgmma.mma_async.sync.aligned.m64n256k16.f32." S "." S, GC_WG_DREGS, GC_WG_DOUTS, "128",    \
+                "129", "130")
+WGW_MMA_DEFS(__half, "f16")
+WGW_MMA_DEFS(__nv_bfloat16, "bf16")
+#undef WGW_MMA_DEFS
+#undef WGW_MMA_DEF
+#endif /* GC_WGW_DEVICE */
+
+/* ------------------------------------------------------------------ the kernel
+ * Shared memory (from a 1024-aligned base): ring [stages][NA + NB boxes] | barriers.
+ * blockIdx.x: the output tile (tm, tn) -- A boxes tm*NA .. +NA-1, B boxes tn*NB .. +NB-1
+ * (indices past the operand's box count load its last box again and are not stored);
+ * blockIdx.y: the split, K-blocks [y*kbps, min(nkb, (y+1)*kbps)). */
+template <typename T, int NB>
+__global__ void __launch_bounds__(WGW_THREADS, 1)
+gc_wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmD,
+                      const wgw_params p)
+{
+#if GC_WGW_DEVICE
+    constexpr int ND = NB * 32; /* accumulators per thread */
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const int S = p.stages, NA = p.alt ? 1 : 2;
+    const uint32_t full0 = base + (uint32_t)(S * p.stage_bytes), empty0 = full0 + 8 * WGW_MAX_STAGES;
+
+    const int tm = (int)blockIdx.x / p.tiles_n, tn = (int)blockIdx.x - tm * p.tiles_n;
+    const int kb0 = (int)blockIdx.y * p.kbps;
+    const int nst = min(p.nkb - kb0, p.kbps); /* >= 1 by construction */
+    const int nM = p.a_x ? p.nX : p.nD, nN = p.a_x ? p.nD : p.nX;
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(full0 + 8 * s, 1);                /* the producer's expect_tx arrival */
+            mbar_init(empty0 + 8 * s, p.alt ? 1 : 2);   /* the consumer(s) of the stage */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmD) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* ---------------- producer: one thread */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            const int OHW = p.OH * p.OW;
+            int s = 0;
+            uint32_t phase = 0;
+            for (int i = 0; i < nst; i++) {
+                const int kb = kb0 + i, k0 = kb * WGW_BK;
+                const int n0 = k0 / OHW, r0 = k0 - n0 * OHW;
+                const int p0 = r0 / p.OW, q0 = r0 - p0 * p.OW;
+                mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
+                const uint32_t full = full0 + 8 * s;
+                const uint32_t sb = base + (uint32_t)(s * p.stage_bytes);
+                mbar_expect_tx(full, (uint32_t)((NA + NB) * WGW_BOX));
+                for (int b = 0; b < NA + NB; b++) {
+                    const bool isA = b < NA;
+                    int box = isA ? tm * NA + b : tn * NB + (b - NA);
+                    box = min(box, (isA ? nM : nN) - 1);
+                    const uint32_t dst = sb + (uint32_t)(b * WGW_BOX);
+                    if (isA == (p.a_x != 0)) { /* an x box: tap, 64-channel chunk */
+                        const int tap = box / p.cch, c0 = (box - tap * p.cch) * 64;
+                        const int kh = tap / p.KW, kw = tap - kh * p.KW;
+                        wgw_tma_im2col(dst, &tmX, full, c0, q0 - p.pad_left, p0 - p.pad_top, n0, (uint16_t)kw,
+                                       (uint16_t)kh);
+                    } else { /* a dy box: 64 filters of 64 pixel rows */
+                        tma_load_2d(dst, &tmD, full, box * 64, k0);
+                    }
+                }
+                if (++s == S) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+    } else { /* ---------------- consumers */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int w = wg - 1;
+        const int warp = tid >> 5, lane = tid & 31;
+        const uint32_t aoff = (uint32_t)((p.alt ? 0 : w) * WGW_BOX), boff = (uint32_t)(NA * WGW_BOX);
+        float d[ND];
+#pragma unroll
+        for (int j = 0; j < ND; j++) d[j] = 0.0f;
+        wgw_fence_regs<ND>(d);
+        int prev = -1;
+        const int step = p.alt ? 2 : 1;
+        for (int i = p.alt ? w : 0; i < nst; i += step) {
+            const int s = i % S;
+            mbar_wait(full0 + 8 * s, (uint32_t)(i / S) & 1u);
+            const uint32_t sa = base + (uint32_t)(s * p.stage_bytes) + aoff;
+            const uint32_t sb = base + (uint32_t)(s * p.stage_bytes) + boff;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < WGW_BK / 16; kk++) /* 16 pixel rows = 2048 bytes per K step */
+                wgw_mma<T, NB>::run(d, wgw_desc(sa + kk * 2048), wgw_desc(sb + kk * 2048));
+            wg_commit();
+            wg_wait<1>(); /* the group before this one has retired: its stage is free */
+            if (prev >= 0 && tid == 0) wgw_mbar_arrive(empty0 + 8 * prev);
+            prev = s;
+        }
+        wg_wait<0>();
+        wgw_fence_regs<ND>(d);
+        if (prev >= 0 && tid == 0) wgw_mbar_arrive(empty0 + 8 * prev);
+
+        /* epilogue: d[4j + {0,1}] is (row 16 warp + g, column 8j + 2q + {0,1}), d[4j + {2,3}]
+         * the same columns 8 rows below; raw fp32 sums into this consumer's slice */
+        const int ma = tm * NA + (p.alt ? 0 : w);
+        if (ma < nM) {
+            const int slice = p.alt ? 2 * (int)blockIdx.y + w : (int)blockIdx.y;
+            float *part = p.part + (int64_t)slice * p.KC * p.F;
+            const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = 16 * warp + g + 8 * hf; /* row within the A box */
+                if (p.a_x) { /* rows: channels of one tap; columns: filters */
+                    const int tap = ma / p.cch, c = (ma - tap * p.cch) * 64 + r;
+                    if (c < p.C) {
+                        float *row = part + (int64_t)(tap * p.C + c) * p.F;
+#pragma unroll
+                        for (int j = 0; j < 8 * NB; j++) {
+                            const int f = (tn * NB + j / 8) * 64 + (j % 8) * 8 + 2 * q;
+                            if (f < p.F) *(float2 *)(row + f) = make_float2(d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]);
+                        }
+                    }
+                } else { /* rows: filters; columns: channels of the B boxes' taps */
+                    const int f = ma * 64 + r;
+                    if (f < p.F) {
+#pragma unroll
+                        for (int j = 0; j < 8 * NB; j++) {
+                            const int nb = tn * NB + j / 8;
+                            if (nb < nN) {
+                                const int tap = nb / p.cch, c = (nb - tap * p.cch) * 64 + (j % 8) * 8 + 2 * q;
+                                if (c < p.C) {
+                                    float *col = part + (int64_t)(tap * p.C + c) * p.F + f;
+                                    col[0] = d[4 * j + 2 * hf];
+                                    col[p.F] = d[4 * j + 2 * hf + 1]; /* c + 1 < C: C is even */
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+#endif
+}
+
+/* Holds 256 bytes of static shared memory in sm_90a code only: cudaFuncGetAttributes on
+ * it tells which image the driver picked for this device. */
+__global__ void gc_wgrad_wgmma_probe(int *p)
+{
+#if GC_WGW_DEVICE
+    __shared__ int s[64];
+    s[threadIdx.x & 63] = (int)threadIdx.x;
+    __syncthreads();
+    if (p) p[threadIdx.x] = s[(threadIdx.x + 1) & 63];
+#endif
+}
+
+/* ------------------------------------------------------------------ host side */
+typedef CUresult (*wgw_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                        const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                        const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+typedef CUresult (*wgw_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                         const cuuint64_t *, const cuuint64_t *, const int *, const int *,
+                                         cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
+                                         CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+void *wgw_driver_fn(const char *name)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else
+    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return fn;
+}
+
+struct wgw_encoders {
+    wgw_encode_tiled_fn tiled;
+    wgw_encode_im2col_fn im2col;
+};
+
+const wgw_encoders &wgw_enc(void)
+{
+    static const wgw_encoders e = {(wgw_encode_tiled_fn)wgw_driver_fn("cuTensorMapEncodeTiled"),
+                                    (wgw_encode_im2col_fn)wgw_driver_fn("cuTensorMapEncodeIm2col")};
+    return e; /* thread-safe static init */
+}
+
+int g_wgw_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
+
+/* 1 when this binary holds sm_90a code for the running device and the driver has the
+ * tensor-map encoders */
+int wgw_compiled(const gc_backend *be)
+{
+    if (gc_cuda_cc(be) != 90) return 0; /* sm_90a code runs on compute capability 9.0 only */
+    const int dev = be->device_index;
+    if (dev >= 0 && dev < 64 && g_wgw_compiled[dev]) return g_wgw_compiled[dev] == 1;
+    cudaFuncAttributes fa;
+    int yes = 0;
+    if (cudaFuncGetAttributes(&fa, gc_wgrad_wgmma_probe) == cudaSuccess)
+        yes = fa.sharedSizeBytes >= 256;
+    else
+        (void)cudaGetLastError();
+    if (yes && (!wgw_enc().tiled || !wgw_enc().im2col)) yes = 0;
+    if (dev >= 0 && dev < 64) g_wgw_compiled[dev] = yes ? 1 : 2;
+    return yes;
+}
+
+int wgw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Why the kernel cannot take this layer (everything but pointers and the driver's
+ * encoding), or NULL. */
+const char *wgw_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
+{
+    if (dt != GC_F16 && dt != GC_BF16) return "float16 / bfloat16 storage only";
+    if (!wgw_compiled(be)) return "no sm_90a code for this device, or no tensor-map encoder in the driver";
+    if (g->C <= 0 || g->F <= 0 || g->C % 8 || g->F % 8) return "C and F must be multiples of 8";
+    if (g->dh != 1 || g->dw != 1) return "dilation 1 only";
+    const int one = g->KH == 1 && g->KW == 1 && g->pad_top == 0 && g->pad_left == 0;
+    if (!one && (g->sh != 1 || g->sw != 1)) return "stride 1, or a 1x1 unpadded kernel";
+    if (one && (g->sh > 1 || g->sw > 1) &&
+        ((int64_t)g->sh * g->OH > g->H || (int64_t)g->sh * g->W < (int64_t)g->sw * g->OW))
+        /* the strided view's tensor map must not have rows / images overlap in its strides */
+        return "strided 1x1 with H not a multiple of the row stride";
+    if (g->KH > 256 || g->KW > 256) return "kernel taps past the im2col offsets";
+    const int64_t lw = -g->pad_left, lh = -g->pad_top;
+    const int64_t uw = one ? 0 : g->OW - g->W - g->pad_left, uh = one ? 0 : g->OH - g->H - g->pad_top;
+    if (lw < -128 || lh < -128 || uw < -128 || uh < -128 || uw > 127 || uh > 127)
+        return "padding past the 8-bit im2col box corners";
+    const int64_t P = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
+    if (P <= 0 || P > INT_MAX / 2 || g->N * g->H * g->W * g->C >= ((int64_t)1 << 40) || KC * g->F > INT_MAX / 2 ||
+        g->F > 65535 || g->C > 65535)
+        return "sizes past 32-bit indices";
+    if (wgw_smem_bytes(4, 5) > gc_cuda_smem_optin(be)) return "not enough shared memory for the ring";
+    return NULL;
+}
+
+/* The plan of a launch: which operand is A, the block shape, NB, the split. */
+struct wgw_plan {
+    int a_x, alt, nb;
+    int tiles_m, tiles_n, splits, kbps, slices;
+    int stages;
+};
+
+/* Per-K-block cost of one block (arbitrary units: one 64x64x64 MMA block at full rate =
+ * 1; one 8 KB box from L2 ~ 2, the H200's L2 -> SM rate per SM against its Tensor Core
+ * rate); the narrow instructions lose to shared-memory bandwidth. */
+double wgw_kb_cost(int alt, int nb)
+{
+    static const double eff[5] = {0, 0.55, 0.8, 0.9, 1.0};
+    const double boxes = (alt ? 1 : 2) + nb, units = (alt ? 1 : 2) * nb;
+    const double load = 2.0 * boxes, mma = units / eff[nb];
+    return load > mma ? load : mma;
+}
+
+void wgw_make_plan(const gc_backend *be, const gc_conv2d_geom *g, int variant, wgw_plan *pl)
+{
+    const int cch = (int)((g->C + 63) / 64), nX = (int)(g->KH * g->KW) * cch, nD = (int)((g->F + 63) / 64);
+    const int64_t P = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
+    const int nkb = (int)((P + WGW_BK - 1) / WGW_BK);
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    double best = -1;
+    for (int v = 0; v < 16; v++) {
+        const int a_x = (v >> 3) & 1, alt = (v >> 2) & 1, nb = (v & 3) + 1;
+        if (variant && v != variant - 1) continue;
+        const int nM = a_x ? nX : nD, nN = a_x ? nD : nX;
+        const int tm = alt ? nM : (nM + 1) / 2, tn = (nN + nb - 1) / nb;
+        const int64_t tiles = (int64_t)tm * tn;
+        if (tiles > INT_MAX / 2) continue;
+        const double kbc = wgw_kb_cost(alt, nb);
+        /* the split: the fewest K ranges whose waves of one block per SM cost least, with
+         * a block's start-up (~16 units per wave) and the partial sums' traffic (written
+         * once, read once: 8 bytes a float at ~3 units per 8 KB, spread over the SMs)
+         * counted */
+        const int64_t slice_floats = KC * g->F;
+        int bs = 1;
+        double bc = -1;
+        const int smax = gc_conv2d_debug_wgrad_splits > 0 ? gc_conv2d_debug_wgrad_splits : (nkb < 4096 ? nkb : 4096);
+        for (int s = gc_conv2d_debug_wgrad_splits > 0 ? smax : 1; s <= smax; s++) {
+            const int kbps = (nkb + s - 1) / s, S = (nkb + kbps - 1) / kbps;
+            if (S != s && gc_conv2d_debug_wgrad_splits <= 0) continue; /* same as a smaller s */
+            if ((int64_t)S > 65535) break;
+            const int64_t blocks = tiles * S, waves = (blocks + sms - 1) / sms;
+            const int64_t slices = (int64_t)S * (alt ? 2 : 1);
+            if (slices * slice_floats * 4 > ((int64_t)1 << 31)) break; /* 2 GB of partials */
+            const double c = (double)waves * (kbps * kbc + 16.0) + (double)slices * slice_floats * 24.0 / 8192.0 / sms;
+            if (bc < 0 || c < bc * 0.999) {
+                bc = c;
+                bs = S;
+            }
+        }
+        if (best < 0 || bc < best * 0.999) {
+            best = bc;
+            pl->a_x = a_x;
+            pl->alt = alt;
+            pl->nb = nb;
+            pl->tiles_m = tm;
+            pl->tiles_n = tn;
+            pl->kbps = (nkb + bs - 1) / bs;
+            pl->splits = (nkb + pl->kbps - 1) / pl->kbps;
+            pl->slices = pl->splits * (alt ? 2 : 1);
+        }
+    }
+    /* ring depth: as many stages as fit, at most WGW_MAX_STAGES, even (alternate stages
+     * keep their consumer) and at least 4 when alternating: a consumer holds its last
+     * stage until its next one has been issued, so it needs two slots of its own (the
+     * shared mode needs 2) */
+    const int nbox = (pl->alt ? 1 : 2) + pl->nb, st_min = pl->alt ? 4 : 2;
+    const size_t optin = gc_cuda_smem_optin(be);
+    int st = WGW_MAX_STAGES;
+    while (st > st_min && wgw_smem_bytes(st, nbox) > optin) st -= 2;
+    if (gc_conv2d_debug_wgrad_stages > 0 && gc_conv2d_debug_wgrad_stages < st)
+        st = (gc_conv2d_debug_wgrad_stages & ~1) < st_min ? st_min : gc_conv2d_debug_wgrad_stages & ~1;
+    pl->stages = st;
+}
+
+typedef void (*wgw_kernel_fn)(const CUtensorMap, const CUtensorMap, const wgw_params);
+template <typename T> wgw_kernel_fn wgw_kernel_for(int nb)
+{
+    switch (nb) {
+    case 1: return gc_wgrad_wgmma_kernel<T, 1>;
+    case 2: return gc_wgrad_wgmma_kernel<T, 2>;
+    case 3: return gc_wgrad_wgmma_kernel<T, 3>;
+    default: return gc_wgrad_wgmma_kernel<T, 4>;
+    }
+}
+size_t g_wgw_smem_set[2][4][64]; /* dtype, NB, device: the largest limit set so far */
+
+/* the variant string of GPUCMP_CONV_WGRAD_VARIANT ("da3": A = dy, alternate, NB 3) */
+int wgw_variant(void)
+{
+    if (gc_conv2d_debug_wgrad_variant) return gc_conv2d_debug_wgrad_variant;
+    const char *e = getenv("GPUCMP_CONV_WGRAD_VARIANT");
+    if (!e || strlen(e) != 3) return 0;
+    const int a_x = e[0] == 'x', alt = e[1] == 'a', nb = e[2] - '0';
+    if ((e[0] != 'x' && e[0] != 'd') || (e[1] != 'a' && e[1] != 's') || nb < 1 || nb > 4) return 0;
+    return 1 + (a_x << 3 | alt << 2 | (nb - 1));
+}
+
+} // namespace
+
+extern "C" int gc_conv2d_wgrad_wgmma_mode(void)
+{
+    if (gc_conv2d_debug_wgrad) return gc_conv2d_debug_wgrad;
+    const char *e = getenv("GPUCMP_CONV_WGRAD");
+    if (!e || !*e || !strcmp(e, "auto")) return 0;
+    if (!strcmp(e, "wgmma") || !strcmp(e, "1") || !strcmp(e, "on")) return 1;
+    if (!strcmp(e, "mma") || !strcmp(e, "0") || !strcmp(e, "off")) return 2;
+    return 0;
+}
+
+extern "C" int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
+{
+    if (dt != GC_F16 && dt != GC_BF16) return 0;
+    if (gc_cuda_cc(be) != 90 || g->C % 64 || g->F % 64) return 0;
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    /* at least one K-block of pixels per SM (ResNet-50's 7x7 layers at batch 256 have
+     * 196); below that the mma.sync kernel's small blocks split K as finely */
+    if (g->N * g->OH * g->OW < (int64_t)WGW_BK * sms) return 0;
+    return wgw_why(be, g, dt) == NULL;
+}
+
+extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                          const void *x, const void *dy, void *dw, void *db)
+{
+    const char *why = wgw_why(be, g, dt);
+    if (!why && (!wgw_aligned16(x) || !wgw_aligned16(dy))) why = "x and dy must be 16-byte aligned";
+    if (why)
+        return gc_fail(GC_ERR_UNSUPPORTED,
+                       "conv2d_bwd_filter (wgmma): x (%lld, %lld, %lld, %lld), kernel %lldx%lld -> %lld, stride "
+                       "(%d, %d), dilation (%d, %d), %s: %s",
+                       (long long)g->N, (long long)g->H, (long long)g->W, (long long)g->C, (long long)g->KH,
+                       (long long)g->KW, (long long)g->F, g->sh, g->sw, g->dh, g->dw, gc_dtype_name(dt), why);
+    const int64_t P = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
+    wgw_plan pl;
+    memset(&pl, 0, sizeof pl);
+    wgw_make_plan(be, g, wgw_variant(), &pl);
+    const int nbox = (pl.alt ? 1 : 2) + pl.nb;
+    const size_t smem = wgw_smem_bytes(pl.stages, nbox);
+    if (smem > gc_cuda_smem_optin(be))
+        return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_bwd_filter (wgmma): %zu bytes of shared memory needed", smem);
+    const int64_t grid_x = (int64_t)pl.tiles_m * pl.tiles_n;
+    if (grid_x > INT_MAX || pl.splits > 65535)
+        return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_bwd_filter (wgmma): grid too large");
+
+    /* workspace: [partials: slices x KC x F fp32 | db's column-sum partials] */
+    const size_t part_bytes = ((size_t)pl.slices * (size_t)(KC * g->F) * sizeof(float) + 255) & ~(size_t)255;
+    const size_t cs_bytes = db ? gc_conv2d_colsum_ws(be, P, g->F) : 0;
+    const size_t es = gc_dtype_size(dt);
+    const CUtensorMapDataType tdt = dt == GC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    CUtensorMap tmX, tmD;
+    {
+        /* x as (C, W, H, N); a strided 1x1 layer as its sampled pixels (C, OW, OH, N), the
+         * strides of W and H multiplied by the layer's */
+        const int one = g->KH == 1 && g->KW == 1;
+        const int64_t Wv = one ? g->OW : g->W, Hv = one ? g->OH : g->H;
+        const int64_t sw = one ? g->sw : 1, sh = one ? g->sh : 1;
+        const cuuint64_t dims[4] = {(cuuint64_t)g->C, (cuuint64_t)Wv, (cuuint64_t)Hv, (cuuint64_t)g->N};
+        const cuuint64_t strides[3] = {(cuuint64_t)(sw * g->C * es), (cuuint64_t)(sh * g->W * g->C * es),
+                                       (cuuint64_t)(g->H * g->W * g->C * es)};
+        const int lower[2] = {-g->pad_left, -g->pad_top};
+        const int upper[2] = {one ? 0 : (int)(g->OW - g->W - g->pad_left), one ? 0 : (int)(g->OH - g->H - g->pad_top)};
+        const cuuint32_t estr[4] = {1, 1, 1, 1};
+        CUresult r = wgw_enc().im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, 64, WGW_BK, estr,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED,
+                           "conv2d_bwd_filter (wgmma): cuTensorMapEncodeIm2col failed (%d) for x (%lld, %lld, %lld, "
+                           "%lld) seen as (%lld, %lld) pixels, strides (%lld, %lld), corners (%d, %d) .. (%d, %d)",
+                           (int)r, (long long)g->N, (long long)g->H, (long long)g->W, (long long)g->C, (long long)Hv,
+                           (long long)Wv, (long long)sh, (long long)sw, lower[0], lower[1], upper[0], upper[1]);
+    }
+    {
+        const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)P};
+        const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
+        const cuuint32_t box[2] = {64, WGW_BK}, estr[2] = {1, 1};
+        CUresult r = wgw_enc().tiled(&tmD, tdt, 2, (void *)dy, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS)
+            return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_bwd_filter (wgmma): cuTensorMapEncodeTiled failed (%d) for dy "
+                           "(%lld, %lld)", (int)r, (long long)P, (long long)g->F);
+    }
+    void *ws = NULL;
+    gc_status st = gc_cuda_workspace(be, part_bytes + cs_bytes, &ws);
+    if (st) return st;
+
+    wgw_params prm;
+    prm.part = (float *)ws;
+    prm.C = (int)g->C;
+    prm.F = (int)g->F;
+    prm.KW = (int)g->KW;
+    prm.cch = (int)((g->C + 63) / 64);
+    prm.OH = (int)g->OH;
+    prm.OW = (int)g->OW;
+    prm.pad_top = g->pad_top;
+    prm.pad_left = g->pad_left;
+    prm.nX = (int)(g->KH * g->KW) * prm.cch;
+    prm.nD = (int)((g->F + 63) / 64);
+    prm.a_x = pl.a_x;
+    prm.alt = pl.alt;
+    prm.tiles_n = pl.tiles_n;
+    prm.nkb = (int)((P + WGW_BK - 1) / WGW_BK);
+    prm.kbps = pl.kbps;
+    prm.stages = pl.stages;
+    prm.stage_bytes = nbox * WGW_BOX;
+    prm.KC = (int)KC;
+
+    const int di = be->device_index >= 0 && be->device_index < 64 ? be->device_index : 63;
+    const int ti = dt == GC_F16 ? 0 : 1;
+    const wgw_kernel_fn k = ti == 0 ? wgw_kernel_for<__half>(pl.nb) : wgw_kernel_for<__nv_bfloat16>(pl.nb);
+    if (g_wgw_smem_set[ti][pl.nb - 1][di] < smem) {
+        GC_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        g_wgw_smem_set[ti][pl.nb - 1][di] = smem;
+    }
+    k<<<dim3((unsigned)grid_x, (unsigned)pl.splits), WGW_THREADS, smem, gc_cuda_stream(be)>>>(tmX, tmD, prm);
+    if ((st = gc_cuda_launch_check("conv2d_bwd_filter (wgmma)"))) return st;
+    const int64_t n = KC * g->F;
+    if ((st = gc_conv2d_reduce_splits(be, dt, (const float *)ws, pl.slices, n, n, dw))) return st;
+    if (db) st = gc_conv2d_colsum(be, dt, dy, P, g->F, db, (char *)ws + part_bytes);
+    return st;
+}
+
+/* What the automatic choice would launch (for benchmarks / tests): "xs4" style variant
+ * string, the split count and the ring depth. */
+extern "C" void gc_conv2d_wgrad_wgmma_describe(const gc_backend *be, const gc_conv2d_geom *g, char *buf, size_t n)
+{
+    wgw_plan pl;
+    memset(&pl, 0, sizeof pl);
+    wgw_make_plan(be, g, wgw_variant(), &pl);
+    snprintf(buf, n, "%c%c%d tiles %dx%d splits %d (kb/split %d) stages %d", pl.a_x ? 'x' : 'd', pl.alt ? 'a' : 's',
+             pl.nb, pl.tiles_m, pl.tiles_n, pl.splits, pl.kbps, pl.stages);
+}
