@@ -209,6 +209,84 @@ static gc_status pool_get(gc_plan *p, pool *pl, size_t bytes, int start, int end
     return GC_OK;
 }
 
+/* Buffers of a training step laid out in one block, offline: each request (bytes, live
+ * from `start` to `end` on the step's schedule, inclusive) gets an offset such that no two
+ * requests whose lives overlap overlap in memory -- greedy by size (largest first, each
+ * at the lowest offset that fits among those already placed that it meets in time), the
+ * usual offline tensor-memory planner. Unlike reusing whole blocks, a large gradient late
+ * in the backward pass can take the room of several smaller activations freed before it,
+ * so the block is close to the largest set of buffers live at one time. */
+typedef struct {
+    size_t bytes, off;
+    int start, end;
+    void **dst;
+} arena_req;
+
+typedef struct {
+    arena_req *r;
+    int n, cap;
+} arena;
+
+#define ARENA_ALIGN 256
+
+static gc_status arena_add(arena *a, size_t bytes, int start, int end, void **dst)
+{
+    if (a->n == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        arena_req *nr = realloc(a->r, (size_t)cap * sizeof *nr);
+        if (!nr) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+        a->r = nr;
+        a->cap = cap;
+    }
+    a->r[a->n++] = (arena_req){(bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN, 0, start, end, dst};
+    return GC_OK;
+}
+
+static int arena_by_size(const void *x, const void *y)
+{
+    const arena_req *a = *(const arena_req *const *)x, *b = *(const arena_req *const *)y;
+    if (a->bytes != b->bytes) return a->bytes < b->bytes ? 1 : -1;
+    return a->start - b->start; /* fixed order: the layout is the same on every run */
+}
+
+static int off_cmp(const void *x, const void *y)
+{
+    const arena_req *a = *(const arena_req *const *)x, *b = *(const arena_req *const *)y;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+static gc_status arena_commit(gc_plan *p, arena *a)
+{
+    if (a->n == 0) return GC_OK;
+    arena_req **order = malloc((size_t)a->n * sizeof *order), **met = malloc((size_t)a->n * sizeof *met);
+    if (!order || !met) {
+        free(order), free(met);
+        return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    }
+    for (int i = 0; i < a->n; i++) order[i] = &a->r[i];
+    qsort(order, (size_t)a->n, sizeof *order, arena_by_size);
+    size_t total = 0;
+    for (int i = 0; i < a->n; i++) {
+        arena_req *q = order[i];
+        int m = 0;
+        for (int j = 0; j < i; j++) /* placed ones whose lives overlap q's */
+            if (order[j]->start <= q->end && q->start <= order[j]->end) met[m++] = order[j];
+        qsort(met, (size_t)m, sizeof *met, off_cmp);
+        size_t off = 0;
+        for (int j = 0; j < m; j++) { /* the first gap from the bottom that holds q */
+            if (met[j]->off >= off + q->bytes) break;
+            if (met[j]->off + met[j]->bytes > off) off = met[j]->off + met[j]->bytes;
+        }
+        q->off = off;
+        if (off + q->bytes > total) total = off + q->bytes;
+    }
+    free(order), free(met);
+    void *base;
+    TRY(alloc_bytes(p, total, &base));
+    for (int i = 0; i < a->n; i++) *a->r[i].dst = (char *)base + a->r[i].off;
+    return GC_OK;
+}
+
 /* ------------------------------------------------------------------ what kinds use */
 
 void *gc_node_input(const gc_plan *p, const plan_node *l, int k)
@@ -733,18 +811,28 @@ static void pair_nodes(gc_plan *p)
 
 /* ------------------------------------------------------------------ creation: buffers */
 
-static gc_status alloc_activations(gc_plan *p)
+/* The step's schedule, one time per call: forward of node i at i, the loss at n, the
+ * backward of node i at 2n - i (reverse order), the update after 2n. */
+#define STEP_END(p) (3 * (p)->n + 2)
+
+/* Activations. Inference-only plans reuse a buffer once the last consumer of its node has
+ * run. Training plans keep each activation until the backward pass no longer reads it:
+ * node i's output is read by its consumers' backward calls and its own (a mask, an
+ * output-based derivative), the last of which is its own at 2n - i; the model's output
+ * lives to the end of the step (loss, metrics, returned predictions). Their buffers come
+ * from `shared`, the pool the gradients then draw from (alloc_gradients), so a gradient
+ * reuses the memory of activations the backward pass is done with, as a framework that
+ * frees saved tensors during backward does. Inputs are the caller's (own buffers).
+ * Views take their input's buffer once the arena is placed (resolve_views). */
+static gc_status alloc_activations(gc_plan *p, arena *shared)
 {
-    /* inputs: float32, as the caller gives them */
-    /* training: every activation is kept for the backward pass; inference-only plans
-     * reuse a buffer once the last consumer of its node has run */
     pool pl = {0};
     gc_status s = GC_OK;
     int *end = calloc((size_t)p->n, sizeof *end);
     if (!end) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
     for (int i = p->n - 1; i >= 0; i--) { /* a view extends its input's life to its own */
         plan_node *l = &p->L[i];
-        int e = i == p->n - 1 ? p->n : l->last_consumer;
+        int e = p->training ? (i == p->n - 1 ? STEP_END(p) : 2 * p->n - i) : (i == p->n - 1 ? p->n : l->last_consumer);
         if (e < end[i]) e = end[i];
         end[i] = e;
         if (l->alias_of >= 0 && end[l->alias_of] < e) end[l->alias_of] = e;
@@ -752,11 +840,12 @@ static gc_status alloc_activations(gc_plan *p)
     for (int i = 0; i < p->n && s == GC_OK; i++) {
         plan_node *l = &p->L[i];
         if (l->alias_of >= 0) {
-            l->out = p->L[l->alias_of].out;
+            if (!p->training) l->out = p->L[l->alias_of].out;
             continue;
         }
         size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
-        if (p->training || l->d.kind == GC_LAYER_INPUT) s = alloc_bytes(p, bytes, &l->out);
+        if (l->d.kind == GC_LAYER_INPUT) s = alloc_bytes(p, bytes, &l->out);
+        else if (p->training) s = arena_add(shared, bytes, i, end[i], &l->out);
         else s = pool_get(p, &pl, bytes, i, end[i], &l->out);
         l->owns_out = 1;
     }
@@ -767,31 +856,36 @@ static gc_status alloc_activations(gc_plan *p)
 
 static gc_status alloc_casts_and_scratch(gc_plan *p)
 {
-    int64_t biggest_out = 1, biggest_in = 1;
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
-        if (l->out_numel > biggest_out) biggest_out = l->out_numel;
         for (int k = 0; k < l->n_in; k++) {
-            if (l->in_numel[k] > biggest_in) biggest_in = l->in_numel[k];
             plan_node *src = &p->L[l->in[k]];
             if (src->dt != l->dt && !l->ops->is_view)
                 TRY(gc_plan_alloc(p, p->max_batch * l->in_numel[k], l->dt, &l->xc[k]));
         }
     }
     if (!p->training) return GC_OK;
-    TRY(gc_plan_alloc(p, p->max_batch * biggest_out, GC_F32, &p->scratch));
-    int need_tmp = 0, need_tmp2 = 0;
+    /* the backward pass's temporaries, each sized for the largest use in its dtype:
+     * scratch holds a node's dz (its own dtype, its output's shape); gtmp the gradient
+     * w.r.t. an input in the node's dtype before it is cast or added; gtmp2 that gradient
+     * cast to the producer's dtype before it is added */
+    size_t scratch = 0, tmp = 0, tmp2 = 0;
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
+        const size_t es = gc_dtype_size(l->dt);
+        if ((size_t)l->out_numel * es > scratch) scratch = (size_t)l->out_numel * es;
         for (int k = 0; k < l->n_in; k++) {
             if (!l->in_grad[k]) continue;
-            int cast = p->L[l->in[k]].dt != l->dt;
-            need_tmp |= cast || l->in_accum[k];
-            need_tmp2 |= cast && l->in_accum[k];
+            const gc_dtype pdt = p->L[l->in[k]].dt;
+            int cast = pdt != l->dt;
+            if ((cast || l->in_accum[k]) && (size_t)l->in_numel[k] * es > tmp) tmp = (size_t)l->in_numel[k] * es;
+            if (cast && l->in_accum[k] && (size_t)l->in_numel[k] * gc_dtype_size(pdt) > tmp2)
+                tmp2 = (size_t)l->in_numel[k] * gc_dtype_size(pdt);
         }
     }
-    if (need_tmp) TRY(gc_plan_alloc(p, p->max_batch * biggest_in, GC_F32, &p->gtmp));
-    if (need_tmp2) TRY(gc_plan_alloc(p, p->max_batch * biggest_in, GC_F32, &p->gtmp2));
+    TRY(alloc_bytes(p, (size_t)p->max_batch * scratch, &p->scratch));
+    if (tmp) TRY(alloc_bytes(p, (size_t)p->max_batch * tmp, &p->gtmp));
+    if (tmp2) TRY(alloc_bytes(p, (size_t)p->max_batch * tmp2, &p->gtmp2));
     return GC_OK;
 }
 
@@ -799,7 +893,7 @@ static gc_status alloc_casts_and_scratch(gc_plan *p)
  * i (t = 0: the loss writes the output's gradient); gout[i] is live from when its first
  * gradient arrives (its last consumer's backward) to its own backward. A view aliasing
  * its input's gradient joins that buffer's life. */
-static gc_status alloc_gradients(gc_plan *p)
+static gc_status alloc_gradients(gc_plan *p, arena *shared)
 {
     if (!p->training) return GC_OK;
     int *start = malloc((size_t)p->n * sizeof *start), *stop = malloc((size_t)p->n * sizeof *stop);
@@ -838,17 +932,11 @@ static gc_status alloc_gradients(gc_plan *p)
         }
         order[j] = i;
     }
-    pool pl = {0};
-    for (int q = 0; q < m && s == GC_OK; q++) {
+    for (int q = 0; q < m && s == GC_OK; q++) { /* on the step's schedule: backward times + n */
         plan_node *l = &p->L[order[q]];
         size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
-        s = pool_get(p, &pl, bytes, start[order[q]], stop[order[q]], &l->gout);
+        s = arena_add(shared, bytes, p->n + start[order[q]], p->n + stop[order[q]], &l->gout);
     }
-    for (int i = 0; i < p->n && s == GC_OK; i++) { /* views share their input's */
-        plan_node *l = &p->L[i];
-        if (l->gout_alias) l->gout = p->L[l->alias_of].gout;
-    }
-    free(pl.b);
     free(order);
     free(start), free(stop), free(root);
     return s;
@@ -894,6 +982,17 @@ static gc_status alloc_weights(gc_plan *p)
     return GC_OK;
 }
 
+/* Views (and absorbed nodes) share their input's activation; a gradient view its input's
+ * gradient. Inputs come first (alias_of < i), so chains resolve in one pass. */
+static void resolve_views(gc_plan *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        if (l->alias_of >= 0) l->out = p->L[l->alias_of].out;
+        if (l->gout_alias) l->gout = p->L[l->alias_of].gout;
+    }
+}
+
 gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n_nodes,
                          const gc_train_desc *train, int64_t max_batch, gc_plan **out)
 {
@@ -915,12 +1014,16 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         fuse_nodes(p);
         s = analyse_gradients(p);
     }
+    arena shared = {0}; /* a training step's activations and gradients, on one schedule */
     if (s == GC_OK) {
         pair_nodes(p);
-        s = alloc_activations(p);
+        s = alloc_activations(p, &shared);
     }
     if (s == GC_OK) s = alloc_casts_and_scratch(p);
-    if (s == GC_OK) s = alloc_gradients(p);
+    if (s == GC_OK) s = alloc_gradients(p, &shared);
+    if (s == GC_OK) s = arena_commit(p, &shared);
+    free(shared.r);
+    if (s == GC_OK && p->training) resolve_views(p);
     if (s == GC_OK) s = alloc_weights(p);
     for (int i = 0; i < p->n && s == GC_OK; i++) /* per-channel statistics of a batchnorm pass */
         if (p->L[i].d.kind == GC_LAYER_BATCHNORM)
