@@ -1192,7 +1192,10 @@ def _bn_shapes(c):
     r = c.rng
     return [(1, 1), (5, 3), (2, 4, 5, 8), (37, 13), (3, 7, 7, 16),
             (int(r.integers(1, 4)), int(r.integers(1, 9)), int(r.integers(1, 9)), int(r.integers(1, 70))),
-            (4, 48, 48, 8)]  # R = 9216 rows: many chunks in every backend's reduction
+            (4, 48, 48, 8),  # R = 9216 rows: many chunks in every backend's reduction
+            # wide rows: the CUDA partial stage's several column blocks (the last one part
+            # idle) and elementwise layouts of more than 256 vectors of channels per row
+            (70, 264), (3, 2056)]
 
 
 def _bn_combos(c, shape):
