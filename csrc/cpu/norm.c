@@ -7,8 +7,9 @@
  * the backward's two channel sums are taken in double, two-pass (mean, then the centred
  * squares: no cancellation), over fixed blocks of BN_CHUNK rows whose partial sums are
  * then added in block order: the result does not depend on the thread count. The
- * per-element work (y, dx) is float32 with the per-channel factors rounded once, the
- * same formulas as csrc/cuda/norm.cu. */
+ * per-element work (y, dx) is float32 with the per-channel factors rounded once: y is
+ * the formula csrc/cuda/norm.cu uses; its training dx folds the factors per channel
+ * differently, so the two agree to float32 rounding. */
 #include "cpu_kernels.h"
 
 #include <math.h>
