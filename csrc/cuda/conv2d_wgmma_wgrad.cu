@@ -567,6 +567,11 @@ extern "C" int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2
     /* at least one K-block of pixels per SM (ResNet-50's 7x7 layers at batch 256 have
      * 196); below that the mma.sync kernel's small blocks split K as finely */
     if (g->N * g->OH * g->OW < (int64_t)WGW_BK * sms) return 0;
+    /* where it was measured faster than the mma.sync kernel (ResNet-50, batch 256, H200):
+     * both channel counts >= 128, and a 1x1 layer only at <= 64K output pixels (14x14 and
+     * 7x7); the 64-channel 56x56 layers and the 28x28 1x1 ones ran slower on it */
+    if (g->C < 128 || g->F < 128) return 0;
+    if (g->KH == 1 && g->KW == 1 && g->N * g->OH * g->OW > 65536) return 0;
     return wgw_why(be, g, dt) == NULL;
 }
 

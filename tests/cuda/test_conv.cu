@@ -1618,9 +1618,11 @@ static void test_wgrad_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             if (graph) cudaGraphDestroy(graph);
             report(dn, ci, "wgrad-graph", ok ? 0.0 : 1.0, 0.0, what);
         }
-        /* the automatic choice takes it for the layers it wants (C, F multiples of 64,
-         * enough pixels, not the GEMM route's) */
-        if (g.C % 64 == 0 && g.F % 64 == 0 && g.N * g.OH * g.OW >= 64 * (int64_t)g_sms &&
+        /* the automatic choice takes it for the layers it wants (C, F multiples of 64 and
+         * >= 128, enough pixels, a 1x1 layer only up to 64K pixels, not the GEMM route's) */
+        const int64_t pix = g.N * g.OH * g.OW;
+        if (g.C % 64 == 0 && g.F % 64 == 0 && g.C >= 128 && g.F >= 128 && pix >= 64 * (int64_t)g_sms &&
+            !(g.KH == 1 && g.KW == 1 && pix > 65536) &&
             !(g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.C >= 128 && g.F >= 128) &&
             run(dwb, dbb, 0, 0, 0, 0) == GC_OK)
             report(dn, ci, "auto->wgrad-wgmma", gc_conv2d_debug_last_wgrad_path == 8 ? 0.0 : 1.0, 0.0, what);
