@@ -281,6 +281,22 @@ def pool_configs(c, n_random=10):
         if cfg["pad"] == "valid" and (cfg["H"] < p[0] or cfg["W"] < p[1]):
             continue
         out.append(cfg)
+    if c.backend.startswith("cuda"):
+        # pool2d.cu's 16-byte channel paths (C a multiple of 8): pool_fwd_vec_kernel and, for
+        # overlapping or clipped windows, maxpool_bwd_smem_kernel -- ResNet's 3x3 / 2 stem pool
+        # scaled down, several tiles in h, w and channels (the last one partial), padding, a
+        # halo of 39 window rows; and 256 cells per window (the plain gather again)
+        out += [
+            dict(N=2, H=17, W=19, C=64, P=(3, 3), s=(2, 2), pad="valid"),
+            dict(N=1, H=21, W=75, C=64, P=(3, 3), s=(2, 2), pad="valid"),
+            dict(N=2, H=30, W=70, C=16, P=(3, 3), s=(2, 2), pad="same"),
+            dict(N=1, H=9, W=9, C=72, P=(3, 3), s=(2, 2), pad="valid"),
+            dict(N=2, H=12, W=40, C=8, P=(3, 3), s=(1, 1), pad="same"),
+            dict(N=1, H=20, W=21, C=40, P=(5, 5), s=(1, 2), pad="same"),
+            dict(N=1, H=40, W=3, C=16, P=(40, 3), s=(1, 1), pad="same"),
+            dict(N=2, H=9, W=9, C=8, P=(2, 2), s=(3, 3), pad="same"),
+            dict(N=1, H=5, W=30, C=3, P=(1, 256), s=(1, 1), pad="same"),
+        ]
     return out
 
 
@@ -553,6 +569,15 @@ def case_maxpool2d_bwd(c):
         c.check("dx (relu)", dxr, ref.max_pool2d_backward(x, dy, g["P"], g["s"], g["pad"]) * (x > 0),
                 k=_pool_overlap(g),
                 terms=ref.max_pool2d_backward(x, abs(dy), g["P"], g["s"], g["pad"]) * (x > 0))
+        if c.backend.startswith("cuda"):
+            # every CUDA path routes and sums as the CPU does (same cell, same order, float32
+            # sums rounded once): bit for bit, in every dtype
+            kw = {k: v for k, v in c.kw.items() if k != "backend"}
+            for act, got in (("linear", dx), ("relu", dxr)):
+                cpu = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], g["pad"], activation=act,
+                                              backend="cpu", **kw)
+                assert np.array_equal(np.asarray(cpu).view(np.uint8), np.asarray(got).view(np.uint8)), \
+                    c.msg(f"dx (activation={act}) differs from the CPU backend bit for bit")
         if c.dtype == "float32" and not ties:
             xd = c.rng.permutation(x.size).reshape(shape) * 0.01  # distinct, 0.01 apart
             dxd = ops.max_pool2d_backward(xd, dy, g["P"], g["s"], g["pad"], backend=c.backend)
@@ -1155,7 +1180,8 @@ def _check_inplace(c, name, fn, a, b, want, k, terms):
 
 
 def case_add(c):
-    for shape in _ew_shapes(c):
+    # on GPUs also many blocks of 16-byte packs, full and partial steps (elementwise.cu)
+    for shape in _ew_shapes(c) + ([(3, 70001)] if c.backend.startswith("cuda") else []):
         for n_in in (2, 3, 8):
             xs = [c.normal(shape) for _ in range(n_in)]
             if n_in == 3:  # operands of another rank but the same element count
@@ -1347,6 +1373,11 @@ def _pad_configs(c):
     for _ in range(4):
         shp = tuple(int(v) for v in r.integers(1, 9, 4))
         out.append((shp, tuple(tuple(int(v) for v in r.integers(0, 4, 2)) for _ in range(2))))
+    if c.backend.startswith("cuda"):
+        # layout.cu's pack widths: 16 bytes (ResNet's 64-channel pad), 8, 4, and 2-byte words
+        # (the 3-channel stem pad), over many blocks
+        out += [((2, 14, 14, 64), ((1, 1), (1, 1))), ((2, 28, 28, 3), ((3, 3), (3, 3))),
+                ((3, 9, 10, 4), ((2, 1), (1, 2))), ((2, 6, 5, 2), ((0, 3), (1, 0)))]
     return out
 
 
