@@ -17,7 +17,8 @@ Reported per (framework, precision, batch): the steady-state step time (gpucmp: 
 difference of two fit calls over the same resident data, so the upload and the graph
 capture of a fit call are left out; PyTorch: --steps steps after warm-up), images/s, and
 peak device memory of the training (gpucmp: the backend's own
-high-water mark after a reset; PyTorch: torch.cuda.max_memory_allocated). PyTorch runs in
+high-water mark after a reset, less what the backend held before the model was built --
+an earlier configuration's model freed first; PyTorch: torch.cuda.max_memory_allocated). PyTorch runs in
 a child process per configuration, so the two never share a device's memory.
 
     python benchmarks/bench_resnet50.py [--batch-sizes 128 256]
@@ -52,11 +53,14 @@ def data(n, image, classes, seed=0):
 
 # ------------------------------------------------------------------ gpucmp
 def gpucmp_run(device, precision, batch, steps, image, classes):
+    import gc
     import gpucmp
     from gpucmp import _core, keras
     keras.backend.clear_session()
+    gc.collect()          # an earlier run's model (reference cycles) is gone before this one's is made
     keras.mixed_precision.set_global_policy(precision)
     gpucmp.set_device(device)
+    base = _core.memory_stats(device)["allocated_bytes"]   # the backend's own buffers, anything left
     model = keras.applications.ResNet50(weights=None, input_shape=(image, image, 3), classes=classes)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
                   loss="sparse_categorical_crossentropy")
@@ -73,9 +77,12 @@ def gpucmp_run(device, precision, batch, steps, image, classes):
             model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False)
             spans.append(time.perf_counter() - t0)
         times.append((spans[1] - spans[0]) / (4 * (steps // 4)))
-    peak = _core.memory_stats(device)["peak_bytes"]
+    peak = _core.memory_stats(device)["peak_bytes"] - base
     keras.mixed_precision.set_global_policy("float32")
-    return {"step_s": min(times), "peak_bytes": peak, "params": model.count_params()}
+    params = model.count_params()
+    del model
+    gc.collect()
+    return {"step_s": min(times), "peak_bytes": peak, "params": params}
 
 
 # ------------------------------------------------------------------ PyTorch (child process)

@@ -13,7 +13,8 @@
 #             bench_cnn.py gpucmp-only), to check benchmark() agrees with them
 # partitions  `gpucmp bench` with GPUCMP_CUDA_SMS=16, 32, 64 (green contexts) -> bench_smN.json,
 #             then benchmarks/validate_projection.py against $OUT/calibration.json (or the shipped one)
-# CAL_WORKLOADS / PART_WORKLOADS narrow the calibrated / partition-measured workloads.
+# CAL_WORKLOADS / PART_WORKLOADS narrow the calibrated / partition-measured workloads;
+# PART_R50_BATCH=64 also measures resnet50 at that batch on each partition (bench_smN_r50.json).
 # Everything else goes to $OUT/log.txt (the tool returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpucmp-out}; mkdir -p "$OUT"
@@ -56,6 +57,10 @@ for stage in "$@"; do
     for n in ${PARTITIONS:-16 32 64}; do
       GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads ${PART_WORKLOADS:-cnn gemm conv bandwidth} \
         --precision float32 float16 --repeats ${PART_REPEATS:-3} --json "$OUT/bench_sm$n.json"
+      if [ -n "${PART_R50_BATCH:-}" ]; then
+        GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads resnet50 --batch-size $PART_R50_BATCH \
+          --precision float32 float16 --repeats ${PART_REPEATS:-3} --json "$OUT/bench_sm${n}_r50.json"
+      fi
     done
     run python3 benchmarks/validate_projection.py --calibration "$CAL" --per-sm-from "$OUT/bench_sm16.json" \
       --write-calibration "$OUT/calibration_per_sm.json" --measured "$OUT"/bench_sm*.json --out "$OUT/validation.md" ;;
