@@ -10,8 +10,9 @@ Why it is built this way: the plan's part is not modelled but asked for: the pla
 on the core's meta backend (describe.meta_plan: counted memory, nothing allocated), so its
 buffer reuse, fusions and views are exactly those of a real run, for any batch on any
 machine, and the total can be checked against the backend's measured high-water mark
-(runner.py records it). Everything is linear in the batch, so the largest batch that fits
-is solved for, not searched.
+(runner.py records it). Everything is linear in the batch (to the 256-byte rounding of the
+plan's buffers), so the largest batch that fits is solved for and then checked against the
+plan, not searched.
 """
 import math
 
@@ -56,4 +57,12 @@ def max_batch(descs, capacity_bytes, optimizer="adam", reserve_bytes=CONTEXT_RES
     room = capacity_bytes - reserve_bytes - fixed
     if room < slope or slope <= 0:
         return 0
-    return int(math.floor(room / slope))
+    b = int(math.floor(room / slope))
+    # the plan's layout rounds each buffer to 256 bytes: linear to within a few KB, so the
+    # solved batch is checked against the plan itself and moved by the odd row
+    fits = lambda n: plan_memory(descs, n, optimizer)["total"] + reserve_bytes <= capacity_bytes
+    while b > 0 and not fits(b):
+        b -= 1
+    while fits(b + 1):
+        b += 1
+    return b

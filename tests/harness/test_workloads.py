@@ -112,7 +112,8 @@ def test_memory_model_is_linear_and_max_batch_fits(cnn):
     m1 = memory.plan_memory(descs, 100)["total"]
     m2 = memory.plan_memory(descs, 200)["total"]
     m3 = memory.plan_memory(descs, 300)["total"]
-    assert m3 - m2 == m2 - m1 > 0
+    # linear in the batch up to the plan's 256-byte rounding of each buffer
+    assert m2 - m1 > 0 and abs((m3 - m2) - (m2 - m1)) <= 256 * 64
     cap = 16e9
     b = memory.max_batch(descs, cap)
     assert memory.plan_memory(descs, b)["total"] + memory.CONTEXT_RESERVE_BYTES <= cap
