@@ -23,12 +23,12 @@ against the target's roofline ridge gives -- with these differences:
   and grid-stride kernels size their grids from the SMs they see, so a small layer that
   fills 132 SMs with 132 blocks launches 48 on 48 SMs, each doing more); ops without a
   record count their output tiles. An op whose grid follows the SMs was also timed on the
-  origin with the grid for a few SMs (8 blocks' worth on the whole card); the two times
-  give its per-block latency L and its work T (seconds of one SM), and on the target it
-  takes ceil(B / SMs) x (L x clock ratio + T x per-SM-rate ratio / B), never less than
-  its roofline there: small split-K layers are latency per wave, not FLOPs, so four
-  times fewer SMs do not make them four times slower. Bandwidth is also capped by SMs x the per-SM copy
-  rate measured on the origin, which matters only for cards with few SMs;
+  whole origin card with the grid it launches for 8 SMs; the two times give its per-block
+  latency L and its work T (seconds of one SM), and on the target it takes
+  ceil(B / SMs) x (L x clock ratio + T x per-SM-rate ratio / B), never less than its
+  roofline there: small split-K layers are latency per wave, not FLOPs, so four times
+  fewer SMs do not make them four times slower. Bandwidth is also capped by SMs x the
+  per-SM copy rate measured on the origin, which matters only for cards with few SMs;
 - each op's measured time is split into a launch latency (measured on the origin, kept)
   and a device part, which is scaled by the ratio of the target's roofline time to the
   origin's; an op without a measured time gets the origin's roofline time over the
