@@ -434,7 +434,12 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
     out = {"gpu": target.name, "device": None, "device_name": target.name, "workload": w.name, "precision": p,
            "batch_size": config.batch_size, "size": config.label, "unit": w.unit, "source": "projected",
            "origin": f"{cal['gpu']} ({cal['provenance'].get('date', '?')})"}
-    siblings, anchor = (None, None) if step_time_s is not None else siblings_and_anchor(w, p, config, origin, cal, tf32)
+    # ops the calibration did not time at this batch take the efficiency the same op reached
+    # at a timed one; the step's attribution comes from a measured batch only when this
+    # batch's own step was not measured
+    siblings, anchor = siblings_and_anchor(w, p, config, origin, cal, tf32)
+    if step_time_s is not None:
+        anchor = None
     try:
         t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor)

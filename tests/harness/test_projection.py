@@ -206,3 +206,17 @@ def test_a_batch_between_calibrated_ones_projects_between_them(gpu):
     assert projection.measured_step(cal, "cnn", "float32", 64) is None
     t = {b: projection.project(w, gpu, "float32", Config(b, ""), cal)["step_time_s"] for b in (32, 64, 128)}
     assert t[32] < t[64] < t[128]
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_measured_step_whose_ops_were_not_timed_uses_their_timed_batch(precision):
+    """The shipped calibration measured ResNet-50's step at batch 64 and 256 but timed the
+    ops of batch 64 only (its ops budget): batch 256's ops take the efficiency the same op
+    reached at 64, so a bigger batch is not projected slower per image than a smaller one."""
+    cal = projection.load_calibration()
+    w = get("resnet50")
+    steps = {int(s["batch_size"]) for s in cal["steps"] if s["workload"] == "resnet50" and
+             s["precision"] == precision}
+    assert {64, 256} <= steps
+    rows = {b: projection.project(w, "RTX A4000", precision, Config(b, f"batch {b}"), cal) for b in (64, 256)}
+    assert rows[256]["throughput"] >= rows[64]["throughput"], rows
