@@ -559,7 +559,7 @@ static PyObject *py_bench_gemm(PyObject *self, PyObject *args, PyObject *kw)
     j.warmup = warmup;
     j.inner = inner;
     j.graph = graph;
-    if (bench_grids_arg(grids_o, fn, be, &j) || bench_plan_sms_arg(plan_sms, fn, be, &j)) return NULL;
+    if (bench_plan_sms_arg(plan_sms, fn, be, &j) || bench_grids_arg(grids_o, fn, be, &j)) return NULL;
     return bench_finish(be, &j);
 }
 
@@ -651,7 +651,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     j.warmup = warmup;
     j.inner = inner;
     j.graph = graph;
-    if (bench_grids_arg(grids_o, fn, be, &j) || bench_plan_sms_arg(plan_sms, fn, be, &j)) return NULL;
+    if (bench_plan_sms_arg(plan_sms, fn, be, &j) || bench_grids_arg(grids_o, fn, be, &j)) return NULL;
     return bench_finish(be, &j);
 }
 
