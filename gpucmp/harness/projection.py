@@ -364,8 +364,8 @@ def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, sibling
         bm = block_model(rec, origin.sms, origin.launch_s)
         if bm is not None and r_o > 0:
             lat, work, b_o = bm
-            clock = (origin.clock_mhz / target.clock_mhz
-                     if target.clock_mhz == target.clock_mhz and origin.clock_mhz == origin.clock_mhz else 1.0)
+            known = not (math.isnan(origin.clock_mhz) or math.isnan(target.clock_mhz))
+            clock = origin.clock_mhz / target.clock_mhz if known else 1.0
             rho = _per_sm_work(target, op) / _per_sm_work(origin, op)
             at_o = math.ceil(b_o / origin.sms) * (lat + work / b_o)
             at_t = math.ceil(op_t.blocks / target.sms) * (lat * clock + work * rho / op_t.blocks)
