@@ -5,15 +5,19 @@ The harness projects a workload onto a GPU that is not here. On one H200 we can 
 of the card's SMs (a green context), so measured rows of the card confined to 16, 32
 and 64 SMs are compared with the projection, from the full card's calibration, onto the
 same card confined to the same SMs (compute peaks scale with the SMs; the memory system
-stays the card's, its bandwidth capped by SMs x the per-SM copy rate).
+stays the card's, its copy rate following the saturation curve the calibration measured
+on 8/24/48/96 SMs, projection.copy_bandwidth).
 
     python benchmarks/validate_projection.py --calibration cal.json \
-        --measured sm16.json sm32.json sm64.json [--per-sm-from sm16.json] [--out table.md]
+        [--measured sm16.json sm32.json sm64.json] [--measured-cal cal16.json ...] [--out table.md]
 
---per-sm-from takes the per-SM copy rate from the bandwidth row of that file (the one
-fitted figure, so its own bandwidth row is not a validation point) and writes it into the
-calibration passed as --write-calibration. Prints a markdown table: workload, precision,
-batch, SMs, measured and projected step time, and the error.
+--measured takes `gpucmp bench` results files of the partitions; --measured-cal takes
+calibrations measured on them (`GPUCMP_CUDA_SMS=N gpucmp calibrate`), whose model and
+kernel steps are the same measurements. --per-sm-from (for a calibration without a copy
+curve) takes the per-SM copy rate from the bandwidth row of that file (a fitted figure, so
+its own bandwidth row is not a validation point) and writes it into the calibration
+passed as --write-calibration. Prints a markdown table: workload, precision, batch, SMs,
+measured and projected step time, and the error.
 """
 import argparse
 import json
@@ -33,10 +37,25 @@ def per_sm_rate(df):
     return float(r["throughput"]) * 1e9 / int(r["sms"]), int(r["sms"])
 
 
+def confined_rows(cal):
+    """The measured rows of a calibration taken with the card confined (GPUCMP_CUDA_SMS=N):
+    its model steps and its kernel steps (gemm 8192, conv, bandwidth), as results rows."""
+    sms = int(cal["sms"])
+    rows = []
+    for r in list(cal["steps"]) + list(cal.get("kernels", [])):
+        row = dict(r, sms=sms)
+        if r["workload"] == "bandwidth":
+            row["throughput"] = 2.0 * (int(r["batch_size"]) << 20) / float(r["step_time_s"]) / 1e9
+        rows.append(row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calibration", required=True)
-    ap.add_argument("--measured", nargs="+", required=True)
+    ap.add_argument("--measured", nargs="*", default=[], help="results files of `gpucmp bench` on partitions")
+    ap.add_argument("--measured-cal", nargs="*", default=[],
+                    help="calibrations measured on partitions (GPUCMP_CUDA_SMS=N gpucmp calibrate): their steps")
     ap.add_argument("--per-sm-from", default=None)
     ap.add_argument("--write-calibration", default=None)
     ap.add_argument("--fitted-sms", type=int, default=None,
@@ -55,9 +74,12 @@ def main():
     lines = ["| workload | precision | batch | SMs | measured step | projected step | error |",
              "|---|---|---|---|---|---|---|"]
     errors = []
-    for path in a.measured:
-        df = results.load(path)
-        for r in df.to_dict("records"):
+    sources = [results.load(path).to_dict("records") for path in a.measured]
+    sources += [confined_rows(projection.load_calibration(path)) for path in a.measured_cal]
+    if not sources:
+        raise SystemExit("validate_projection: give --measured or --measured-cal files")
+    for records in sources:
+        for r in records:
             w = workloads.get(r["workload"] if r["workload"] != "gemm" else f"gemm:{int(r['batch_size'])}")
             cfgs = [c for c in w.configs("cuda", [int(r["batch_size"])] if w.kind == "model" or w.name == "conv"
                                          else None) if c.batch_size == int(r["batch_size"])]

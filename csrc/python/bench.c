@@ -8,8 +8,8 @@
  *
  * How: operands are allocated with the backend's alloc, filled with fresh uniform
  * random values in [-1, 1) (drawn on the host in float32 with the counter-based
- * gc_uniform01, narrowed with gc_f32_to_f16/bf16, uploaded: never zeros, which can run
- * faster than real data), the call is validated once by core (gc_op_validate), the first
+ * gc_uniform01, narrowed with gc_f32_to_f16/bf16, uploaded, a big operand's first 4M
+ * values repeated on the device: never zeros, which can run faster than real data), the call is validated once by core (gc_op_validate), the first
  * warm-up goes through gc_op_run (every core check, incl. "vendor needs a GPU"), then
  * each timed sample is `inner` calls of the backend's op slot between two be->sync, read
  * with a monotonic host clock; the result is the median over `repeats` samples divided
@@ -204,7 +204,10 @@ static uint64_t bench_seed(void)
     return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (counter * 0x9E3779B97F4A7C15ull);
 }
 
-/* Allocates t's backend memory and fills it: uniform [-1, 1) when random, else zeros. */
+/* Allocates t's backend memory and fills it: uniform [-1, 1) when random (a block of
+ * BENCH_FILL_BLOCK fresh values, repeated: no kernel's speed depends on values repeating
+ * 16 MB apart), else zeros. */
+#define BENCH_FILL_BLOCK ((int64_t)1 << 22)
 static gc_status bench_make(const gc_backend *be, gc_tensor *t, int random, void **dev)
 {
     int64_t numel = gc_tensor_numel(t);
@@ -216,27 +219,35 @@ static gc_status bench_make(const gc_backend *be, gc_tensor *t, int random, void
     if (s) return s;
     t->data = *dev;
     if (!random) return be->fill_zero(be, *dev, nbytes);
-
-    float *host = (float *)malloc((size_t)numel * sizeof(float));
+    /* draw at most BENCH_FILL_BLOCK values on the host and repeat them on the device by
+     * doubling copies: a big operand's host draw and upload cost more than its timing */
+    int64_t drawn = numel < BENCH_FILL_BLOCK ? numel : BENCH_FILL_BLOCK;
+    float *host = (float *)malloc((size_t)drawn * sizeof(float));
     uint16_t *half = NULL;
     if (!host) return gc_fail(GC_ERR_NOMEM, "bench: no host memory for %lld values", (long long)numel);
     uint64_t seed = bench_seed();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < numel; i++) host[i] = 2.0f * gc_uniform01(seed, (uint64_t)i) - 1.0f;
+    for (int64_t i = 0; i < drawn; i++) host[i] = 2.0f * gc_uniform01(seed, (uint64_t)i) - 1.0f;
     const void *src = host;
     if (t->dtype == GC_F16 || t->dtype == GC_BF16) {
-        half = (uint16_t *)malloc((size_t)numel * sizeof(uint16_t));
+        half = (uint16_t *)malloc((size_t)drawn * sizeof(uint16_t));
         if (!half) {
             free(host);
-            return gc_fail(GC_ERR_NOMEM, "bench: no host memory for %lld values", (long long)numel);
+            return gc_fail(GC_ERR_NOMEM, "bench: no host memory for %lld values", (long long)drawn);
         }
-        if (t->dtype == GC_F16) gc_f32_to_f16(host, half, (size_t)numel);
-        else gc_f32_to_bf16(host, half, (size_t)numel);
+        if (t->dtype == GC_F16) gc_f32_to_f16(host, half, (size_t)drawn);
+        else gc_f32_to_bf16(host, half, (size_t)drawn);
         src = half;
     }
-    s = be->upload(be, *dev, src, nbytes);
+    size_t done = (size_t)drawn * es;
+    s = be->upload(be, *dev, src, done);
     free(half);
     free(host);
+    while (s == GC_OK && done < nbytes) {
+        size_t n = done < nbytes - done ? done : nbytes - done;
+        s = be->copy(be, (char *)*dev + done, *dev, n);
+        done += n;
+    }
     return s;
 }
 

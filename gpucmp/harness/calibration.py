@@ -9,8 +9,11 @@ as a captured training step runs them), the grid each of those ops launches for 
 counts of the cards in the spec database (the core's launch log: split K and
 grid-stride kernels size their grids from the SMs they see, which the projection's wave
 model needs) and, for an op whose grid follows the SMs, its time with the grid for 8
-SMs on the whole card (the projection's per-block latency model), the measured step time of each measurable model workload, and its
-provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
+SMs on the whole card (the projection's per-block latency model), the device copy on
+the card confined to 8/24/48/96 SMs (green contexts: how the copy rate saturates), the
+measured step time of each measurable model workload with the in-step time of each of
+its ops (step_profile.py: the batch norms, adds, casts and updates no bench function
+times alone), and its provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
 atomically.
 `python -m gpucmp calibrate` runs it; data/calibration.json is its output on an H200.
 
@@ -28,8 +31,9 @@ from . import devices as devices_mod
 from . import energy
 from . import results
 from . import specs
+from . import step_profile
 from . import workloads as wl
-from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION, blocks_at
+from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION, blocks_at, fit_copy_curve
 from .workloads.base import canonical_precision
 from .. import _core
 
@@ -79,6 +83,67 @@ def _idle_power(device, info):
         return math.nan
 
 
+COPY_CURVE_SMS = (8, 24, 48, 96)
+_COPY_CHILD = """
+import json, sys
+from gpucmp import _core
+dev, nbytes = sys.argv[1], int(sys.argv[2])
+info = dict(_core.device_info(dev))
+t = _core.bench_copy(dev, nbytes, repeats=5)
+print(json.dumps({"sms": info["sms"], "sm_limit": info.get("sm_limit"), "seconds": t}))
+"""
+
+
+def measure_copy_curve(device, sms_counts, nbytes, skipped, timeout_s=120):
+    """{sms: bytes/s} of the device copy of `nbytes` with the CUDA backend confined to each of
+    `sms_counts` SMs (a CUDA green context; GPUCMP_CUDA_SMS applies when a process starts its
+    backend, so each count runs in a child interpreter). How the copy rate saturates as SMs
+    are added is the projection's bandwidth model for cards with fewer SMs (fit_copy_curve);
+    a count that cannot be confined is noted in `skipped` and left out."""
+    import os
+    import subprocess
+    import sys
+    curve = {}
+    for n in sms_counts:
+        env = dict(os.environ, GPUCMP_CUDA_SMS=str(int(n)))
+        try:
+            out = subprocess.run([sys.executable, "-c", _COPY_CHILD, device, str(int(nbytes))], env=env,
+                                 capture_output=True, text=True, timeout=timeout_s)
+            rec = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError, IndexError, OSError) as exc:
+            skipped.append(f"copy on {n} SMs: {exc}")
+            continue
+        if rec is None or int(rec.get("sm_limit") or 0) != int(n):
+            skipped.append(f"copy on {n} SMs: {(out.stderr or '').strip().splitlines()[-1:] or 'not confined'}")
+            continue
+        curve[str(int(n))] = 2.0 * nbytes / float(rec["seconds"])
+    return curve
+
+
+def profile_models(device, models, precs, batch_sizes, skipped, repeats=3):
+    """In-step op times (step_profile.profile_run) of each model workload x batch size x
+    precision: records {workload, precision, batch_size, ops: {signature: seconds}}."""
+    out = []
+    for w in models:
+        for c in w.configs("cuda", batch_sizes):
+            for p in precs:
+                if not w.supports(p):
+                    continue
+                run = None
+                try:
+                    run = w.prepare(device, c, p)
+                    run.run(2)
+                    table = step_profile.profile_run(run, repeats)
+                except (ValueError, RuntimeError, MemoryError, NotImplementedError) as exc:
+                    skipped.append(f"profile of {w.name} {p} batch {c.batch_size}: {exc}")
+                    continue
+                finally:
+                    if run is not None:
+                        run.close()
+                out.append({"workload": w.name, "precision": p, "batch_size": int(c.batch_size), "ops": table})
+    return out
+
+
 def grid_sms(origin_sms, rows=None):
     """The SM counts whose grids the calibration records: every card of the spec database,
     the origin, and partitions of it (green contexts: the projection's validation)."""
@@ -126,9 +191,69 @@ def _bench_op(device, op, estimate_s, grids_for=None, plan_sms=0):
     return r["seconds"], grids
 
 
+def time_ops(device, ws, precs, batch_sizes, origin, launch_s, sm_list, ops, skipped, budget_s=None,
+             t_start=None, checkpoint=None):
+    """Time every GEMM, convolution and copy the workloads `ws` run (each op key once) into
+    `ops` (op key -> record), with its grids for `sm_list` SM counts and, for an op whose
+    grid follows the SMs, its time with the grid for sm_list[0] SMs; ops not timed go to
+    `skipped` with the reason. budget_s bounds the seconds spent from t_start (batch sizes
+    outer, precisions inner: a budget cut leaves whole batch sizes out, not whole
+    precisions); checkpoint() runs after each workload."""
+    import time
+    t_start = time.perf_counter() if t_start is None else t_start
+    n_sms = origin.sms
+    log_grids = True
+    for w in ws:
+        for c in w.configs("cuda", batch_sizes if w.kind == "model" else None):
+            for p in precs:
+                if not w.supports(p):
+                    continue
+                for op in w.ops(c, p):
+                    if not (op.kind in ("gemm", "copy") or op.kind.startswith("conv2d_")):
+                        continue
+                    if not op.key or op.key in ops:
+                        continue
+                    if budget_s is not None and time.perf_counter() - t_start > budget_s:
+                        skipped.append(f"{op.key}: not timed (ops budget of {budget_s} s spent)")
+                        continue
+                    estimate = 2 * origin.roofline(op) + launch_s
+                    try:
+                        sec, grids = _bench_op(device, op, estimate, sm_list if log_grids else None)
+                    except NotImplementedError as exc:
+                        if log_grids and "launch log" in str(exc):   # a build without the launch wrap
+                            log_grids = False
+                            skipped.append(f"grids: {exc}")
+                            sec, grids = _bench_op(device, op, estimate)
+                        else:
+                            skipped.append(f"{op.key}: {exc}")
+                            continue
+                    except (ValueError, RuntimeError, MemoryError) as exc:
+                        skipped.append(f"{op.key}: {exc}")
+                        continue
+                    rec = {"seconds": sec, "kind": op.kind, "unit": op.unit, "flops": op.flops,
+                           "bytes": op.bytes, "blocks": op.blocks}
+                    if grids:
+                        rec["grids"] = grids
+                        small = sm_list[0]
+                        if blocks_at(rec, small, 0) != blocks_at(rec, n_sms, 0):
+                            # the grid follows the SMs: time it with the grid for `small` SMs too
+                            # (the projection's per-block model, projection.block_model)
+                            try:
+                                rec["seconds_small"] = _bench_op(device, op, sec, plan_sms=small)[0]
+                                rec["small_sms"] = small
+                            except (ValueError, RuntimeError, MemoryError) as exc:
+                                skipped.append(f"{op.key} at plan_sms={small}: {exc}")
+                    rec["roofline_s"] = origin.roofline(
+                        dataclasses.replace(op, blocks=blocks_at(rec, origin.sms, op.blocks)))
+                    ops[op.key] = rec
+        if checkpoint:
+            checkpoint()
+    return ops
+
+
 def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "resnet50"),
-              precisions=("float32", "float16"), batch_sizes=None, step_repeats=3, progress=None,
-              ops_budget_s=None, path=None):
+              precisions=("float32", "float16", "bfloat16"), batch_sizes=None, step_repeats=3, progress=None,
+              ops_budget_s=None, path=None, copy_curve=True):
     """Measure the calibration of `device` (see the module docstring). ops_budget_s bounds
     the time spent timing single ops (those left are projected from their kind's measured
     efficiency); path, when given, is written after each phase, so a cut-off run keeps
@@ -147,12 +272,20 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
              "max_sm_clock_mhz": record.get("max_sm_clock_mhz")}
     sm_list = grid_sms(int(info["sms"]))
     peaks, kernels = measure_peaks(device)
+    skipped = []
+    if copy_curve and info.get("sm_limit") is None:
+        curve = measure_copy_curve(device, [n for n in COPY_CURVE_SMS if n < int(info["sms"])], peaks["copy_bytes"],
+                                   skipped)
+        if curve:
+            rate, exponent = fit_copy_curve(curve, int(info["sms"]), peaks["copy_bytes_per_s"])
+            peaks.update(copy_curve=curve, per_sm_copy_bytes_per_s=rate, copy_exponent=exponent,
+                         per_sm_copy_from=f"device copy on {'/'.join(curve)} SMs (green contexts)")
     origin = DeviceModel(record["gpu"], int(info["sms"]),
                          {u: peaks["gemm_flops"][PEAK_PRECISION[u]] for u in UNIT_COLUMN},
                          peaks["copy_bytes_per_s"], peaks["launch_s"])
     ws = wl.resolve_list(list(workloads))
     precs = [canonical_precision(p) for p in precisions]
-    ops, skipped = {}, []
+    ops, profiles = {}, []
     models = [w for w in ws if w.kind == "model" and w.measurable]
     steps = []
     from .. import __version__
@@ -166,6 +299,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                 "power_limit_w": record.get("power_limit_w"), "sm_limit": info.get("sm_limit"),
                 "command": "gpucmp calibrate"},
             "peaks": peaks, "power": power, "kernels": kernels, "ops": ops, "steps": steps, "grid_sms": sm_list,
+            "profiles": profiles,
             "skipped_ops": skipped,
         }
     if path:
@@ -177,53 +311,10 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                   "step_time_s": float(r["step_time_s"]), "peak_memory_bytes": r["peak_memory_bytes"],
                   "modeled_memory_bytes": r["modeled_memory_bytes"], "sm_clock_mhz": float(r["sm_clock_mhz"]),
                   "avg_power_w": float(r["avg_power_w"])} for r in df.to_dict("records")]
-    log_grids = True
+        profiles.extend(profile_models(device, models, precs, batch_sizes, skipped))
     t_start = time.perf_counter()            # the ops budget starts once the steps are measured
-    for w in ws:
-        # batch sizes outer, precisions inner: a budget cut leaves whole batch sizes out,
-        # not whole precisions
-        for c in w.configs("cuda", batch_sizes if w.kind == "model" else None):
-            for p in precs:
-                if not w.supports(p):
-                    continue
-                for op in w.ops(c, p):
-                    if op.kind in ("gemm", "copy") or op.kind.startswith("conv2d_"):
-                        if op.key and op.key not in ops:
-                            if ops_budget_s is not None and time.perf_counter() - t_start > ops_budget_s:
-                                skipped.append(f"{op.key}: not timed (ops budget of {ops_budget_s} s spent)")
-                                continue
-                            try:
-                                sec, grids = _bench_op(device, op, 2 * origin.roofline(op) + peaks["launch_s"],
-                                                       sm_list if log_grids else None)
-                            except NotImplementedError as exc:
-                                if log_grids and "launch log" in str(exc):   # a build without the launch wrap
-                                    log_grids = False
-                                    skipped.append(f"grids: {exc}")
-                                    sec, grids = _bench_op(device, op, 2 * origin.roofline(op) + peaks["launch_s"])
-                                else:
-                                    skipped.append(f"{op.key}: {exc}")
-                                    continue
-                            except (ValueError, RuntimeError, MemoryError) as exc:
-                                skipped.append(f"{op.key}: {exc}")
-                                continue
-                            rec = {"seconds": sec, "kind": op.kind, "unit": op.unit, "flops": op.flops,
-                                   "bytes": op.bytes, "blocks": op.blocks}
-                            if grids:
-                                rec["grids"] = grids
-                                small = sm_list[0]
-                                if blocks_at(rec, small, 0) != blocks_at(rec, int(info["sms"]), 0):
-                                    # the grid follows the SMs: time it with the grid for `small` SMs
-                                    # too (the projection's per-block model, projection.block_model)
-                                    try:
-                                        rec["seconds_small"] = _bench_op(device, op, sec, plan_sms=small)[0]
-                                        rec["small_sms"] = small
-                                    except (ValueError, RuntimeError, MemoryError) as exc:
-                                        skipped.append(f"{op.key} at plan_sms={small}: {exc}")
-                            rec["roofline_s"] = origin.roofline(
-                                dataclasses.replace(op, blocks=blocks_at(rec, origin.sms, op.blocks)))
-                            ops[op.key] = rec
-        if path:
-            save(result(), path)
+    time_ops(device, ws, precs, batch_sizes, origin, peaks["launch_s"], sm_list, ops, skipped,
+             budget_s=ops_budget_s, t_start=t_start, checkpoint=(lambda: save(result(), path)) if path else None)
     cal = result()
     if path:
         save(cal, path)

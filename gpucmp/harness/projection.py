@@ -27,13 +27,15 @@ against the target's roofline ridge gives -- with these differences:
   latency L and its work T (seconds of one SM), and on the target it takes
   ceil(B / SMs) x (L x clock ratio + T x per-SM-rate ratio / B), never less than its
   roofline there: small split-K layers are latency per wave, not FLOPs, so four times
-  fewer SMs do not make them four times slower. Bandwidth is also capped by SMs x the
-  per-SM copy rate measured on the origin, which matters only for cards with few SMs;
-- each op's measured time is split into a launch latency (measured on the origin, kept)
-  and a device part, which is scaled by the ratio of the target's roofline time to the
-  origin's; an op without a measured time gets the origin's roofline time over the
-  efficiency the same op reached at the nearest measured batch size, else over what
-  measured ops of its kind and unit reach at its size;
+  fewer SMs do not make them four times slower. Bandwidth follows the copy's saturation
+  curve measured on the origin confined to 8-96 SMs (copy_bandwidth: the per-SM rate and
+  the memory system's limit as a p-norm), which matters only for cards with few SMs;
+- each op's measured time (timed alone from a graph for GEMMs and convolutions, timed
+  inside a profiled step for the rest: step_profile.py) is split into a launch latency
+  (measured on the origin, kept) and a device part, which is scaled by the ratio of the
+  target's roofline time to the origin's; an op without a measured time gets the
+  origin's roofline time over the efficiency the same op reached at the nearest measured
+  batch size, else over what measured ops of its kind and unit reach at its size;
 - host overhead is carried separately: the part of a measured step that its ops do not
   account for (Python, graph launch) is added unscaled; when the ops add up to more than
   the step (they overlap), they are scaled down to it; a batch size whose step was not
@@ -50,7 +52,7 @@ import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
-from . import specs
+from . import specs, step_profile
 from .workloads.base import canonical_precision
 
 UNIT_COLUMN = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "fp16": "fp16_tflops", "bf16": "bf16_tflops"}
@@ -76,6 +78,8 @@ class DeviceModel:
     price_usd: float = math.nan
     fallback: dict = field(default_factory=dict)   # unit -> unit used instead
     clock_mhz: float = math.nan  # the SM clock the peaks hold at
+    copy_exponent: float = math.inf  # how sharply the copy rate saturates (copy_bandwidth)
+    full_sms: int = 0            # the SMs `bandwidth` was reached with (0: sms)
 
     def peak(self, unit):
         unit = self.fallback.get(unit, unit)
@@ -85,7 +89,8 @@ class DeviceModel:
         return p
 
     def effective_bandwidth(self):
-        return min(self.bandwidth, self.sms * self.per_sm_bandwidth)
+        return copy_bandwidth(self.sms, self.per_sm_bandwidth, self.copy_exponent, self.full_sms or self.sms,
+                              self.bandwidth)
 
     def wave(self, op):
         if op.unit == "memory" or op.blocks <= 0:
@@ -99,6 +104,44 @@ class DeviceModel:
         if op.unit == "memory" or op.flops == 0:
             return t_mem
         return max(op.flops * self.wave(op) / self.peak(op.unit), t_mem)
+
+
+def copy_bandwidth(sms, per_sm, exponent, full_sms, full_bandwidth):
+    """Copy bytes/s with `sms` SMs active on a card whose `full_sms` SMs reach full_bandwidth:
+    the per-SM rate (each SM's bytes in flight over the memory latency) and the memory
+    system's own limit combine as a p-norm of their times, t = (t_sm^p + t_mem^p)^(1/p)
+    (p = exponent; infinite p is the plain min of the two rates), with t_mem solved so that
+    all SMs give full_bandwidth -- the queueing of a memory system that holds its latency
+    until it nears saturation."""
+    if sms >= full_sms or math.isinf(per_sm):
+        return full_bandwidth if sms >= full_sms else min(full_bandwidth, sms * per_sm)
+    if math.isinf(exponent):
+        return min(full_bandwidth, sms * per_sm)
+    p = exponent
+    # in units of the full card's time per byte, so the powers stay in range
+    rest = 1.0 - (full_bandwidth / (full_sms * per_sm)) ** p
+    if rest <= 0:            # the full card is itself per-SM bound
+        return sms * per_sm
+    return full_bandwidth / ((full_bandwidth / (sms * per_sm)) ** p + rest) ** (1.0 / p)
+
+
+def fit_copy_curve(curve, full_sms, full_bandwidth):
+    """(per-SM copy rate, exponent) of copy_bandwidth fitted to `curve` ({sms: bytes/s}
+    measured on the card confined to those SMs) and the whole card's rate, by least squares
+    in log time over a grid of exponents (1 to 12) and rates."""
+    pts = [(int(n), float(b)) for n, b in curve.items() if 0 < int(n) < full_sms and b > 0]
+    if not pts:
+        raise ValueError("fit_copy_curve: no point below the full card's SM count")
+    base = max(b / n for n, b in pts)
+    best = None
+    for i in range(0, 221):
+        p = 1.0 + i * 0.05
+        for j in range(0, 161):
+            r = base * (1.0 + j * 0.005)
+            err = sum(math.log(copy_bandwidth(n, r, p, full_sms, full_bandwidth) / b) ** 2 for n, b in pts)
+            if best is None or err < best[0]:
+                best = (err, r, p)
+    return best[1], best[2]
 
 
 def load_calibration(path=None):
@@ -150,7 +193,8 @@ def origin_model(cal, clock_mhz=None):
     return DeviceModel(cal["gpu"], int(cal.get("sms", row["sms"])), peaks, p["copy_bytes_per_s"], p["launch_s"],
                        p.get("per_sm_copy_bytes_per_s", math.inf), float(row["memory_gb"]) * 1e9,
                        float(row["tdp_w"]), float(row["launch_price_usd"]),
-                       clock_mhz=clock_mhz if clock_mhz is not None else math.nan)
+                       clock_mhz=clock_mhz if clock_mhz is not None else math.nan,
+                       copy_exponent=float(p.get("copy_exponent", math.inf)))
 
 
 def _rated_clock(row, unit):
@@ -231,7 +275,8 @@ def target_model(gpu, origin, eff, sms=None, clock_mhz=None):
     clock_ratio = float(row["boost_clock_mhz"]) / max(1.0, float(o_row["boost_clock_mhz"]))
     return DeviceModel(name, n, peaks, float(row["bandwidth_gbs"]) * 1e9 * eff["memory"], origin.launch_s,
                        origin.per_sm_bandwidth * clock_ratio, float(row["memory_gb"]) * 1e9, float(row["tdp_w"]),
-                       float(row["launch_price_usd"]), fallback, clock_mhz if clock_mhz else math.nan)
+                       float(row["launch_price_usd"]), fallback, clock_mhz if clock_mhz else math.nan,
+                       origin.copy_exponent, full)
 
 
 def kind_efficiency(origin, cal):
@@ -263,14 +308,43 @@ def _efficiency_at(points, size):
     return points[-1][1]
 
 
-def origin_op_time(op, origin, cal, kind_eff, siblings=None):
-    """Measured seconds of op on the origin; else its roofline over the efficiency of the
-    same op of the workload measured at another batch size (siblings: op name ->
-    efficiency), else over the efficiency that calibrated ops of its kind and unit reach
-    at its size."""
+def find_profile(cal, workload, precision, batch_size, ops):
+    """The in-step op times of a model workload at this precision and batch size as a
+    captured step would run them, {signature: seconds} (step_profile), or None. The
+    profile's times are host-clock times of single synchronised calls; each exceeds the
+    op's time inside a graph by an eager overhead (launch, synchronisation) of about the
+    same size, taken as the smallest excess over the graph-timed time among the profiled
+    single-launch ops the calibration also timed alone (GEMMs, forward and data-gradient
+    convolutions), else the smallest call's time less the graph launch latency."""
+    for prof in cal.get("profiles", []):
+        if (prof["workload"], prof["precision"], int(prof["batch_size"])) == (workload, precision, int(batch_size)):
+            break
+    else:
+        return None
+    launch = float(cal["peaks"]["launch_s"])
+    raw = prof["ops"]
+    excess = []
+    for op in ops:
+        rec = cal["ops"].get(op.key) if op.key else None
+        sec = step_profile.lookup(raw, op)
+        if rec is not None and sec is not None and op.kind in ("gemm", "conv2d_fwd", "conv2d_bwd_data"):
+            excess.append(sec - rec["seconds"])
+    eager = min(excess) if excess else min(raw.values()) - launch
+    return {k: max(launch, v - eager) for k, v in raw.items()}
+
+
+def origin_op_time(op, origin, cal, kind_eff, siblings=None, profile=None):
+    """Measured seconds of op on the origin: timed alone (graph replays), else timed in the
+    step (profile: step_profile's table of this workload and batch); else its roofline over
+    the efficiency of the same op of the workload measured at another batch size
+    (siblings: op name -> efficiency), else over the efficiency that calibrated ops of its
+    kind and unit reach at its size."""
     rec = cal["ops"].get(op.key) if op.key else None
     if rec is not None:
         return rec["seconds"], "measured"
+    sec = step_profile.lookup(profile, op)
+    if sec is not None:
+        return sec, "profiled in the step"
     if siblings and op.name in siblings:
         return origin.launch_s + origin.roofline(op) / siblings[op.name], "estimated from its other batch sizes"
     points = kind_eff.get((op.kind, op.unit)) or kind_eff.get(op.kind)
@@ -344,13 +418,15 @@ def _per_sm_work(model, op):
     return t * model.sms
 
 
-def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, siblings=None, anchor=None):
+def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, siblings=None, anchor=None,
+                profile=None):
     """(projected step seconds, per-op table rows, host overhead seconds) of ops on target.
     whole: the measured step is all device work (a kernel benchmark), so it replaces the
     ops' own times instead of leaving an overhead. anchor: (scale, overhead) taken from a
-    measured step at another batch size, for a step that was not measured itself."""
+    measured step at another batch size, for a step that was not measured itself.
+    profile: the in-step op times of this workload and batch (find_profile)."""
     kind_eff = kind_efficiency(origin, cal)
-    times = [origin_op_time(op, origin, cal, kind_eff, siblings) for op in ops]
+    times = [origin_op_time(op, origin, cal, kind_eff, siblings, profile) for op in ops]
     total = sum(t for t, _ in times)
     scale, overhead = anchor if step_time_s is None and anchor else _attribution(total, step_time_s, whole)
     rows, projected = [], overhead
@@ -398,17 +474,21 @@ def siblings_and_anchor(w, p, config, origin, cal, tf32=True):
     siblings, anchor = {}, None
     kind_eff = kind_efficiency(origin, cal)
     for c, ops in _measured_batches(w, p, config, cal, tf32):
+        prof = find_profile(cal, w.name, p, c.batch_size, ops)
         for op in ops:
-            rec = cal["ops"].get(op.key) if op.key else None
-            if op.name in siblings or rec is None:
+            if op.name in siblings:
                 continue
-            t = rec["seconds"] - origin.launch_s
+            rec = cal["ops"].get(op.key) if op.key else None
+            sec = rec["seconds"] if rec is not None else step_profile.lookup(prof, op)
+            if sec is None:
+                continue
+            t = sec - origin.launch_s
             r = origin.roofline(op)
             if t > 0 and r > 0:
                 siblings[op.name] = min(1.0, r / t)
         step = measured_step(cal, w.name, p, c.batch_size)
         if anchor is None and step is not None:
-            total = sum(origin_op_time(op, origin, cal, kind_eff)[0] for op in ops)
+            total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
             anchor = _attribution(total, step, False)
     return siblings, anchor
 
@@ -442,7 +522,8 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
         anchor = None
     try:
         t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel",
-                                     siblings=siblings, anchor=anchor)
+                                     siblings=siblings, anchor=anchor,
+                                     profile=find_profile(cal, w.name, p, config.batch_size, ops))
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out

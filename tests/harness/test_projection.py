@@ -220,3 +220,53 @@ def test_a_measured_step_whose_ops_were_not_timed_uses_their_timed_batch(precisi
     assert {64, 256} <= steps
     rows = {b: projection.project(w, "RTX A4000", precision, Config(b, f"batch {b}"), cal) for b in (64, 256)}
     assert rows[256]["throughput"] >= rows[64]["throughput"], rows
+
+
+def test_copy_curve_limits_and_fit(rng):
+    """The copy model: all SMs give the card's bandwidth, an infinite exponent is the plain
+    min of the per-SM and memory rates, the rate rises with the SMs, and fit_copy_curve
+    recovers the parameters of points drawn from the model."""
+    full_sms, full_bw = 132, rng.uniform(3e12, 5e12)
+    r, p = rng.uniform(60e9, 90e9), rng.uniform(2.0, 4.0)
+    assert projection.copy_bandwidth(full_sms, r, p, full_sms, full_bw) == full_bw
+    assert projection.copy_bandwidth(16, r, math.inf, full_sms, full_bw) == min(full_bw, 16 * r)
+    rates = [projection.copy_bandwidth(n, r, p, full_sms, full_bw) for n in (8, 16, 32, 64, 96, 131)]
+    assert all(a < b for a, b in zip(rates, rates[1:])) and rates[-1] < full_bw
+    assert all(x <= n * r for x, n in zip(rates, (8, 16, 32, 64, 96, 131)))
+    curve = {str(n): projection.copy_bandwidth(n, r, p, full_sms, full_bw) for n in (8, 24, 48, 96)}
+    r_fit, p_fit = projection.fit_copy_curve(curve, full_sms, full_bw)
+    assert r_fit == pytest.approx(r, rel=0.01) and p_fit == pytest.approx(p, abs=0.06)
+    with pytest.raises(ValueError, match="no point"):
+        projection.fit_copy_curve({"132": full_bw}, full_sms, full_bw)
+
+
+def test_a_partition_follows_the_calibrated_copy_curve(rng):
+    """A memory-bound op projected onto the origin confined to N SMs runs at the calibrated
+    curve's rate there; another card with all its SMs keeps its own full bandwidth."""
+    cal = synthetic_calibration(rng)
+    cal["peaks"].update(per_sm_copy_bytes_per_s=rng.uniform(60e9, 90e9), copy_exponent=rng.uniform(2, 4))
+    origin = projection.origin_model(cal)
+    eff = projection.efficiencies(origin, cal)
+    part = projection.target_model(ORIGIN, origin, eff, sms=32)
+    expect = projection.copy_bandwidth(32, cal["peaks"]["per_sm_copy_bytes_per_s"], cal["peaks"]["copy_exponent"],
+                                       origin.sms, cal["peaks"]["copy_bytes_per_s"])
+    assert part.effective_bandwidth() == pytest.approx(expect, rel=1e-12)
+    a4000 = projection.target_model("RTX A4000", origin, eff)
+    assert a4000.effective_bandwidth() == pytest.approx(a4000.bandwidth, rel=1e-12)
+
+
+def test_an_op_timed_in_the_step_uses_that_time(rng):
+    """An op that no bench function times takes its time from the calibration's step profile
+    (step_profile.lookup) instead of the copy-efficiency estimate."""
+    from gpucmp.harness import step_profile
+    op = costs.elementwise("7:batchnorm_fwd", "batchnorm_fwd", int(rng.integers(10 ** 6, 10 ** 7)), 2, 1)
+    cal = synthetic_calibration(rng)
+    origin, target = _models(cal, "RTX A4000")
+    sec = rng.uniform(5e-5, 2e-4)
+    t_est, rows_est, _ = projection.project_ops([op], origin, target, cal)
+    t, rows, _ = projection.project_ops([op], origin, target, cal, profile={step_profile.signature(op): sec})
+    assert rows_est[0]["origin_time"] == "estimated"
+    assert rows[0]["origin_time"] == "profiled in the step" and rows[0]["origin_s"] == sec
+    # the device part scales by the bandwidth ratio of the two cards
+    dev = (sec - origin.launch_s) * origin.effective_bandwidth() / target.effective_bandwidth()
+    assert t == pytest.approx(target.launch_s + dev, rel=1e-9)
