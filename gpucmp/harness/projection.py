@@ -59,6 +59,9 @@ UNIT_COLUMN = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "fp16": "fp16_tflop
 PEAK_PRECISION = {"fp32": "float32", "tf32": "tf32", "fp16": "float16", "bf16": "bfloat16"}
 DEFAULT_EFFICIENCY = {"tensor": 0.5, "memory": 0.6}
 CALIBRATION_SCHEMA = "gpucmp-calibration/1"
+# a profiled call is used when its device part is at least this many graph launches
+# (~40 us on an H200): the host clock of one synchronised call scatters by ~15 us
+PROFILE_MIN_LAUNCHES = 20
 
 
 class Unsupported(ValueError):
@@ -315,7 +318,9 @@ def find_profile(cal, workload, precision, batch_size, ops):
     op's time inside a graph by an eager overhead (launch, synchronisation) of about the
     same size, taken as the smallest excess over the graph-timed time among the profiled
     single-launch ops the calibration also timed alone (GEMMs, forward and data-gradient
-    convolutions), else the smallest call's time less the graph launch latency."""
+    convolutions), else the smallest call's time less the graph launch latency. Calls
+    whose device part is under PROFILE_MIN_LAUNCHES launches are left out: there the host
+    clock's scatter is as large as the time, and the op keeps its estimate."""
     for prof in cal.get("profiles", []):
         if (prof["workload"], prof["precision"], int(prof["batch_size"])) == (workload, precision, int(batch_size)):
             break
@@ -330,7 +335,7 @@ def find_profile(cal, workload, precision, batch_size, ops):
         if rec is not None and sec is not None and op.kind in ("gemm", "conv2d_fwd", "conv2d_bwd_data"):
             excess.append(sec - rec["seconds"])
     eager = min(excess) if excess else min(raw.values()) - launch
-    return {k: max(launch, v - eager) for k, v in raw.items()}
+    return {k: v - eager for k, v in raw.items() if v - eager >= PROFILE_MIN_LAUNCHES * launch}
 
 
 def origin_op_time(op, origin, cal, kind_eff, siblings=None, profile=None):
