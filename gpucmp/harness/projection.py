@@ -36,10 +36,13 @@ against the target's roofline ridge gives -- with these differences:
   target's roofline time to the origin's; an op without a measured time gets the
   origin's roofline time over the efficiency the same op reached at the nearest measured
   batch size, else over what measured ops of its kind and unit reach at its size;
-- host overhead is carried separately: the part of a measured step that its ops do not
-  account for (Python, graph launch) is added unscaled; when the ops add up to more than
-  the step (they overlap), they are scaled down to it; a batch size whose step was not
-  measured takes that attribution from the nearest one that was;
+- host overhead is carried separately: the origin's host work per step (Python, graph
+  launch) is the smallest surplus of a calibrated model step over its ops, and is added
+  unscaled; the rest of a step's surplus is device time the ops' own measurements missed
+  (an op runs slower inside a ResNet-50 step than timed alone), so the ops are scaled up
+  to it; when the ops add up to more than the step (they overlap), they are scaled down
+  to it; a batch size whose step was not measured takes that attribution from the
+  nearest one that was;
 - clocks: a long GEMM holds a card at its power limit, below its top clock, so the
   origin's efficiencies are per clock (measured rate over the datasheet rate at the
   time-averaged clock it held), each workload runs at the clock measured for it on the
@@ -370,15 +373,48 @@ def measured_step(cal, workload, precision, batch_size):
     return None
 
 
-def _attribution(total, step_time_s, whole):
+def _attribution(total, step_time_s, whole, host_s=None):
     """(scale of the ops' times, host overhead) that make ops adding up to `total` fit a
-    measured step: the step's surplus is host overhead; a deficit means the ops overlap (or
-    were slower timed alone than inside the plan's graph), so their times are scaled down."""
+    measured step: a deficit means the ops overlap (or were slower timed alone than inside
+    the plan's graph), so their times are scaled down; of a surplus, at most host_s (the
+    origin's host overhead per step, host_overhead; all of it when None) is host overhead,
+    the rest device time the ops' own measurements missed, so their times are scaled up."""
     if step_time_s is None:
         return 1.0, 0.0
     if whole or step_time_s < total:
         return step_time_s / total, 0.0
-    return 1.0, step_time_s - total
+    overhead = step_time_s - total if host_s is None else min(step_time_s - total, host_s)
+    return (step_time_s - overhead) / total, overhead
+
+
+_HOST = {}
+
+
+def host_overhead(cal, origin):
+    """Seconds of host work per training step on the origin that no op accounts for: the
+    smallest surplus of a calibrated model step over its ops (the smallest step is the one
+    whose surplus is all host -- Python, the graph launch); None without model steps."""
+    key = id(cal)
+    if key in _HOST and _HOST[key][0] is cal:
+        return _HOST[key][1]
+    from .workloads import get
+    kind_eff = kind_efficiency(origin, cal)
+    found = []
+    for s in cal["steps"]:
+        try:
+            w = get(s["workload"])
+        except ValueError:
+            continue
+        cfgs = [c for c in w.configs("cuda", [int(s["batch_size"])])]
+        if w.kind != "model" or not cfgs:
+            continue
+        ops = w.ops(cfgs[0], s["precision"])
+        prof = find_profile(cal, w.name, s["precision"], s["batch_size"], ops)
+        total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
+        found.append(max(0.0, float(s["step_time_s"]) - total))
+    host = min(found) if found else None
+    _HOST[key] = (cal, host)
+    return host
 
 
 def blocks_at(rec, sms, default):
@@ -424,7 +460,7 @@ def _per_sm_work(model, op):
 
 
 def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, siblings=None, anchor=None,
-                profile=None):
+                profile=None, host_s=None):
     """(projected step seconds, per-op table rows, host overhead seconds) of ops on target.
     whole: the measured step is all device work (a kernel benchmark), so it replaces the
     ops' own times instead of leaving an overhead. anchor: (scale, overhead) taken from a
@@ -433,7 +469,8 @@ def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, sibling
     kind_eff = kind_efficiency(origin, cal)
     times = [origin_op_time(op, origin, cal, kind_eff, siblings, profile) for op in ops]
     total = sum(t for t, _ in times)
-    scale, overhead = anchor if step_time_s is None and anchor else _attribution(total, step_time_s, whole)
+    scale, overhead = (anchor if step_time_s is None and anchor
+                       else _attribution(total, step_time_s, whole, host_s))
     rows, projected = [], overhead
     for op, (t_o, how) in zip(ops, times):
         t_o *= scale
@@ -494,7 +531,7 @@ def siblings_and_anchor(w, p, config, origin, cal, tf32=True):
         step = measured_step(cal, w.name, p, c.batch_size)
         if anchor is None and step is not None:
             total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
-            anchor = _attribution(total, step, False)
+            anchor = _attribution(total, step, False, host_overhead(cal, origin))
     return siblings, anchor
 
 
@@ -528,7 +565,8 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
     try:
         t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor,
-                                     profile=find_profile(cal, w.name, p, config.batch_size, ops))
+                                     profile=find_profile(cal, w.name, p, config.batch_size, ops),
+                                     host_s=host_overhead(cal, origin) if w.kind == "model" else None)
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out

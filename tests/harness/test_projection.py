@@ -270,3 +270,27 @@ def test_an_op_timed_in_the_step_uses_that_time(rng):
     # the device part scales by the bandwidth ratio of the two cards
     dev = (sec - origin.launch_s) * origin.effective_bandwidth() / target.effective_bandwidth()
     assert t == pytest.approx(target.launch_s + dev, rel=1e-9)
+
+
+def test_surplus_beyond_the_host_overhead_is_device_time(rng):
+    """Of a step's surplus over its ops, only the origin's host overhead (host_s) stays
+    unscaled; the rest is device time the ops missed, so their times grow to fill it."""
+    op = costs.elementwise("e", "act", int(rng.integers(10 ** 6, 10 ** 7)), 1, 1)
+    cal = synthetic_calibration(rng)
+    origin, target = _models(cal, "RTX A4000")
+    t_op = projection.origin_op_time(op, origin, cal, projection.kind_efficiency(origin, cal))[0]
+    host = float(rng.uniform(0.1, 0.5)) * t_op
+    step = t_op + host + float(rng.uniform(0.2, 1.0)) * t_op
+    t, rows, overhead = projection.project_ops([op], origin, target, cal, step_time_s=step, host_s=host)
+    assert overhead == pytest.approx(host)
+    assert rows[0]["origin_s"] == pytest.approx(step - host)
+    t_all, _, overhead_all = projection.project_ops([op], origin, target, cal, step_time_s=step)
+    assert overhead_all == pytest.approx(step - t_op)
+    assert t > t_all        # the device part scales to the slower card, the host part does not
+
+
+def test_host_overhead_is_the_smallest_model_surplus():
+    cal = projection.load_calibration()
+    origin = projection.origin_model(cal)
+    host = projection.host_overhead(cal, origin)
+    assert host is not None and 0.0 <= host < min(s["step_time_s"] for s in cal["steps"])
