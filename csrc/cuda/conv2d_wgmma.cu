@@ -56,7 +56,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver (tensor_map.cu) */
 
 /* the device test's watchdog (tests/cuda/conv_wgmma_device.sh) for the shared mbarrier wait */
 #if defined(GC_CONV_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
@@ -682,43 +682,6 @@ __global__ void gc_conv_wgmma_probe(int *p)
 }
 
 /* ------------------------------------------------------------------ host side */
-typedef CUresult (*cw_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                       const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                       const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-typedef CUresult (*cw_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                        const cuuint64_t *, const cuuint64_t *, const int *, const int *,
-                                        cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
-                                        CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-void *cw_driver_fn(const char *name)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-#else
-    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return fn;
-}
-
-struct cw_encoders {
-    cw_encode_tiled_fn tiled;
-    cw_encode_im2col_fn im2col;
-};
-
-const cw_encoders &cw_enc(void)
-{
-    static const cw_encoders e = {(cw_encode_tiled_fn)cw_driver_fn("cuTensorMapEncodeTiled"),
-                                   (cw_encode_im2col_fn)cw_driver_fn("cuTensorMapEncodeIm2col")};
-    return e; /* thread-safe static init */
-}
-
 int g_cw_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 
 /* 1 when this binary holds sm_90a code for the running device and the driver has the
@@ -734,7 +697,7 @@ int cw_compiled(const gc_backend *be)
         yes = fa.sharedSizeBytes >= 256;
     else
         (void)cudaGetLastError();
-    if (yes && (!cw_enc().tiled || !cw_enc().im2col)) yes = 0;
+    if (yes && (!gc_tma_encoders()->tiled || !gc_tma_encoders()->im2col)) yes = 0;
     if (dev >= 0 && dev < 64) g_cw_compiled[dev] = yes ? 1 : 2;
     return yes;
 }
@@ -829,7 +792,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
         const cuuint64_t strides[3] = {(cuuint64_t)(g->C * es), (cuuint64_t)(g->W * g->C * es),
                                        (cuuint64_t)(g->H * g->W * g->C * es)};
         const cuuint32_t box[4] = {CW_BK, (cuuint32_t)HW, (cuuint32_t)HH, 1}, estr[4] = {1, 1, 1, 1};
-        if ((r = cw_enc().tiled(&tmX, tdt, 4, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        if ((r = gc_tma_encoders()->tiled(&tmX, tdt, 4, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for x "
@@ -842,7 +805,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
         const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
         const cuuint64_t strides[1] = {(cuuint64_t)(inner * es)};
         const cuuint32_t box[2] = {CW_BN, CW_BK}, estr[2] = {1, 1};
-        if ((r = cw_enc().tiled(&tmW, tdt, 2, (void *)w, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        if ((r = gc_tma_encoders()->tiled(&tmW, tdt, 2, (void *)w, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d (wgmma halo): cuTensorMapEncodeTiled failed (%d) for w "
@@ -853,7 +816,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
         const cuuint64_t strides[3] = {(cuuint64_t)(g->F * es), (cuuint64_t)(g->OW * g->F * es),
                                        (cuuint64_t)(g->OH * g->OW * g->F * es)};
         const cuuint32_t box[4] = {CW_BN, CH_BW, (cuuint32_t)BH, 1}, estr[4] = {1, 1, 1, 1};
-        if ((r = cw_enc().tiled(&tmY, tdt, 4, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        if ((r = gc_tma_encoders()->tiled(&tmY, tdt, 4, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for y "
@@ -973,7 +936,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const int lower[2] = {-g->pad_left, -g->pad_top};
         const int upper[2] = {(int)(g->OW - g->W - g->pad_left), (int)(g->OH - g->H - g->pad_top)};
         const cuuint32_t estr[4] = {1, 1, 1, 1};
-        CUresult r = cw_enc().im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, CW_BK, CW_BM, estr,
+        CUresult r = gc_tma_encoders()->im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, CW_BK, CW_BM, estr,
                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -987,7 +950,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const cuuint64_t dims[2] = {(cuuint64_t)KC, (cuuint64_t)g->F};
         const cuuint64_t strides[1] = {(cuuint64_t)(KC * es)};
         const cuuint32_t box[2] = {CW_BK, CW_BN}, estr[2] = {1, 1};
-        CUresult r = cw_enc().tiled(&tmW, tdt, 2, wt, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CUresult r = gc_tma_encoders()->tiled(&tmW, tdt, 2, wt, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -998,7 +961,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)M};
         const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
         const cuuint32_t box[2] = {CW_BN, CW_BM}, estr[2] = {1, 1};
-        CUresult r = cw_enc().tiled(&tmY, tdt, 2, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CUresult r = gc_tma_encoders()->tiled(&tmY, tdt, 2, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)

@@ -58,7 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver (tensor_map.cu) */
 
 #if defined(GC_CONV_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
 #define GC_HOPPER_WATCHDOG GC_CONV_WATCHDOG
@@ -316,43 +316,6 @@ __global__ void gc_wgrad_wgmma_probe(int *p)
 }
 
 /* ------------------------------------------------------------------ host side */
-typedef CUresult (*wgw_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                        const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                        const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-typedef CUresult (*wgw_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                         const cuuint64_t *, const cuuint64_t *, const int *, const int *,
-                                         cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
-                                         CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-void *wgw_driver_fn(const char *name)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-#else
-    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return fn;
-}
-
-struct wgw_encoders {
-    wgw_encode_tiled_fn tiled;
-    wgw_encode_im2col_fn im2col;
-};
-
-const wgw_encoders &wgw_enc(void)
-{
-    static const wgw_encoders e = {(wgw_encode_tiled_fn)wgw_driver_fn("cuTensorMapEncodeTiled"),
-                                    (wgw_encode_im2col_fn)wgw_driver_fn("cuTensorMapEncodeIm2col")};
-    return e; /* thread-safe static init */
-}
-
 int g_wgw_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 
 /* 1 when this binary holds sm_90a code for the running device and the driver has the
@@ -368,7 +331,7 @@ int wgw_compiled(const gc_backend *be)
         yes = fa.sharedSizeBytes >= 256;
     else
         (void)cudaGetLastError();
-    if (yes && (!wgw_enc().tiled || !wgw_enc().im2col)) yes = 0;
+    if (yes && (!gc_tma_encoders()->tiled || !gc_tma_encoders()->im2col)) yes = 0;
     if (dev >= 0 && dev < 64) g_wgw_compiled[dev] = yes ? 1 : 2;
     return yes;
 }
@@ -573,7 +536,7 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
         const int lower[2] = {-g->pad_left, -g->pad_top};
         const int upper[2] = {one ? 0 : (int)(g->OW - g->W - g->pad_left), one ? 0 : (int)(g->OH - g->H - g->pad_top)};
         const cuuint32_t estr[4] = {1, 1, 1, 1};
-        CUresult r = wgw_enc().im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, 64, WGW_BK, estr,
+        CUresult r = gc_tma_encoders()->im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, 64, WGW_BK, estr,
                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -587,7 +550,7 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
         const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)P};
         const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
         const cuuint32_t box[2] = {64, WGW_BK}, estr[2] = {1, 1};
-        CUresult r = wgw_enc().tiled(&tmD, tdt, 2, (void *)dy, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CUresult r = gc_tma_encoders()->tiled(&tmD, tdt, 2, (void *)dy, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)

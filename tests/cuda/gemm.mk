@@ -1,5 +1,5 @@
 # gemm.mk -- builds the standalone CUDA GEMM test + benchmark (tests/cuda/test_gemm.cu).
-# Why a separate program: it links only the GEMM sources with core/status.c and
+# Why a separate program: it links only the GEMM sources (and tensor_map.cu) with core/status.c and
 # core/dtype.c (the backend helpers are stubbed inside the test), so the GEMM paths are
 # tested on their own; cuBLASLt is opened at run time (never linked).
 # Included by tests/cuda/Makefile (ROOT, OUT, GC_NVCC, GC_CC, GC_ARCH, DEFS come from it):
@@ -22,10 +22,10 @@ GEMM_OBJDIR := $(OUT)/obj/gemm
 GEMM_NVFLAGS := -DGC_GEMM_WATCHDOG=$(GEMM_WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC \
                 -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(GEMM_ARCH) $(DEFS)
 GEMM_CU := $(addprefix $(ROOT)/csrc/cuda/,gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu \
-             gemm_vendor.cu) $(ROOT)/tests/cuda/test_gemm.cu
+             gemm_vendor.cu tensor_map.cu) $(ROOT)/tests/cuda/test_gemm.cu
 GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
 GEMM_OBJ := $(patsubst %,$(GEMM_OBJDIR)/%.o,$(notdir $(GEMM_CU) $(GEMM_C)))
-GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh include/gpucmp.h)
+GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh cuda/hopper_ptx.cuh include/gpucmp.h)
 
 gemm: $(OUT)/test_gemm
 
