@@ -9,33 +9,41 @@ relies on would be reached there only by chance. Here shapes are chosen to take 
   window: must be 0), 16-byte channel vectors (C % 4 / C % 8 == 0) and scalar channels,
   integer inputs so that windows hold ties (the first maximum wins). The result is a
   selection, so it must equal the oracle exactly, and the CPU backend bit for bit.
-- conv2d_bwd_filter with KH*KW*C <= 64 (conv2d_simt.cu, conv_simt_wgrad_smallk_kernel):
-  C = 1 and C = 3 (3x3, bias gradient), batches big enough for several pixel ranges
-  and blocks, F below / at / above the 64-filter tile, padding and strides, and
-  KH*KW*C = 63 / 64 (the 64-row template).
+- conv2d_bwd_filter with KH*KW*C <= 64 (conv2d_simt.cu, conv_simt_wgrad_smallk_kernel,
+  which the automatic choice must take): C = 1 and C = 3 (3x3, bias gradient), batches
+  big enough for several pixel ranges and blocks, F below / at / above the 64-filter
+  tile, padding and strides, and KH*KW*C = 63 / 64 (the 64-row template); also on every
+  other kernel of cuda.conv2d.wgrad this device runs.
 - gemm, few 128 x 128 tiles (gemm_small.cu): every transpose case with N = 10 and
-  K = 10 / 64 / 576, bias + relu, beta != 0 (and the seed CNN's Dense products).
+  K = 10 / 64 / 576, bias + relu, beta != 0 (and the seed CNN's Dense products), on the
+  automatic path and every path of cuda.gemm.path the dtype may take (test_ops' list).
 - conv2d_fwd / conv2d_bwd_data of large 16-bit stride-1 layers (conv2d_wgmma.cu on an
   H100 / H200: the halo and im2col kernels; 'same' / 'valid', ragged tiles, 1x1,
-  several filter tiles, bias and every activation).
-- conv2d_bwd_filter on the Hopper wgmma kernel (conv2d_wgmma_wgrad.cu), forced with
-  GPUCMP_CONV_WGRAD=wgmma on a compute capability 9.0 device (skipped elsewhere): 1x1
-  stride 1 and 2, 3x3 'same' / 'valid', pixels not a multiple of the 64-pixel K-block,
-  C / F not multiples of the 64-wide boxes; against the oracle, bitwise repeatable, and
-  against the mma.sync kernel (GPUCMP_CONV_WGRAD=mma, GEMM route off) on the same
-  inputs; every block shape (GPUCMP_CONV_WGRAD_VARIANT) on two layers.
+  several filter tiles, bias and every activation), on every kernel of cuda.conv2d.fwd
+  / .bwd_data this device runs, the wgmma forward on each of cuda.conv2d.fwd_wgmma.
+- conv2d_bwd_filter on the Hopper wgmma kernel (conv2d_wgmma_wgrad.cu), forced
+  (cuda.conv2d.wgrad=wgmma) where the registry says it is available (sm_90a image on a
+  compute capability 9.0 device; skipped elsewhere): 1x1 stride 1 and 2, 3x3 'same' /
+  'valid', pixels not a multiple of the 64-pixel K-block, C / F not multiples of the
+  64-wide boxes; against the oracle, bitwise repeatable, and against the mma.sync kernel
+  (cuda.conv2d.wgrad=mma) on the same inputs; every block shape of
+  cuda.conv2d.wgrad_wgmma on two layers.
+Kernels are forced through gpucmp.variants, and each forced run checks that the pass's
+`last` is the kernel forced.
 
 Each in float32 (TF32 off and on), float16 and bfloat16, through gpucmp.ops (which
 NaN-poisons outputs, so an unwritten element fails) with test_ops.py's Case: the same
 inputs, tolerances and cancellation floor as the op matrix. Marked `cuda`: skipped
 cleanly without a CUDA backend.
 """
+import contextlib
+
 import numpy as np
 import pytest
 
 import reference as ref
-from gpucmp import _core, ops
-from test_ops import Case, _abs
+from gpucmp import _core, ops, variants
+from test_ops import Case, _abs, _conv_ran, _conv_refused, _conv_run, _conv_variants, _gemm_paths
 
 pytestmark = pytest.mark.cuda
 
@@ -109,19 +117,29 @@ def test_conv_bwd_filter_small_k(case, dtype, g):
     yshape = ref.conv2d_output_shape(x.shape, (g["KH"], g["KW"], g["C"], g["F"]), g["s"], g["pad"], d)
     dy = c.normal(yshape)
     rows = yshape[0] * yshape[1] * yshape[2]
-    c.what = (f"x={x.shape} kernel=({g['KH']},{g['KW']},{g['C']},{g['F']}) strides={g['s']} "
-              f"padding={g['pad']} with_bias=True")
-    dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), k, strides=g["s"], padding=g["pad"],
-                                        with_bias=True, **c.kw)
     want_w, want_b = ref.conv2d_backward_filter(x, dy, k, g["s"], g["pad"], d)
     terms_w, terms_b = ref.conv2d_backward_filter(abs(x), abs(dy), k, g["s"], g["pad"], d)
-    c.check("dw", dw, want_w, k=rows, terms=terms_w)
-    c.check("db", db, want_b, k=rows, terms=terms_b)
-    c.what += " (without bias)"
-    dw2, db2 = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), k, strides=g["s"], padding=g["pad"],
-                                          with_bias=False, **c.kw)
-    assert db2 is None, c.msg("db returned although with_bias=False")
-    c.check("dw", dw2, want_w, k=rows, terms=terms_w)
+    gd = dict(g, d=d)
+    for label, point, variant, path in _conv_variants(c, gd, "wgrad"):
+        c.what = (f"x={x.shape} kernel=({g['KH']},{g['KW']},{g['C']},{g['F']}) strides={g['s']} "
+                  f"padding={g['pad']} with_bias=True" + label)
+        try:
+            with _conv_run(point, variant, path):
+                dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), k, strides=g["s"], padding=g["pad"],
+                                                    with_bias=True, **c.kw)
+                if variant == "auto":  # these shapes are the small-K SIMT kernel's
+                    assert variants.last(point) == "simt", c.msg(f"auto ran {variants.last(point)!r}")
+                _conv_ran(c, gd, point, variant)
+                c.check("dw", dw, want_w, k=rows, terms=terms_w)
+                c.check("db", db, want_b, k=rows, terms=terms_b)
+                c.what += " (without bias)"
+                dw2, db2 = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), k, strides=g["s"], padding=g["pad"],
+                                                      with_bias=False, **c.kw)
+        except NotImplementedError as e:
+            if _conv_refused(c, variant, e):
+                continue
+        assert db2 is None, c.msg("db returned although with_bias=False")
+        c.check("dw", dw2, want_w, k=rows, terms=terms_w)
 
 
 # ---------------------------------------------------------------- small GEMMs
@@ -139,16 +157,20 @@ def test_gemm_small(case, dtype, layout, mnk):
     a = c.normal((k, m) if trans_a else (m, k))
     b = c.normal((n, k) if trans_b else (k, n))
     bias, cm = c.normal(n), c.normal((m, n))
-    for alpha, beta, act in ((1.0, 0.5, "relu"), (-0.75, -1.25, "linear"), (1.0, 0.0, "relu")):
-        c.what = (f"M={m} N={n} K={k} trans_a={trans_a} trans_b={trans_b} alpha={alpha} "
-                  f"beta={beta} bias=True act={act}")
-        out = ops.gemm(c.arg(a), c.arg(b), c.arg(bias), c.arg(cm) if beta else None,
-                       trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, activation=act,
-                       **c.kw)
-        want = ref.gemm(a, b, bias, cm if beta else None, trans_a, trans_b, alpha, beta, act)
-        terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm) if beta else None, trans_a, trans_b,
-                         abs(alpha), abs(beta))
-        c.check("c", out, want, k=k, terms=terms)
+    for path in _gemm_paths(c):
+        for alpha, beta, act in ((1.0, 0.5, "relu"), (-0.75, -1.25, "linear"), (1.0, 0.0, "relu")):
+            c.what = (f"path={path} M={m} N={n} K={k} trans_a={trans_a} trans_b={trans_b} alpha={alpha} "
+                      f"beta={beta} bias=True act={act}")
+            with variants.forced("cuda.gemm.path", path):
+                out = ops.gemm(c.arg(a), c.arg(b), c.arg(bias), c.arg(cm) if beta else None,
+                               trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, activation=act,
+                               **c.kw)
+            if path != "auto":
+                assert variants.last("cuda.gemm.path") == path, c.msg(f"ran {variants.last('cuda.gemm.path')!r}")
+            want = ref.gemm(a, b, bias, cm if beta else None, trans_a, trans_b, alpha, beta, act)
+            terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm) if beta else None, trans_a, trans_b,
+                             abs(alpha), abs(beta))
+            c.check("c", out, want, k=k, terms=terms)
 
 
 # ---------------------------------------------------------------- large 16-bit stride-1 convolutions
@@ -173,19 +195,44 @@ def test_conv_large_16bit(case, dtype, g):
     w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
     bias = c.normal(g["F"])
     s, d, k = (1, 1), (1, 1), g["KH"] * g["KW"] * g["C"]
-    c.what = f"x={x.shape} kernel={w.shape} padding={g['pad']} act={g['act']}"
-    y = ops.conv2d(c.arg(x), c.arg(w), c.arg(bias), strides=s, padding=g["pad"], activation=g["act"], **c.kw)
-    c.check("y", y, ref.conv2d(x, w, bias, s, g["pad"], d, g["act"]), k=k,
-            terms=ref.conv2d(abs(x), abs(w), abs(bias), s, g["pad"], d))
+    gd = dict(g, s=s, d=d)
+    want = ref.conv2d(x, w, bias, s, g["pad"], d, g["act"])
+    terms = ref.conv2d(abs(x), abs(w), abs(bias), s, g["pad"], d)
+    for label, point, variant, path in _conv_variants(c, gd, "fwd"):
+        # the wgmma forward on each of its kernels (halo where its shared memory fits, im2col)
+        kernels = variants.available("cuda.conv2d.fwd_wgmma") if variant == "wgmma" else ["auto"]
+        for kernel in kernels:
+            c.what = f"x={x.shape} kernel={w.shape} padding={g['pad']} act={g['act']}{label}" + (
+                f" fwd_wgmma={kernel}" if variant == "wgmma" else "")
+            try:
+                with _conv_run(point, variant, path), variants.forced("cuda.conv2d.fwd_wgmma", kernel):
+                    y = ops.conv2d(c.arg(x), c.arg(w), c.arg(bias), strides=s, padding=g["pad"],
+                                   activation=g["act"], **c.kw)
+                    if variant == "wgmma":
+                        assert variants.last("cuda.conv2d.fwd_wgmma") == kernel, c.msg(
+                            f"ran {variants.last('cuda.conv2d.fwd_wgmma')!r}")
+            except NotImplementedError as e:
+                if _conv_refused(c, variant, e):
+                    continue
+            _conv_ran(c, gd, point, variant)
+            c.check("y", y, want, k=k, terms=terms)
     dy = c.normal(ref.conv2d_output_shape(x.shape, w.shape, s, g["pad"], d))
-    c.what = f"dy={dy.shape} kernel={w.shape} x={x.shape} padding={g['pad']}"
-    dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s, padding=g["pad"], **c.kw)
-    c.check("dx", dx, ref.conv2d_backward_data(dy, w, x.shape, s, g["pad"], d), k=g["KH"] * g["KW"] * g["F"],
-            terms=ref.conv2d_backward_data(abs(dy), abs(w), x.shape, s, g["pad"], d))
+    want = ref.conv2d_backward_data(dy, w, x.shape, s, g["pad"], d)
+    terms = ref.conv2d_backward_data(abs(dy), abs(w), x.shape, s, g["pad"], d)
+    for label, point, variant, path in _conv_variants(c, gd, "bwd_data"):
+        c.what = f"dy={dy.shape} kernel={w.shape} x={x.shape} padding={g['pad']}" + label
+        try:
+            with _conv_run(point, variant, path):
+                dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s, padding=g["pad"], **c.kw)
+        except NotImplementedError as e:
+            if _conv_refused(c, variant, e):
+                continue
+        _conv_ran(c, gd, point, variant)
+        c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
 
 
 # ---------------------------------------------------------------- Hopper wgmma weight gradient
-# conv2d_wgmma_wgrad.cu, forced through its switch (GPUCMP_CONV_WGRAD, read per call):
+# conv2d_wgmma_wgrad.cu, forced (cuda.conv2d.wgrad=wgmma):
 # forced, any failure of the kernel is the op's error, so a pass means it ran. Shapes: the
 # block shapes the cost model picks for ResNet-50's layers (1x1 64->256 / 256->64, 3x3
 # 64->64 / 128->128, strided 1x1), ragged pixel counts (P % 64 != 0) and C / F that are
@@ -202,7 +249,6 @@ WGRAD = [
     dict(N=3, H=9, W=9, C=24, F=200, KH=1, KW=1, s=(1, 1), pad="valid"),      # 1x1, ragged C and F
     dict(N=1, H=6, W=5, C=64, F=64, KH=3, KW=3, s=(1, 1), pad="same"),        # one K-block (P = 30)
 ]
-VARIANTS = [a + m + str(nb) for a in "xd" for m in "sa" for nb in range(1, 5)]
 
 
 def _wgrad_ids(g):
@@ -211,29 +257,28 @@ def _wgrad_ids(g):
 
 @pytest.fixture
 def hopper():
-    """Skips unless the first CUDA device has compute capability 9.0 (sm_90a code)."""
-    try:
-        cc = _core.device_info(_gpu()).get("compute_capability")
-    except Exception as e:  # pragma: no cover - no device
-        pytest.skip(f"no CUDA device information: {e}")
-    if cc != "9.0":
-        pytest.skip(f"the wgmma weight gradient needs compute capability 9.0, this device has {cc}")
+    """Skips unless the registry says the wgmma weight gradient runs here (compute
+    capability 9.0 and the sm_90a image in this build)."""
+    if "wgmma" not in variants.available("cuda.conv2d.wgrad"):
+        pytest.skip("cuda.conv2d.wgrad=wgmma is not available here (needs sm_90a code on a 9.0 device)")
 
 
-def _wgrad(c, g, x, dy, env, monkeypatch, with_bias=True):
-    """conv2d_backward_filter with the given GPUCMP_CONV_* switches; a forced kernel's
-    'no sm_90a code' refusal skips."""
-    for k in ("GPUCMP_CONV_WGRAD", "GPUCMP_CONV_WGRAD_VARIANT", "GPUCMP_CONV_GEMM"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+def _wgrad(c, g, x, dy, forced, with_bias=True):
+    """conv2d_backward_filter with the variants `forced` ({point: name}); the weight
+    gradient's `last` must be what was forced."""
     try:
-        return ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]), strides=g["s"],
-                                          padding=g["pad"], with_bias=with_bias, **c.kw)
+        with contextlib.ExitStack() as stack:
+            for point, name in forced.items():
+                stack.enter_context(variants.forced(point, name))
+            out = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]), strides=g["s"],
+                                             padding=g["pad"], with_bias=with_bias, **c.kw)
+            for point, name in forced.items():
+                assert variants.last(point) == name, c.msg(f"{point}={name} ran {variants.last(point)!r}")
+            return out
+    except AssertionError:
+        raise
     except Exception as e:
-        if "no sm_90a code" in str(e):
-            pytest.skip(f"library built without sm_90a code: {e}")
-        raise AssertionError(c.msg(f"{env}: {type(e).__name__}: {e}")) from e
+        raise AssertionError(c.msg(f"{forced}: {type(e).__name__}: {e}")) from e
 
 
 def _wgrad_inputs(c, g):
@@ -250,24 +295,24 @@ def _wgrad_inputs(c, g):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("g", WGRAD, ids=_wgrad_ids)
-def test_conv_bwd_filter_wgmma(case, hopper, monkeypatch, dtype, g):
+def test_conv_bwd_filter_wgmma(case, hopper, dtype, g):
     c = case("conv2d_bwd_filter", dtype)
     x, dy, (want_w, want_b), (terms_w, terms_b), rows = _wgrad_inputs(c, g)
-    forced = {"GPUCMP_CONV_WGRAD": "wgmma"}
-    dw, db = _wgrad(c, g, x, dy, forced, monkeypatch)
+    forced = {"cuda.conv2d.wgrad": "wgmma"}
+    dw, db = _wgrad(c, g, x, dy, forced)
     c.what += " [wgmma forced]"
     c.check("dw", dw, want_w, k=rows, terms=terms_w)
     c.check("db", db, want_b, k=rows, terms=terms_b)
     # the same inputs again: bitwise the same (fixed split and summation order)
-    dw2, db2 = _wgrad(c, g, x, dy, forced, monkeypatch)
+    dw2, db2 = _wgrad(c, g, x, dy, forced)
     assert np.asarray(dw2).tobytes() == np.asarray(dw).tobytes(), c.msg("dw differs between two identical calls")
     assert np.asarray(db2).tobytes() == np.asarray(db).tobytes(), c.msg("db differs between two identical calls")
     # without the bias gradient
-    dw3, db3 = _wgrad(c, g, x, dy, forced, monkeypatch, with_bias=False)
+    dw3, db3 = _wgrad(c, g, x, dy, forced, with_bias=False)
     assert db3 is None, c.msg("db returned although with_bias=False")
     assert np.asarray(dw3).tobytes() == np.asarray(dw).tobytes(), c.msg("dw differs without the bias gradient")
-    # the mma.sync kernel on the same inputs (GEMM route off for the 1x1 layers)
-    old, _ = _wgrad(c, g, x, dy, {"GPUCMP_CONV_WGRAD": "mma", "GPUCMP_CONV_GEMM": "conv"}, monkeypatch)
+    # the mma.sync kernel on the same inputs (a forced kernel never takes the GEMM route)
+    old, _ = _wgrad(c, g, x, dy, {"cuda.conv2d.wgrad": "mma"})
     c.what = c.what.replace("[wgmma forced]", "[mma.sync]")
     c.check("dw", old, want_w, k=rows, terms=terms_w)
     diff = np.linalg.norm(np.asarray(dw, np.float64) - np.asarray(old, np.float64))
@@ -277,16 +322,18 @@ def test_conv_bwd_filter_wgmma(case, hopper, monkeypatch, dtype, g):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("g", [WGRAD[4], WGRAD[2]], ids=_wgrad_ids)
-def test_conv_bwd_filter_wgmma_variants(case, hopper, monkeypatch, dtype, g):
+def test_conv_bwd_filter_wgmma_variants(case, hopper, dtype, g):
     """Every block shape (A = x / dy, shared / alternate, NB = 1..4 boxes) on the same
     inputs: a failure names the variant, which localises a layout error."""
     c = case("conv2d_bwd_filter", dtype)
     x, dy, (want_w, want_b), (terms_w, terms_b), rows = _wgrad_inputs(c, g)
     base = c.what
     bad = []
-    for v in VARIANTS:
+    shapes = variants.available("cuda.conv2d.wgrad_wgmma")
+    assert len(shapes) == 16, shapes
+    for v in shapes:
         c.what = f"{base} [wgmma variant {v}]"
-        dw, db = _wgrad(c, g, x, dy, {"GPUCMP_CONV_WGRAD": "wgmma", "GPUCMP_CONV_WGRAD_VARIANT": v}, monkeypatch)
+        dw, db = _wgrad(c, g, x, dy, {"cuda.conv2d.wgrad": "wgmma", "cuda.conv2d.wgrad_wgmma": v})
         try:
             c.check("dw", dw, want_w, k=rows, terms=terms_w)
             c.check("db", db, want_b, k=rows, terms=terms_b)

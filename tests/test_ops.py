@@ -4,8 +4,11 @@ against the NumPy oracle (tests/reference.py), through gpucmp.ops.
 What it provides:
 - `test_op[op-backend-dtype(-simd)]`: one case per name in `_core.op_names()`, per
   backend in `_core.backends()` (CUDA ones marked `cuda`), per dtype (float32,
-  float16, bfloat16); GEMM and convolution cases also per CPU SIMD variant
-  (`_core.cpu_force_simd`). Each case draws FRESH random inputs (odd sizes, strides
+  float16, bfloat16); GEMM and convolution cases also per available variant of the
+  point they cover (gpucmp.variants: on the CPU each micro-kernel of cpu.gemm.simd, one
+  test each; on CUDA every path of cuda.gemm.path and every kernel of cuda.conv2d.fwd /
+  .bwd_data / .wgrad this device runs, inside the case, each checked to have run what was
+  forced -- its `last`). Each case draws FRESH random inputs (odd sizes, strides
   1-3, dilation, both paddings, edge geometries), rounds them to the dtype, runs the
   op and compares with the oracle evaluated in float64 on the same rounded inputs:
   ||out - ref|| / ||ref|| <= 1e-5 (float32, scaled by sqrt(K) for a K-long reduction,
@@ -29,7 +32,7 @@ import numpy as np
 import pytest
 
 import reference as ref
-from gpucmp import _core, ops
+from gpucmp import _core, ops, variants
 
 try:
     import ml_dtypes
@@ -38,7 +41,8 @@ except ImportError:  # pragma: no cover
 
 DTYPES = ("float32", "float16", "bfloat16")
 BACKENDS = tuple(_core.backends())
-SIMD_VARIANTS = tuple(_core.cpu_simd_variants())
+SIMD_POINT = "cpu.gemm.simd"
+SIMD_VARIANTS = tuple(variants.available(SIMD_POINT))
 SIMD_OPS = {"gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter"}
 ELEMENTWISE_ACTS = ("linear", "relu", "tanh", "sigmoid")
 
@@ -190,7 +194,7 @@ def conv_configs(c, n_random=12):
         dict(N=2, H=14, W=14, C=64, F=128, KH=1, KW=1, s=(2, 2), d=(1, 1), pad="valid"),
         dict(N=2, H=9, W=11, C=13, F=9, KH=1, KW=1, s=(3, 2), d=(1, 1), pad="valid"),
         dict(N=1, H=7, W=9, C=24, F=40, KH=1, KW=1, s=(2, 2), d=(1, 1), pad="same"),
-        # stride-1 1x1 (plain GEMMs: on CUDA also through the GEMM backend, _conv_routes):
+        # stride-1 1x1 (plain GEMMs: on CUDA also through the GEMM backend, _conv_variants):
         # C, F multiples of 8 and odd ones, 'same' (= no padding), dilation (no effect)
         dict(N=2, H=14, W=14, C=64, F=72, KH=1, KW=1, s=(1, 1), d=(1, 1), pad="valid"),
         dict(N=3, H=7, W=9, C=13, F=21, KH=1, KW=1, s=(1, 1), d=(1, 1), pad="same"),
@@ -222,36 +226,68 @@ def _plain_1x1(g):
     return g["KH"] == 1 and g["KW"] == 1 and tuple(g["s"]) == (1, 1)
 
 
-def _conv_routes(c, g):
-    """On CUDA, a stride-1 1x1 layer runs through both implementations it has: the conv
-    kernels (GPUCMP_CONV_GEMM=conv) and gc_cuda_gemm (=gemm, csrc/cuda/conv2d_gemm.cu),
-    the latter on each GEMM kernel the dtype may take (forced, as in case_gemm), plus
-    the automatic choice; elsewhere one run as configured. (label, route, GEMM path)
-    per run, for _conv_route."""
-    if c.backend == "cpu" or not _plain_1x1(g):
-        return [("", None, None)]
+# the variant point of each convolution pass on CUDA, and its kernels that compute with
+# TF32 / 16-bit operands (not run for exact float32: they would not meet its tolerance)
+CONV_POINTS = {"fwd": "cuda.conv2d.fwd", "bwd_data": "cuda.conv2d.bwd_data", "wgrad": "cuda.conv2d.wgrad"}
+TENSOR_CORE_CONV = {"mma", "smallc", "wgmma"}
+
+
+def _conv_variants(c, g, pass_):
+    """The runs of one convolution pass: on the CPU one (test_op forces its SIMD variant);
+    on CUDA the automatic choice and every variant of the pass's point this device runs
+    (gpucmp.variants.available), the GEMM route ("gemm") of a stride-1 1x1 layer also on
+    each GEMM kernel the dtype may take, as case_gemm forces them. (label, point, variant,
+    GEMM path) per run, for _conv_run / _conv_ran."""
+    if c.backend == "cpu":
+        return [("", None, None, None)]
+    point = CONV_POINTS[pass_]
     exact = c.dtype == "float32" and not c.tf32
-    paths = ["auto"] if exact else ["auto", "mma", "small"]
-    return ([(" route=auto", "auto", "auto"), (" route=conv", "conv", "auto")] +
-            [(" route=gemm" + ("" if p == "auto" else "/" + p), "gemm", p) for p in paths])
+    runs = [(" variant=auto", point, "auto", "auto")]
+    for v in variants.available(point):
+        if exact and v in TENSOR_CORE_CONV:
+            continue
+        runs.append((f" variant={v}", point, v, "auto"))
+        if v == "gemm" and _plain_1x1(g) and not exact:
+            runs += [(f" variant=gemm/{p}", point, v, p) for p in ("mma", "small")
+                     if p in variants.available("cuda.gemm.path")]
+    return runs
 
 
 @contextlib.contextmanager
-def _conv_route(route, gemm_path):
-    if route is None:
+def _conv_run(point, variant, gemm_path):
+    """Forces the pass's variant (and the GEMM path under the GEMM route); nothing on the CPU."""
+    if point is None:
         yield
         return
-    old = os.environ.get("GPUCMP_CONV_GEMM")
-    os.environ["GPUCMP_CONV_GEMM"] = route
-    try:
-        _core.cuda_gemm_force_path(gemm_path)
+    with variants.forced(point, variant), variants.forced("cuda.gemm.path", gemm_path):
         yield
-    finally:
-        _core.cuda_gemm_force_path("auto")
-        if old is None:
-            os.environ.pop("GPUCMP_CONV_GEMM", None)
-        else:
-            os.environ["GPUCMP_CONV_GEMM"] = old
+
+
+def _conv_refused(c, variant, e):
+    """A forced wgmma kernel refuses the layers it does not take (NotImplementedError
+    before any launch): that run is skipped. Anything else is a failure."""
+    if variant == "wgmma" and "wgmma" in str(e):
+        return True
+    raise AssertionError(c.msg(f"forced {variant!r}: {type(e).__name__}: {e}")) from e
+
+
+def _conv_ran(c, g, point, variant):
+    """After a forced run: the pass's `last` is the forced kernel (the GEMM route where it is
+    valid: stride-1 1x1 and not exact float32); "conv" never takes the route; "smallc"
+    falls back to the automatic choice where it does not apply, "auto" is not checked."""
+    if point is None or variant in ("auto", "smallc"):
+        return
+    ran = variants.last(point)
+    exact = c.dtype == "float32" and not c.tf32
+    if variant == "gemm":
+        routed = _plain_1x1(g) and not exact
+        assert (ran == "gemm") == routed, c.msg(f"{point}=gemm ran {ran!r}")
+        return
+    if variant == "conv":
+        assert ran != "gemm", c.msg(f"{point}=conv ran the GEMM route")
+        return
+    want = {variant, "scatter"} if (variant == "mma" and point.endswith("bwd_data")) else {variant}
+    assert ran in want, c.msg(f"{point}={variant} ran {ran!r}")
 
 
 def _conv_desc(g):
@@ -359,13 +395,17 @@ def _dot64(r, y):
 # =====================================================================================
 
 def _gemm_paths(c):
-    """The CUDA GEMM kernels a case runs through (forced, so every kernel is covered
-    whatever the dispatcher picks for these small shapes): TF32 / half dtypes take
-    mma.sync and the small-tile kernel, exact float32 the SIMT and small-tile ones."""
+    """The CUDA GEMM kernels a case runs through: the automatic choice and every path of
+    cuda.gemm.path this device runs (forced, so every kernel is covered whatever the
+    dispatcher picks for these small shapes) that computes the case's precision: the
+    SIMT kernel float32 only (exact, so also within TF32's tolerance), mma.sync and wgmma
+    TF32 / 16-bit operands only, the small-tile kernel every dtype. A path missing from
+    the table below is a KeyError: a new kernel cannot skip this test."""
     if c.backend == "cpu":
         return [None]
     exact = c.dtype == "float32" and not c.tf32
-    return ["auto", "simt" if exact else "mma", "small"]
+    fits = {"simt": c.dtype == "float32", "mma": not exact, "wgmma": not exact, "small": True}
+    return ["auto"] + [p for p in variants.available("cuda.gemm.path") if fits[p]]
 
 
 def case_gemm(c):
@@ -373,11 +413,8 @@ def case_gemm(c):
         if path is None:
             _case_gemm(c, "")
             continue
-        _core.cuda_gemm_force_path(path)
-        try:
+        with variants.forced("cuda.gemm.path", path):
             _case_gemm(c, path)
-        finally:
-            _core.cuda_gemm_force_path("auto")
 
 
 def _vendor_cross_check(c, what, run, want, terms, k):
@@ -418,8 +455,11 @@ def _case_gemm(c, path):
                                None if cm is None else c.arg(cm), trans_a=trans_a,
                                trans_b=trans_b, alpha=alpha, beta=beta, activation=act, **c.kw)
                 if path not in ("", "auto") and m * n and k:
-                    assert _core.cuda_gemm_last_path() == path, c.msg(
-                        f"ran {_core.cuda_gemm_last_path()!r}, not the forced {path!r}")
+                    assert variants.last("cuda.gemm.path") == path, c.msg(
+                        f"ran {variants.last('cuda.gemm.path')!r}, not the forced {path!r}")
+                if c.simd and m * n:
+                    assert variants.last(SIMD_POINT) == c.simd, c.msg(
+                        f"the CPU GEMM ran {variants.last(SIMD_POINT)!r}, not the forced {c.simd!r}")
                 want = ref.gemm(a, b, bias, cm, trans_a, trans_b, alpha, beta, act)
                 terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), trans_a, trans_b,
                                  abs(alpha), abs(beta))
@@ -452,11 +492,16 @@ def case_conv2d_fwd(c):
 def _conv_fwd_case(c, g, x, w, bias, act):
     want = ref.conv2d(x, w, bias, g["s"], g["pad"], g["d"], act)
     terms = ref.conv2d(abs(x), abs(w), _abs(bias), g["s"], g["pad"], g["d"])
-    for label, route, path in _conv_routes(c, g):
+    for label, point, variant, path in _conv_variants(c, g, "fwd"):
         c.what = _conv_desc(g) + f" bias={bias is not None} act={act}" + label
-        with _conv_route(route, path):
-            y = ops.conv2d(c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"],
-                           padding=g["pad"], dilation_rate=g["d"], activation=act, **c.kw)
+        try:
+            with _conv_run(point, variant, path):
+                y = ops.conv2d(c.arg(x), c.arg(w), None if bias is None else c.arg(bias), strides=g["s"],
+                               padding=g["pad"], dilation_rate=g["d"], activation=act, **c.kw)
+        except NotImplementedError as e:
+            if _conv_refused(c, variant, e):
+                continue
+        _conv_ran(c, g, point, variant)
         c.check("y", y, want, k=g["KH"] * g["KW"] * g["C"], terms=terms)
     c.what = _conv_desc(g) + f" bias={bias is not None} act={act}"
     _vendor_cross_check(c, "conv2d_fwd", lambda lib: ops.conv2d(
@@ -479,11 +524,16 @@ def case_conv2d_bwd_data(c):
         dy = c.normal(yshape)
         want = ref.conv2d_backward_data(dy, w, xshape, g["s"], g["pad"], g["d"])
         terms = ref.conv2d_backward_data(abs(dy), abs(w), xshape, g["s"], g["pad"], g["d"])
-        for label, route, path in _conv_routes(c, g):
+        for label, point, variant, path in _conv_variants(c, g, "bwd_data"):
             c.what = _conv_desc(g) + label
-            with _conv_route(route, path):
-                dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=g["s"],
-                                              padding=g["pad"], dilation_rate=g["d"], **c.kw)
+            try:
+                with _conv_run(point, variant, path):
+                    dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=g["s"],
+                                                  padding=g["pad"], dilation_rate=g["d"], **c.kw)
+            except NotImplementedError as e:
+                if _conv_refused(c, variant, e):
+                    continue
+            _conv_ran(c, g, point, variant)
             c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
         c.what = _conv_desc(g)
         _vendor_cross_check(c, "conv2d_bwd_data", lambda lib: ops.conv2d_backward_data(
@@ -507,22 +557,27 @@ def case_conv2d_bwd_filter(c):
         terms_w, terms_b = ref.conv2d_backward_filter(abs(x), abs(dy), (g["KH"], g["KW"]),
                                                       g["s"], g["pad"], g["d"])
         rows = yshape[0] * yshape[1] * yshape[2]
-        for label, route, path in _conv_routes(c, g):
+        for label, point, variant, path in _conv_variants(c, g, "wgrad"):
             c.what = _conv_desc(g) + f" with_bias={with_bias}" + label
-            with _conv_route(route, path):
-                dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
-                                                    strides=g["s"], padding=g["pad"],
-                                                    dilation_rate=g["d"], with_bias=with_bias, **c.kw)
-                dw2, db2 = (ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
-                                                       strides=g["s"], padding=g["pad"],
-                                                       dilation_rate=g["d"], with_bias=with_bias,
-                                                       **c.kw) if route else (dw, db))
+            try:
+                with _conv_run(point, variant, path):
+                    dw, db = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
+                                                        strides=g["s"], padding=g["pad"],
+                                                        dilation_rate=g["d"], with_bias=with_bias, **c.kw)
+                    _conv_ran(c, g, point, variant)
+                    dw2, db2 = (ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]),
+                                                           strides=g["s"], padding=g["pad"],
+                                                           dilation_rate=g["d"], with_bias=with_bias,
+                                                           **c.kw) if point else (dw, db))
+            except NotImplementedError as e:
+                if _conv_refused(c, variant, e):
+                    continue
             c.check("dw", dw, want_w, k=rows, terms=terms_w)
             if with_bias:
                 c.check("db", db, want_b, k=rows, terms=terms_b)
             else:
                 assert db is None, c.msg("db returned although with_bias=False")
-            if route:  # deterministic: a second call gives the same bits
+            if point:  # deterministic: a second call gives the same bits
                 assert np.array_equal(np.asarray(dw).view(np.uint8), np.asarray(dw2).view(np.uint8)) and (
                     db is None or np.array_equal(np.asarray(db).view(np.uint8),
                                                  np.asarray(db2).view(np.uint8))), c.msg("not deterministic")
@@ -1523,12 +1578,9 @@ def test_op(op, backend, dtype, simd):
         finally:
             _core.set_allow_tf32(allowed)
         return
-    _core.cpu_force_simd(simd)
-    try:
-        assert _core.cpu_simd_variant() == simd, c.msg(f"cpu_force_simd({simd!r}) did not stick")
+    with variants.forced(SIMD_POINT, simd):
+        assert _core.cpu_simd_variant() == simd, c.msg(f"forcing {SIMD_POINT}={simd!r} did not stick")
         OP_CASES[op](c)
-    finally:
-        _core.cpu_force_simd("auto")
 
 
 def test_every_op_has_a_case():

@@ -98,4 +98,8 @@ static const gc_backend cpu_backend = {
     .impl = NULL,
 };
 
-const gc_backend *gc_cpu_backend(void) { return &cpu_backend; }
+const gc_backend *gc_cpu_backend(void)
+{
+    gc_cpu_register_variants();
+    return &cpu_backend;
+}

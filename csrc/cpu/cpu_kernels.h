@@ -38,15 +38,19 @@ typedef struct {
     gc_act act;
 } gc_sgemm_args;
 gc_status gc_cpu_sgemm(const gc_sgemm_args *a);
-/* Name of the micro-kernel the run-time dispatch picked ("avx512", "fma" (256-bit AVX
- * + FMA, no AVX2 needed) or "generic"), for benchmarks and bug reports. The choice is
- * made once: the best the CPU has, unless GPUCMP_CPU_SIMD=generic|fma|avx512 names
- * one it has. */
+/* Name of the micro-kernel the next GEMM runs ("avx512", "fma" (256-bit AVX + FMA, no
+ * AVX2 needed) or "generic"): the one forced at the variant point cpu.gemm.simd
+ * (gpucmp_variants.h; GPUCMP_FORCE=cpu.gemm.simd=... or its alias GPUCMP_CPU_SIMD), else
+ * the best this CPU has. For benchmarks and bug reports. */
 const char *gc_cpu_sgemm_variant(void);
-/* Forces a variant ("auto" goes back to the automatic choice), so tests and
- * benchmarks can run each one the machine has; an unknown name or one the CPU lacks
- * gives GC_ERR_INVALID_ARG. Process-wide; a GEMM already running keeps its variant. */
+/* A thin wrapper of gc_variant_force("cpu.gemm.simd", name) ("auto" goes back to the
+ * automatic choice), so tests and benchmarks can run each variant the machine has; an
+ * unknown name or one the CPU lacks gives GC_ERR_INVALID_ARG. Process-wide; a GEMM
+ * already running keeps its variant. */
 gc_status gc_cpu_sgemm_force_variant(const char *name);
+/* Registers the CPU backend's variant points and their probe with the registry (once;
+ * gc_cpu_backend() and the GEMM entry points call it). */
+void gc_cpu_register_variants(void);
 
 /* Internal to gemm.c and gemm_microkernels.c: one micro-kernel variant.
  * ukr computes the mr x nr tile C = alpha * Ap Bp + beta * C + bias from a packed A

@@ -1,8 +1,9 @@
 /* gemm.c -- float32 GEMM of the CPU backend: C = act(alpha op(A) op(B) + beta C + bias).
  *
  * What it provides: gc_cpu_sgemm (the kernel other CPU ops call, conv2d included), the
- * run-time choice of micro-kernel (gc_cpu_sgemm_variant / _force_variant) and the op
- * table adapter gc_cpu_op_gemm. The micro-kernels are in gemm_microkernels.c.
+ * run-time choice of micro-kernel (the variant point cpu.gemm.simd: its probe, and
+ * gc_cpu_sgemm_variant / _force_variant over it) and the op table adapter
+ * gc_cpu_op_gemm. The micro-kernels are in gemm_microkernels.c.
  *
  * Design (BLIS / GotoBLAS blocking, row-major C, so tiles are vectorised along N):
  * - Threads: C is cut into a grid of per-thread rectangles, each thread packing its own
@@ -25,6 +26,7 @@
  */
 #define _GNU_SOURCE /* sysconf(_SC_LEVEL2_CACHE_SIZE) in glibc */
 #include "cpu_kernels.h"
+#include "gpucmp_variants.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -42,95 +44,93 @@
 #include <omp.h>
 #endif
 
-/* ------------------------------------------------------------------ variant choice */
+/* ------------------------------------------------------------------ variant choice
+ * The point cpu.gemm.simd of the variant registry (core/variants.c): forced there, or
+ * automatic (the best micro-kernel this CPU runs). GPUCMP_CPU_SIMD is read by the
+ * registry's environment parser, as an alias of GPUCMP_FORCE=cpu.gemm.simd=... */
 
-static const gc_sgemm_kernel *const variants[] = {
+/* The kernel of a variant of cpu.gemm.simd (NULL: not in this build). */
+static const gc_sgemm_kernel *kernel_of(int v)
+{
+    switch (v) {
 #if defined(__x86_64__) || defined(__i386__)
-    &gc_sgemm_kernel_avx512,
-    &gc_sgemm_kernel_fma,
+    case GC_V_SIMD_AVX512: return &gc_sgemm_kernel_avx512;
+    case GC_V_SIMD_FMA: return &gc_sgemm_kernel_fma;
 #endif
-    &gc_sgemm_kernel_generic,
-};
-#define N_VARIANTS ((int)(sizeof variants / sizeof variants[0]))
+    case GC_V_SIMD_GENERIC: return &gc_sgemm_kernel_generic;
+    default: return NULL;
+    }
+}
 
-/* Does this CPU (and OS: libgcc checks XCR0) run variant i? */
-static int variant_supported(int i)
+/* Does this CPU (and OS: libgcc checks XCR0) run variant v? */
+static int variant_supported(int v)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (variants[i] == &gc_sgemm_kernel_avx512)
+    if (v == GC_V_SIMD_AVX512)
         return __builtin_cpu_supports("avx512f");
-    if (variants[i] == &gc_sgemm_kernel_fma)
+    if (v == GC_V_SIMD_FMA)
         return __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
 #endif
-    return variants[i] == &gc_sgemm_kernel_generic;
+    return v == GC_V_SIMD_GENERIC;
 }
 
-static int variant_index(const char *name)
+/* the registry's probe: cheap, so GPUCMP_FORCE / GPUCMP_CPU_SIMD are checked with it */
+static int simd_probe(int point, int value, const char **why)
 {
-    for (int i = 0; i < N_VARIANTS; i++)
-        if (strcmp(name, variants[i]->name) == 0)
-            return i;
-    return -1;
-}
-
-/* The automatic choice: GPUCMP_CPU_SIMD when it names a variant this CPU runs (an
- * unknown or unsupported value is ignored, so a setting copied from another machine
- * cannot break a run), else the first supported one, best first. */
-static int auto_variant(void)
-{
-    const char *env = getenv("GPUCMP_CPU_SIMD");
-    if (env && *env) {
-        const int i = variant_index(env);
-        if (i >= 0 && variant_supported(i))
-            return i;
+    if (point != GC_VP_CPU_GEMM_SIMD) return 1;
+    if (!kernel_of(value)) {
+        *why = "this build has only the portable micro-kernel (not x86)";
+        return 0;
     }
-    for (int i = 0; i < N_VARIANTS; i++)
-        if (variant_supported(i))
-            return i;
-    return N_VARIANTS - 1;
+    if (!variant_supported(value)) {
+        *why = value == GC_V_SIMD_AVX512 ? "this CPU has no AVX-512F" : "this CPU has no AVX + FMA";
+        return 0;
+    }
+    return 1;
 }
 
-/* Index of the active variant, -1 until first use. Atomic because the first GEMMs may
- * come from several threads at once; they all compute the same value. */
-static atomic_int active_variant = -1;
-
-static const gc_sgemm_kernel *active_kernel(void)
+void gc_cpu_register_variants(void)
 {
-    int i = atomic_load_explicit(&active_variant, memory_order_acquire);
+    static atomic_int done;
+    if (!atomic_exchange(&done, 1))
+        gc_variant_register_backend("cpu", simd_probe, 1);
+}
+
+/* The automatic choice: the first supported variant, best first; -1 until first use.
+ * Atomic because the first GEMMs may come from several threads at once; they all
+ * compute the same value. */
+static atomic_int auto_variant = -1;
+
+static int active_index(void)
+{
+    gc_cpu_register_variants();
+    const int f = gc_variant_forced(GC_VP_CPU_GEMM_SIMD);
+    if (f != GC_V_SIMD_AUTO && kernel_of(f))
+        return f;
+    int i = atomic_load_explicit(&auto_variant, memory_order_acquire);
     if (i < 0) {
-        i = auto_variant();
-        atomic_store_explicit(&active_variant, i, memory_order_release);
+        i = GC_V_SIMD_GENERIC;
+        for (int v = GC_V_SIMD_AUTO + 1; v <= GC_V_SIMD_GENERIC; v++)
+            if (kernel_of(v) && variant_supported(v)) {
+                i = v;
+                break;
+            }
+        atomic_store_explicit(&auto_variant, i, memory_order_release);
     }
-    return variants[i];
+    return i;
 }
 
-const char *gc_cpu_sgemm_variant(void) { return active_kernel()->name; }
+const char *gc_cpu_sgemm_variant(void) { return kernel_of(active_index())->name; }
 
 gc_status gc_cpu_sgemm_force_variant(const char *name)
 {
+    gc_cpu_register_variants();
     if (!name)
         return gc_fail(GC_ERR_INVALID_ARG, "sgemm variant: name is NULL");
-    if (strcmp(name, "auto") == 0) {
-        atomic_store(&active_variant, auto_variant());
-        return GC_OK;
-    }
-    const int i = variant_index(name);
-    if (i < 0) {
-#if defined(__x86_64__) || defined(__i386__)
-        return gc_fail(GC_ERR_INVALID_ARG,
-                       "sgemm variant: unknown name '%s' (expected auto, avx512, fma or generic)",
-                       name);
-#else
-        return gc_fail(GC_ERR_INVALID_ARG,
-                       "sgemm variant: unknown name '%s' (this build has auto and generic)",
-                       name);
-#endif
-    }
-    if (!variant_supported(i))
-        return gc_fail(GC_ERR_INVALID_ARG, "sgemm variant: this CPU cannot run '%s'", name);
-    atomic_store(&active_variant, i);
-    return GC_OK;
+    gc_status st = gc_variant_force("cpu.gemm.simd", name);
+    /* this function's contract: an unknown name or one the CPU lacks is INVALID_ARG */
+    return st == GC_ERR_UNSUPPORTED ? GC_ERR_INVALID_ARG : st;
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -531,7 +531,9 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
     if (!g->C)
         return gc_fail(GC_ERR_INVALID_ARG, "sgemm: C is NULL for a %lld x %lld result",
                        (long long)M, (long long)N);
-    const gc_sgemm_kernel *kr = active_kernel();
+    const int vi = active_index();
+    const gc_sgemm_kernel *kr = kernel_of(vi);
+    gc_variant_ran(GC_VP_CPU_GEMM_SIMD, vi);
     if (K == 0 || g->alpha == 0.0f) {
         scale_only(g, kr);
         return GC_OK;

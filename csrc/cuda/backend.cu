@@ -4,8 +4,9 @@
  *
  * Why it is built this way: `import gpucmp` must work on machines without a GPU or a
  * driver, and the module links cudart statically, so registration asks
- * cudaGetDeviceCount and registers nothing, silently, on any failure. Registration only
- * reads attributes; the context, the stream (non-blocking, so it never serialises with
+ * cudaGetDeviceCount and registers nothing, silently, on any failure (but for the
+ * backend's kernel-variant probe, variants.cu, which answers "no device" then).
+ * Registration only reads attributes; the context, the stream (non-blocking, so it never serialises with
  * the legacy default stream) and the small fixed buffers are created by the first call
  * that needs them (gc_cuda_set_device). Every op and copy goes to that one stream, so
  * a plan step is captured into a CUDA graph (thread-local capture mode: an illegal
@@ -36,6 +37,7 @@
  */
 #include "common.cuh"
 #include "gpucmp_cuda.h"
+#include "gpucmp_variants.h"
 
 #include <cuda.h> /* driver types only: the green-context functions are fetched at run time */
 #if CUDA_VERSION >= 12040
@@ -836,12 +838,17 @@ static void read_sms_env(void)
     g_sms_req = n;
 }
 
+extern "C" int gc_cuda_variant_probe(int point, int value, const char **why); /* variants.cu */
+
 extern "C" gc_status gc_cuda_register_all(void)
 {
     static int done;
     if (done) return GC_OK;
     done = 1;
     read_sms_env();
+    /* the CUDA variant points are present in a CUDA build, also without a device (then
+     * nothing but "auto" is available); the probe loads images, so not at env reading */
+    gc_variant_register_backend("cuda", gc_cuda_variant_probe, 0);
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
         (void)cudaGetLastError(); /* no driver, no device: CPU only, silently */

@@ -69,25 +69,57 @@
 #include <limits.h>
 #include <stdint.h>
 
-/* Test hook (tests/cuda/test_conv.cu): 0 = automatic choice, 1 = SIMT reference,
- * 2 = Tensor Core implicit GEMM wherever it applies, 3 = direct small-C forward,
- * 4 = the Hopper wgmma kernels (conv2d_wgmma.cu) for the forward and the data gradient
- * (their GC_ERR_UNSUPPORTED where they do not apply; the weight gradient chooses as
- * with 0), 5 = the small-C kernels (conv2d_smallc.cu) for the forward and the weight
- * gradient wherever they apply, any C (elsewhere, and for the data gradient, as 0).
- * gc_conv2d_debug_last_path: the kernel the last own forward ran (1 SIMT, 2 mma.sync
- * implicit GEMM, 3 direct, 4 wgmma, 5 small C, 7 the GEMM backend: conv2d_gemm.cu);
- * gc_conv2d_debug_last_bwd_path: the same for the data gradient (1, 2, 4, 6: the strided
- * 1x1 scatter GEMM, or 7); gc_conv2d_debug_last_wgrad_path: for the weight gradient
- * (1 SIMT, 2 mma.sync, 5 small C, 7, 8 the Hopper wgmma kernel of conv2d_wgmma_wgrad.cu,
- * whose switch gc_conv2d_debug_wgrad / GPUCMP_CONV_WGRAD is read only while
- * gc_conv2d_debug_path is 0; forced, it runs before the GEMM route). The GEMM route of
- * stride-1 unpadded 1x1 layers (conv2d_gemm.cu) is asked first in each pass, only while
- * gc_conv2d_debug_path is 0; its own switch is gc_conv2d_debug_gemm / GPUCMP_CONV_GEMM. */
-extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
-    gc_conv2d_debug_last_wgrad_path;
-int gc_conv2d_debug_path = 0, gc_conv2d_debug_last_path = 0, gc_conv2d_debug_last_bwd_path = 0,
-    gc_conv2d_debug_last_wgrad_path = 0;
+/* Variant points (gpucmp_variants.h; tests/cuda/test_conv.cu forces them), one per pass:
+ * cuda.conv2d.fwd / .bwd_data / .wgrad. A forced kernel runs wherever it applies:
+ * simt (the SIMT reference), mma (the Tensor Core implicit GEMM; for the data gradient
+ * of a strided 1x1 layer its scatter form, reported "scatter"), direct (the small-C
+ * forward), smallc (conv2d_smallc.cu, forward and weight gradient, any C; elsewhere as
+ * auto without the GEMM route and the wgmma kernels), wgmma (conv2d_wgmma.cu /
+ * conv2d_wgmma_wgrad.cu: their GC_ERR_UNSUPPORTED where they do not apply); a forced
+ * kernel never takes the GEMM route. "gemm" and "conv" keep the automatic choice and
+ * only steer the GEMM route of stride-1 unpadded 1x1 layers (conv2d_gemm.cu): always
+ * where it is valid / never. The variant each pass ran is recorded with
+ * gc_variant_ran (variant_last), "gemm" for the route. Inside this file a forced
+ * kernel is a `path` number (PATH_*), as the dispatch below reads it. */
+enum { PATH_AUTO = 0, PATH_SIMT, PATH_MMA, PATH_DIRECT, PATH_WGMMA, PATH_SMALLC };
+
+static int fwd_path(void)
+{
+    switch (gc_variant_forced(GC_VP_CUDA_CONV2D_FWD)) {
+    case GC_V_FWD_SIMT: return PATH_SIMT;
+    case GC_V_FWD_MMA: return PATH_MMA;
+    case GC_V_FWD_DIRECT: return PATH_DIRECT;
+    case GC_V_FWD_SMALLC: return PATH_SMALLC;
+    case GC_V_FWD_WGMMA: return PATH_WGMMA;
+    default: return PATH_AUTO; /* auto, gemm, conv */
+    }
+}
+
+static int bwd_data_path(void)
+{
+    switch (gc_variant_forced(GC_VP_CUDA_CONV2D_BWD_DATA)) {
+    case GC_V_BWDD_SIMT: return PATH_SIMT;
+    case GC_V_BWDD_MMA: return PATH_MMA;
+    case GC_V_BWDD_WGMMA: return PATH_WGMMA;
+    default: return PATH_AUTO;
+    }
+}
+
+/* the weight gradient's wgmma kernel is forced through *wgw (1 forced, 0 automatic,
+ * 2 never), as conv2d_wgmma_wgrad.cu is asked before the path below */
+static int wgrad_path(int *wgw)
+{
+    const int f = gc_variant_forced(GC_VP_CUDA_CONV2D_WGRAD);
+    int path = PATH_AUTO;
+    switch (f) {
+    case GC_V_WGRAD_SIMT: path = PATH_SIMT; break;
+    case GC_V_WGRAD_MMA: path = PATH_MMA; break;
+    case GC_V_WGRAD_SMALLC: path = PATH_SMALLC; break;
+    default: break;
+    }
+    *wgw = f == GC_V_WGRAD_WGMMA ? 1 : path == PATH_AUTO ? 0 : 2;
+    return path;
+}
 
 /* ------------------------------------------------------------------ tile shapes
  * One block computes a 128 x 64 output tile with 4 warps (64 x 32 each). A K-tile is
@@ -852,9 +884,8 @@ static int fits_int(const gc_conv2d_geom *g)
 
 /* Pipeline depth (stages of IG_STAGE_BYTES / WG_STAGE_BYTES) per device: measured on
  * an H200 (tests/cuda/test_conv.cu bench); elsewhere 3, which leaves room for 2 blocks
- * per SM on the 100 KB parts (sm_86/89). Test hooks override. */
-extern "C" int gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages;
-int gc_conv2d_debug_stages = 0, gc_conv2d_debug_wg_stages = 0;
+ * per SM on the 100 KB parts (sm_86/89). The knobs cuda.conv2d.mma_stages /
+ * wgrad_mma_stages override. */
 #ifndef IG_STAGES_SM90
 #define IG_STAGES_SM90 3 /* H200, f16 3x3 64->64 56x56: 3 stages 162 TFLOP/s, 4 stages 140 */
 #endif
@@ -864,7 +895,8 @@ int gc_conv2d_debug_stages = 0, gc_conv2d_debug_wg_stages = 0;
 
 static int ig_stages(const gc_backend *be)
 {
-    int s = gc_conv2d_debug_stages ? gc_conv2d_debug_stages : (gc_cuda_cc(be) >= 90 ? IG_STAGES_SM90 : 3);
+    const int forced = gc_variant_forced(GC_VP_CUDA_CONV2D_MMA_STAGES);
+    int s = forced ? forced : (gc_cuda_cc(be) >= 90 ? IG_STAGES_SM90 : 3);
     size_t optin = gc_cuda_smem_optin(be);
     while (s > 3 && optin && (size_t)s * IG_STAGE_BYTES > optin) s--;
     return s < 3 ? 3 : (s > IG_MAX_STAGES ? IG_MAX_STAGES : s);
@@ -872,7 +904,8 @@ static int ig_stages(const gc_backend *be)
 
 static int wg_stages(const gc_backend *be)
 {
-    int s = gc_conv2d_debug_wg_stages ? gc_conv2d_debug_wg_stages : (gc_cuda_cc(be) >= 90 ? WG_STAGES_SM90 : 3);
+    const int forced = gc_variant_forced(GC_VP_CUDA_CONV2D_WGRAD_MMA_STAGES);
+    int s = forced ? forced : (gc_cuda_cc(be) >= 90 ? WG_STAGES_SM90 : 3);
     size_t optin = gc_cuda_smem_optin(be);
     while (s > 3 && optin && (size_t)s * WG_STAGE_BYTES > optin) s--;
     return s < 3 ? 3 : (s > IG_MAX_STAGES ? IG_MAX_STAGES : s);
@@ -895,20 +928,21 @@ static gc_status smem_limit(const void *kernel, size_t bytes, size_t *set, int d
 /* Split-K plan of an implicit GEMM: more blocks when the output tiles fill at most
  * half the SMs (small M: the seeds' 3x3-output layer, 9 tiles: 25 -> 12 us on an H200).
  * Not above that: with 121 tiles (seeds' second layer) the partials' traffic cost more
- * than the split gained (19 -> 34 us). */
-extern "C" int gc_conv2d_debug_nosplit; /* test hook: 1 = never split K */
-int gc_conv2d_debug_nosplit = 0;
+ * than the split gained (19 -> 34 us). The knob cuda.conv2d.mma_splits caps the split
+ * (1: never split). */
 
 static int ig_splits(const gc_backend *be, int64_t M, int64_t NN, int KT, int *ktps)
 {
     const int64_t tiles = ((M + IG_BM - 1) / IG_BM) * ((NN + IG_BN - 1) / IG_BN);
     const int64_t sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;
     int64_t S = 1;
-    if (tiles * 2 <= sms && KT >= 4 && !gc_conv2d_debug_nosplit) {
+    if (tiles * 2 <= sms && KT >= 4) {
         S = (2 * sms + tiles - 1) / tiles;
         if (S > KT / 2) S = KT / 2;
         if (S < 1) S = 1;
     }
+    const int cap = gc_variant_forced(GC_VP_CUDA_CONV2D_MMA_SPLITS);
+    if (cap > 0 && S > cap) S = cap;
     *ktps = (int)((KT + S - 1) / S);
     return (KT + *ktps - 1) / *ktps;
 }
@@ -941,6 +975,8 @@ static gc_status ig_launch(const gc_backend *be, gc_dtype dt, ig_args *a, void *
     const int KT = a->KH * a->KW * a->cchunks;
     const int S = (KT + a->ktps - 1) / a->ktps;
     a->part = S > 1 ? (float *)part : NULL;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_MMA_STAGES, a->stages);
+    gc_variant_ran(GC_VP_CUDA_CONV2D_MMA_SPLITS, S);
     int64_t gy = (a->NN + IG_BN - 1) / IG_BN;
     if (gy > 65535) return gc_fail(GC_ERR_UNSUPPORTED, "%s: %d output channels is too many", what, a->NN);
     dim3 grid((unsigned)((a->M + IG_BM - 1) / IG_BM), (unsigned)gy, (unsigned)S);
@@ -959,10 +995,10 @@ static gc_status ig_launch(const gc_backend *be, gc_dtype dt, ig_args *a, void *
     return st;
 }
 
-static int use_simt(gc_dtype dt)
+static int use_simt(gc_dtype dt, int path)
 {
-    if (gc_conv2d_debug_path == 1) return 1;
-    return dt == GC_F32 && !gc_get_allow_tf32() && gc_conv2d_debug_path != 2;
+    if (path == PATH_SIMT) return 1;
+    return dt == GC_F32 && !gc_get_allow_tf32() && path != PATH_MMA;
 }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -982,25 +1018,25 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
                          const void *w, const void *bias, gc_act act, void *y)
 {
     if (gc_conv2d_gemm_wanted(be, g, dt, 0)) {
-        gc_conv2d_debug_last_path = 7;
+        gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_GEMM);
         return gc_conv2d_gemm_fwd(be, g, dt, x, w, bias, act, y);
     }
-    int path = gc_conv2d_debug_path;
-    if (path == 4) {
-        gc_conv2d_debug_last_path = 4;
+    const int path = fwd_path();
+    if (path == PATH_WGMMA) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_WGMMA);
         return gc_conv2d_wgmma_fwd(be, g, dt, x, w, bias, act, y);
     }
-    gc_conv2d_debug_last_path = 1;
-    if (path == 1 || !fits_int(g)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
+    gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_SIMT);
+    if (path == PATH_SIMT || !fits_int(g)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
     /* small C (the RGB stem, 7x7x3: K = 147): the row-gather Tensor Core kernel; the
      * direct kernel stays for tiny K (the seeds' 3x3x1), where it is already cheap */
-    if ((path == 5 || (path == 0 && g->C < 8 && g->KH * g->KW * g->C >= 48)) && !use_simt(dt) &&
-        gc_conv2d_smallc_applies(g, dt)) {
-        gc_conv2d_debug_last_path = 5;
+    if ((path == PATH_SMALLC || (path == PATH_AUTO && g->C < 8 && g->KH * g->KW * g->C >= 48)) &&
+        !use_simt(dt, path) && gc_conv2d_smallc_applies(g, dt)) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_SMALLC);
         return gc_conv2d_smallc_fwd(be, g, dt, x, w, bias, act, y);
     }
-    gc_conv2d_debug_last_path = 3;
-    if (path == 3 || (path != 2 && g->C < 8)) {
+    gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_DIRECT);
+    if (path == PATH_DIRECT || (path != PATH_MMA && g->C < 8)) {
         const int FG = (int)((g->F + DC_FB - 1) / DC_FB);
         const int64_t total = g->N * g->OH * g->OW * FG;
         int vec = g->F % DC_FB == 0 && aligned16(y) && aligned16(w);
@@ -1009,15 +1045,15 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
                 *g, (const T *)x, (const T *)w, (const T *)bias, (int)act, (T *)y, total, FG, vec));
         return gc_cuda_launch_check("conv2d_fwd: direct kernel");
     }
-    gc_conv2d_debug_last_path = 1;
-    if (use_simt(dt)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
-    if (path == 0 && wgmma_wanted(be, g, dt)) {
-        gc_conv2d_debug_last_path = 4;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_SIMT);
+    if (use_simt(dt, path)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
+    if (path == PATH_AUTO && wgmma_wanted(be, g, dt)) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_WGMMA);
         gc_status st = gc_conv2d_wgmma_fwd(be, g, dt, x, w, bias, act, y);
         if (st != GC_ERR_UNSUPPORTED) return st;
         gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
     }
-    gc_conv2d_debug_last_path = 2;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_MMA);
 
     const int64_t KC = g->KH * g->KW * g->C;
     ig_args a;
@@ -1047,19 +1083,19 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
                               const void *dy, const void *w, void *dx)
 {
     if (gc_conv2d_gemm_wanted(be, g, dt, 1)) {
-        gc_conv2d_debug_last_bwd_path = 7;
+        gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_GEMM);
         return gc_conv2d_gemm_bwd_data(be, g, dt, dy, w, dx);
     }
-    int path = gc_conv2d_debug_path;
-    if (path == 4) {
-        gc_conv2d_debug_last_bwd_path = 4;
+    const int path = bwd_data_path();
+    if (path == PATH_WGMMA) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_WGMMA);
         return gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 1);
     }
-    gc_conv2d_debug_last_bwd_path = 1;
-    if (path == 1 || !fits_int(g) || use_simt(dt) || (path != 2 && (g->C < 8 || g->F < 8)))
+    gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_SIMT);
+    if (path == PATH_SIMT || !fits_int(g) || use_simt(dt, path) || (path != PATH_MMA && (g->C < 8 || g->F < 8)))
         return gc_conv2d_simt_bwd_data(be, g, dt, dy, w, dx);
-    if (path == 0 && wgmma_wanted(be, g, dt)) {
-        gc_conv2d_debug_last_bwd_path = 4;
+    if (path == PATH_AUTO && wgmma_wanted(be, g, dt)) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_WGMMA);
         gc_status st = gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 0);
         if (st != GC_ERR_UNSUPPORTED) return st;
         gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
@@ -1068,7 +1104,7 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
     if (g->KH == 1 && g->KW == 1 && (g->sh > 1 || g->sw > 1) && g->pad_top == 0 && g->pad_left == 0) {
         /* strided 1x1: zero dx, then a plain GEMM over the dy pixels whose epilogue
          * scatters row (n, oh, ow) to dx pixel (n, oh*sh, ow*sw) */
-        gc_conv2d_debug_last_bwd_path = 6;
+        gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_SCATTER);
         GC_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)(g->N * g->H * g->W * g->C) * gc_dtype_size(dt),
                                     gc_cuda_stream(be)));
         a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
@@ -1084,7 +1120,7 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
         ig_plan(be, dt, &a);
         return ig_launch(be, dt, &a, NULL, "conv2d_bwd_data (strided 1x1)");
     }
-    gc_conv2d_debug_last_bwd_path = 2;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_MMA);
     a.scat = 0;
     a.src = dy; a.wt = w; a.bias = NULL; a.out = dx;
     a.SH = (int)g->OH; a.SW = (int)g->OW; a.SC = (int)g->F;
@@ -1114,35 +1150,35 @@ static gc_status own_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, g
         if (db) GC_CUDA_TRY(cudaMemsetAsync(db, 0, (size_t)g->F * gc_dtype_size(dt), s));
         return GC_OK;
     }
-    int path = gc_conv2d_debug_path;
+    int wgw = 0;
+    const int path = wgrad_path(&wgw);
     /* Hopper wgmma (conv2d_wgmma_wgrad.cu): forced (its error, if any, is the result),
      * or automatic after the GEMM route, falling back where it does not apply */
-    const int wgw = path == 0 ? gc_conv2d_wgrad_wgmma_mode() : 2;
     if (wgw == 1) {
-        gc_conv2d_debug_last_wgrad_path = 8;
+        gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_WGMMA);
         return gc_conv2d_wgrad_wgmma(be, g, dt, x, dy, dw, db);
     }
     if (gc_conv2d_gemm_wanted(be, g, dt, 2)) {
-        gc_conv2d_debug_last_wgrad_path = 7;
+        gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_GEMM);
         return gc_conv2d_gemm_bwd_filter(be, g, dt, x, dy, dw, db);
     }
     if (wgw == 0 && gc_conv2d_wgrad_wgmma_wanted(be, g, dt)) {
-        gc_conv2d_debug_last_wgrad_path = 8;
+        gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_WGMMA);
         gc_status st = gc_conv2d_wgrad_wgmma(be, g, dt, x, dy, dw, db);
         if (st != GC_ERR_UNSUPPORTED) return st;
         gc_clear_error(); /* nothing was launched: the kernels below take it */
     }
     /* small C with more rows than the SIMT small-K kernel keeps in registers (KC > 64:
      * the 7x7x3 stem): the row-gather Tensor Core kernel, split K over the pixels */
-    if (path != 1 && fits_int(g) && !use_simt(dt) && (path == 5 || (path == 0 && g->C < 8 && KC > 64)) &&
-        gc_conv2d_smallc_applies(g, dt)) {
-        gc_conv2d_debug_last_wgrad_path = 5;
+    if (path != PATH_SIMT && fits_int(g) && !use_simt(dt, path) &&
+        (path == PATH_SMALLC || (path == PATH_AUTO && g->C < 8 && KC > 64)) && gc_conv2d_smallc_applies(g, dt)) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_SMALLC);
         return gc_conv2d_smallc_bwd_filter(be, g, dt, x, dy, dw, db);
     }
-    gc_conv2d_debug_last_wgrad_path = 1;
-    if (path == 1 || !fits_int(g) || use_simt(dt) || (path != 2 && (g->C < 8 || g->F < 8)))
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_SIMT);
+    if (path == PATH_SIMT || !fits_int(g) || use_simt(dt, path) || (path != PATH_MMA && (g->C < 8 || g->F < 8)))
         return gc_conv2d_simt_bwd_filter(be, g, dt, x, dy, dw, db);
-    gc_conv2d_debug_last_wgrad_path = 2;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_MMA);
 
     const int esz = (int)gc_dtype_size(dt), vec = 16 / esz, bk = 512 / esz / 8;
     wg_args a;
@@ -1156,6 +1192,7 @@ static gc_status own_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, g
     a.ohw = cv_make_fastdiv((int)(g->OH * g->OW));
     a.ow = cv_make_fastdiv((int)g->OW);
     a.stages = wg_stages(be);
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD_MMA_STAGES, a.stages);
 
     /* split-K: about two waves of 4 blocks per SM, at least 8 K-tiles per block */
     const int64_t tiles = (int64_t)((a.Mext + WG_BM - 1) / WG_BM) * ((a.F + WG_BN - 1) / WG_BN);

@@ -34,29 +34,24 @@
  * gradient only; the 56x56 64/256-channel layers in none.
  * Elsewhere (the 64-channel 56x56 layers, already ~1.0x PyTorch on the conv kernels;
  * every other device, where nothing was measured) the conv kernels run as before.
- * Force switch: gc_conv2d_debug_gemm (1 = the GEMM route for every stride-1 unpadded
- * 1x1 layer it is valid for, 2 = never; 0 = the environment variable GPUCMP_CONV_GEMM,
- * read per call: "gemm" / "1" force, "conv" / "0" never, unset / "auto" automatic),
- * only while gc_conv2d_debug_path is 0 (a forced conv kernel keeps its meaning). */
+ * Forcing: each pass's variant point (cuda.conv2d.fwd / .bwd_data / .wgrad,
+ * gpucmp_variants.h): "gemm" = the GEMM route for every stride-1 unpadded 1x1 layer it
+ * is valid for, "conv" = never, "auto" = the automatic choice above; a forced conv
+ * kernel (simt, mma, ...) never takes the route. */
 #include "conv2d_internal.cuh"
 #include "gemm.cuh"
 
 #include <limits.h>
-#include <stdlib.h>
 #include <string.h>
 
-extern "C" int gc_conv2d_debug_path;
-extern "C" int gc_conv2d_debug_gemm;
-int gc_conv2d_debug_gemm = 0;
-
-static int gemm_mode(void)
+/* The route's switch for one pass (0 fwd, 1 bwd data, 2 bwd filter): 0 automatic,
+ * 1 forced where valid, 2 never. */
+static int gemm_mode(int pass)
 {
-    if (gc_conv2d_debug_gemm) return gc_conv2d_debug_gemm;
-    const char *e = getenv("GPUCMP_CONV_GEMM");
-    if (!e || !*e || !strcmp(e, "auto")) return 0;
-    if (!strcmp(e, "gemm") || !strcmp(e, "1") || !strcmp(e, "on")) return 1;
-    if (!strcmp(e, "conv") || !strcmp(e, "0") || !strcmp(e, "off")) return 2;
-    return 0;
+    static const gc_vp point[3] = {GC_VP_CUDA_CONV2D_FWD, GC_VP_CUDA_CONV2D_BWD_DATA, GC_VP_CUDA_CONV2D_WGRAD};
+    static const int gemm[3] = {GC_V_FWD_GEMM, GC_V_BWDD_GEMM, GC_V_WGRAD_GEMM};
+    const int f = gc_variant_forced(point[pass]);
+    return f == 0 ? 0 : f == gemm[pass] ? 1 : 2; /* "conv" and every forced kernel: never */
 }
 
 /* The GEMM of one pass: (M, N, K) as above. */
@@ -81,8 +76,7 @@ static int wgmma_big(const gc_backend *be, int64_t M, int64_t N, int64_t K)
 
 extern "C" int gc_conv2d_gemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass)
 {
-    if (gc_conv2d_debug_path != 0) return 0;
-    const int mode = gemm_mode();
+    const int mode = gemm_mode(pass < 0 || pass > 2 ? 2 : pass);
     if (mode == 2) return 0;
     /* valid: one tap, stride 1, no padding (then OH = H, OW = W and NHWC is (P, C)) */
     if (g->KH != 1 || g->KW != 1 || g->sh != 1 || g->sw != 1 || g->pad_top != 0 || g->pad_left != 0 ||

@@ -12,6 +12,7 @@
 #define GPUCMP_CUDA_CONV2D_INTERNAL_CUH
 
 #include "common.cuh"
+#include "gpucmp_variants.h"
 
 /* The fused epilogue activation (the formulas of csrc/cpu/act.c: relu keeps NaN,
  * sigmoid from e = exp(-|x|)). Softmax is rejected by core for conv2d. */
@@ -64,7 +65,9 @@ gc_status gc_conv2d_colsum(const gc_backend *be, gc_dtype dt, const void *dy, in
  * halo kernel where it fits, else TMA im2col). _check: GC_OK when the forward applies to
  * this geometry / dtype / device, else GC_ERR_UNSUPPORTED with a message. _fwd: the whole
  * forward; w is the (KH, KW, C, F) kernel. GC_ERR_UNSUPPORTED means nothing was launched
- * and the caller may take another path. */
+ * and the caller may take another path. _compiled: 1 when this binary holds the sm_90a
+ * code for the device and the driver has the tensor-map encoders. */
+int gc_conv2d_wgmma_compiled(const gc_backend *be);
 gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt);
 gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *x, const void *w, const void *bias, gc_act act, void *y);
@@ -74,13 +77,13 @@ gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g
                                    const void *dy, const void *w, void *dx, int forced);
 
 /* ---- conv2d_wgmma_wgrad.cu: the Hopper weight gradient (sm_90a; f16 / bf16, C % 8 == 0,
- * F % 8 == 0, dilation 1, stride 1 or a 1x1 unpadded kernel). _mode: the switch
- * (gc_conv2d_debug_wgrad, else GPUCMP_CONV_WGRAD): 0 automatic, 1 forced, 2 never.
+ * F % 8 == 0, dilation 1, stride 1 or a 1x1 unpadded kernel). _compiled: 1 when this
+ * binary holds its sm_90a code for the device and the driver has the tensor-map encoders.
  * _wanted: the automatic choice (compute capability 9.0 with the sm_90a code, C and F
  * multiples of 64, enough pixels). The entry point computes dw (and db when non-NULL) in
  * the storage dtype, deterministic, through gc_cuda_workspace; GC_ERR_UNSUPPORTED means
  * nothing was launched. _describe: the plan it would launch (variant, tiles, splits). */
-int gc_conv2d_wgrad_wgmma_mode(void);
+int gc_conv2d_wgrad_wgmma_compiled(const gc_backend *be);
 int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt);
 gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                 const void *x, const void *dy, void *dw, void *db);
@@ -101,8 +104,8 @@ gc_status gc_conv2d_smallc_bwd_filter(const gc_backend *be, const gc_conv2d_geom
 
 /* ---- conv2d_gemm.cu: stride-1, unpadded 1x1 convolutions as plain GEMMs through
  * gc_cuda_gemm (gemm.cu). _wanted: 1 when pass (0 fwd, 1 bwd data, 2 bwd filter) of
- * this layer should take the route (validity, the force switch gc_conv2d_debug_gemm /
- * GPUCMP_CONV_GEMM, the automatic choice); the three passes then do all of the work
+ * this layer should take the route (validity, the pass's variant point -- "gemm", "conv"
+ * or a forced kernel --, the automatic choice); the three passes then do all of the work
  * (bwd_filter also db, deterministic). No conv workspace: the GEMM owns it. */
 int gc_conv2d_gemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass);
 gc_status gc_conv2d_gemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,

@@ -56,7 +56,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver (tensor_map.cu) */
 
 /* the device test's watchdog (tests/cuda/conv_wgmma_device.sh) for the shared mbarrier wait */
 #if defined(GC_CONV_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
@@ -70,16 +70,13 @@
 #define GC_CW_DEVICE 0
 #endif
 
-/* Test hooks (tests/cuda/test_conv.cu): ring depth override (0 = as many stages as fit,
- * at most CW_MAX_STAGES); cap on the blocks per column tile (0 = one per SM), so that
- * small problems also give each block several tiles (ring wrap-around, the consumers'
- * hand-over, staging reuse). */
-extern "C" int gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks, gc_conv2d_debug_wgmma_variant;
-int gc_conv2d_debug_wgmma_stages = 0, gc_conv2d_debug_wgmma_blocks = 0;
-/* which kernel: 0 the halo kernel where it fits, else the im2col one; 1 the im2col kernel
- * (gc_conv_wgmma_kernel); 2 the halo kernel (gc_conv_halo_kernel; GC_ERR_UNSUPPORTED where
- * it does not fit) */
-int gc_conv2d_debug_wgmma_variant = 0;
+/* Variant points (gpucmp_variants.h; tests/cuda/test_conv.cu forces them):
+ * cuda.conv2d.fwd_wgmma, which kernel: auto = the halo kernel where it fits, else the
+ * im2col one; halo (GC_ERR_UNSUPPORTED where it does not fit); im2col. Knobs
+ * cuda.conv2d.wgmma_stages (ring depth cap; auto = as many stages as fit) and
+ * cuda.conv2d.wgmma_blocks (cap on the blocks per column tile; auto = one per SM), so
+ * that small problems also give each block several tiles (ring wrap-around, the
+ * consumers' hand-over, staging reuse). */
 
 namespace {
 
@@ -682,43 +679,6 @@ __global__ void gc_conv_wgmma_probe(int *p)
 }
 
 /* ------------------------------------------------------------------ host side */
-typedef CUresult (*cw_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                       const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                       const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-typedef CUresult (*cw_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                        const cuuint64_t *, const cuuint64_t *, const int *, const int *,
-                                        cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
-                                        CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-void *cw_driver_fn(const char *name)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-#else
-    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return fn;
-}
-
-struct cw_encoders {
-    cw_encode_tiled_fn tiled;
-    cw_encode_im2col_fn im2col;
-};
-
-const cw_encoders &cw_enc(void)
-{
-    static const cw_encoders e = {(cw_encode_tiled_fn)cw_driver_fn("cuTensorMapEncodeTiled"),
-                                   (cw_encode_im2col_fn)cw_driver_fn("cuTensorMapEncodeIm2col")};
-    return e; /* thread-safe static init */
-}
-
 int g_cw_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 
 /* 1 when this binary holds sm_90a code for the running device and the driver has the
@@ -734,7 +694,7 @@ int cw_compiled(const gc_backend *be)
         yes = fa.sharedSizeBytes >= 256;
     else
         (void)cudaGetLastError();
-    if (yes && (!cw_enc().tiled || !cw_enc().im2col)) yes = 0;
+    if (yes && (!gc_tma_encoders()->tiled || !gc_tma_encoders()->im2col)) yes = 0;
     if (dev >= 0 && dev < 64) g_cw_compiled[dev] = yes ? 1 : 2;
     return yes;
 }
@@ -756,14 +716,16 @@ const char *cw_layer_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
 
 /* Blocks per filter (column) tile of a persistent launch: one block per SM (the shared
  * memory says so), a whole number per column tile, no more than its pixel tiles (the
- * test hook gc_conv2d_debug_wgmma_blocks caps it, so that each block gets several). */
+ * knob cuda.conv2d.wgmma_blocks caps it, so that each block gets several). */
 int cw_blocks_per_column_tile(const gc_backend *be, int tiles_m, int tiles_n)
 {
     const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
     int gm = sms / tiles_n;
     if (gm < 1) gm = 1;
     if (gm > tiles_m) gm = tiles_m;
-    if (gc_conv2d_debug_wgmma_blocks > 0 && gm > gc_conv2d_debug_wgmma_blocks) gm = gc_conv2d_debug_wgmma_blocks;
+    const int cap = gc_variant_forced(GC_VP_CUDA_CONV2D_WGMMA_BLOCKS);
+    if (cap > 0 && gm > cap) gm = cap;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGMMA_BLOCKS, gm);
     return gm;
 }
 
@@ -816,8 +778,9 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
     const size_t optin = gc_cuda_smem_optin(be);
     int stages = CH_MAX_STAGES;
     while (stages > 2 && ch_smem_bytes(stages, nk, BH, KH, KW) > optin) stages--;
-    if (gc_conv2d_debug_wgmma_stages >= 2 && gc_conv2d_debug_wgmma_stages < stages)
-        stages = gc_conv2d_debug_wgmma_stages;
+    const int cap = gc_variant_forced(GC_VP_CUDA_CONV2D_WGMMA_STAGES);
+    if (cap >= 2 && cap < stages) stages = cap;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGMMA_STAGES, stages);
     const size_t smem = ch_smem_bytes(stages, nk, BH, KH, KW);
     const size_t es = gc_dtype_size(dt);
     const CUtensorMapDataType tdt = dt == GC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -829,7 +792,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
         const cuuint64_t strides[3] = {(cuuint64_t)(g->C * es), (cuuint64_t)(g->W * g->C * es),
                                        (cuuint64_t)(g->H * g->W * g->C * es)};
         const cuuint32_t box[4] = {CW_BK, (cuuint32_t)HW, (cuuint32_t)HH, 1}, estr[4] = {1, 1, 1, 1};
-        if ((r = cw_enc().tiled(&tmX, tdt, 4, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        if ((r = gc_tma_encoders()->tiled(&tmX, tdt, 4, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for x "
@@ -842,7 +805,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
         const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
         const cuuint64_t strides[1] = {(cuuint64_t)(inner * es)};
         const cuuint32_t box[2] = {CW_BN, CW_BK}, estr[2] = {1, 1};
-        if ((r = cw_enc().tiled(&tmW, tdt, 2, (void *)w, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        if ((r = gc_tma_encoders()->tiled(&tmW, tdt, 2, (void *)w, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d (wgmma halo): cuTensorMapEncodeTiled failed (%d) for w "
@@ -853,7 +816,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
         const cuuint64_t strides[3] = {(cuuint64_t)(g->F * es), (cuuint64_t)(g->OW * g->F * es),
                                        (cuuint64_t)(g->OH * g->OW * g->F * es)};
         const cuuint32_t box[4] = {CW_BN, CH_BW, (cuuint32_t)BH, 1}, estr[4] = {1, 1, 1, 1};
-        if ((r = cw_enc().tiled(&tmY, tdt, 4, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        if ((r = gc_tma_encoders()->tiled(&tmY, tdt, 4, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)) != CUDA_SUCCESS)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): cuTensorMapEncodeTiled failed (%d) for y "
@@ -899,6 +862,8 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
 
 } // namespace
 
+extern "C" int gc_conv2d_wgmma_compiled(const gc_backend *be) { return cw_compiled(be); }
+
 /* The conditions under which gc_conv2d_wgmma_fwd runs (everything but the pointers and
  * the driver's tensor-map encoding): GC_OK, or GC_ERR_UNSUPPORTED with a message. */
 extern "C" gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
@@ -935,17 +900,21 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     if (st) return st;
     if (!cw_aligned16(x) || !cw_aligned16(y) || !cw_aligned16(w))
         return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): x, w and y must be 16-byte aligned");
-    /* the halo kernel where it fits (forced: variant 2), else the im2col one */
-    const int variant = gc_conv2d_debug_wgmma_variant;
-    if (variant != 1) {
+    /* the halo kernel where it fits (or forced), else the im2col one */
+    const int variant = gc_variant_forced(GC_VP_CUDA_CONV2D_FWD_WGMMA);
+    if (variant != GC_V_FWDWG_IM2COL) {
         int BH = 32;
-        const char *why = ch_fits(be, g, variant == 2, &BH);
-        if (!why) return ch_fwd(be, g, dt, x, w, bias, act, y, BH, 0);
-        if (variant == 2)
+        const char *why = ch_fits(be, g, variant == GC_V_FWDWG_HALO, &BH);
+        if (!why) {
+            gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_HALO);
+            return ch_fwd(be, g, dt, x, w, bias, act, y, BH, 0);
+        }
+        if (variant == GC_V_FWDWG_HALO)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): x (%lld, %lld, %lld, %lld), kernel "
                            "%lldx%lld -> %lld: %s", (long long)g->N, (long long)g->H, (long long)g->W,
                            (long long)g->C, (long long)g->KH, (long long)g->KW, (long long)g->F, why);
     }
+    gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_IM2COL);
     const int64_t M = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
     const int nk = (int)(KC / CW_BK);
 
@@ -953,8 +922,9 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
     const size_t optin = gc_cuda_smem_optin(be);
     int stages = CW_MAX_STAGES;
     while (stages > 3 && cw_smem_bytes(stages, nk) > optin) stages--;
-    if (gc_conv2d_debug_wgmma_stages >= 3 && gc_conv2d_debug_wgmma_stages < stages)
-        stages = gc_conv2d_debug_wgmma_stages;
+    const int cap = gc_variant_forced(GC_VP_CUDA_CONV2D_WGMMA_STAGES);
+    if (cap >= 3 && cap < stages) stages = cap;
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGMMA_STAGES, stages);
     const size_t smem = cw_smem_bytes(stages, nk);
 
     /* W^T (F, KH*KW*C), K-major, in the workspace */
@@ -973,7 +943,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const int lower[2] = {-g->pad_left, -g->pad_top};
         const int upper[2] = {(int)(g->OW - g->W - g->pad_left), (int)(g->OH - g->H - g->pad_top)};
         const cuuint32_t estr[4] = {1, 1, 1, 1};
-        CUresult r = cw_enc().im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, CW_BK, CW_BM, estr,
+        CUresult r = gc_tma_encoders()->im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, CW_BK, CW_BM, estr,
                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -987,7 +957,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const cuuint64_t dims[2] = {(cuuint64_t)KC, (cuuint64_t)g->F};
         const cuuint64_t strides[1] = {(cuuint64_t)(KC * es)};
         const cuuint32_t box[2] = {CW_BK, CW_BN}, estr[2] = {1, 1};
-        CUresult r = cw_enc().tiled(&tmW, tdt, 2, wt, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CUresult r = gc_tma_encoders()->tiled(&tmW, tdt, 2, wt, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -998,7 +968,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)M};
         const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
         const cuuint32_t box[2] = {CW_BN, CW_BM}, estr[2] = {1, 1};
-        CUresult r = cw_enc().tiled(&tmY, tdt, 2, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CUresult r = gc_tma_encoders()->tiled(&tmY, tdt, 2, y, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)

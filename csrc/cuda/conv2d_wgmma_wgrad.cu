@@ -47,9 +47,10 @@
  * Device code exists only for sm_90a (GC_WGW_DEVICE); other targets compile empty
  * kernels and the entry point reports GC_ERR_UNSUPPORTED (probe kernel, as in
  * gemm_wgmma.cu). The PTX primitives come from hopper_ptx.cuh.
- * Test hooks: gc_conv2d_debug_wgrad (1 force / 2 never; 0: GPUCMP_CONV_WGRAD =
- * wgmma|mma|auto), gc_conv2d_debug_wgrad_variant (GPUCMP_CONV_WGRAD_VARIANT, e.g. "da3":
- * A = dy, alternate, NB = 3; "xs4": A = x, shared, NB = 4), _splits, _stages.
+ * Variant points (gpucmp_variants.h): cuda.conv2d.wgrad=wgmma forces this kernel
+ * (conv2d.cu), cuda.conv2d.wgrad_wgmma the block shape (e.g. "da3": A = dy, alternate,
+ * NB = 3; "xs4": A = x, shared, NB = 4; auto: the cost model), and the knobs
+ * cuda.conv2d.wgrad_wgmma_splits / _stages the split count and the ring depth cap.
  */
 #include "conv2d_internal.cuh"
 
@@ -58,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver at run time */
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver (tensor_map.cu) */
 
 #if defined(GC_CONV_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
 #define GC_HOPPER_WATCHDOG GC_CONV_WATCHDOG
@@ -70,13 +71,6 @@
 #else
 #define GC_WGW_DEVICE 0
 #endif
-
-extern "C" int gc_conv2d_debug_wgrad, gc_conv2d_debug_wgrad_variant, gc_conv2d_debug_wgrad_splits,
-    gc_conv2d_debug_wgrad_stages;
-int gc_conv2d_debug_wgrad = 0;         /* 0 env / auto, 1 force, 2 never */
-int gc_conv2d_debug_wgrad_variant = 0; /* 0 cost model; else 1 + (a_x << 3 | alt << 2 | (NB - 1)) */
-int gc_conv2d_debug_wgrad_splits = 0;  /* 0 cost model; else this many K ranges (at most one per K-block) */
-int gc_conv2d_debug_wgrad_stages = 0;  /* 0 as many as fit (<= 8); else at most this many (even, >= 2 / 4) */
 
 namespace {
 
@@ -316,43 +310,6 @@ __global__ void gc_wgrad_wgmma_probe(int *p)
 }
 
 /* ------------------------------------------------------------------ host side */
-typedef CUresult (*wgw_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                        const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                        const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-typedef CUresult (*wgw_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                         const cuuint64_t *, const cuuint64_t *, const int *, const int *,
-                                         cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
-                                         CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-void *wgw_driver_fn(const char *name)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-#else
-    cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return fn;
-}
-
-struct wgw_encoders {
-    wgw_encode_tiled_fn tiled;
-    wgw_encode_im2col_fn im2col;
-};
-
-const wgw_encoders &wgw_enc(void)
-{
-    static const wgw_encoders e = {(wgw_encode_tiled_fn)wgw_driver_fn("cuTensorMapEncodeTiled"),
-                                    (wgw_encode_im2col_fn)wgw_driver_fn("cuTensorMapEncodeIm2col")};
-    return e; /* thread-safe static init */
-}
-
 int g_wgw_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 
 /* 1 when this binary holds sm_90a code for the running device and the driver has the
@@ -368,7 +325,7 @@ int wgw_compiled(const gc_backend *be)
         yes = fa.sharedSizeBytes >= 256;
     else
         (void)cudaGetLastError();
-    if (yes && (!wgw_enc().tiled || !wgw_enc().im2col)) yes = 0;
+    if (yes && (!gc_tma_encoders()->tiled || !gc_tma_encoders()->im2col)) yes = 0;
     if (dev >= 0 && dev < 64) g_wgw_compiled[dev] = yes ? 1 : 2;
     return yes;
 }
@@ -426,6 +383,7 @@ void wgw_make_plan(const gc_backend *be, const gc_conv2d_geom *g, int variant, w
     const int64_t P = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
     const int nkb = (int)((P + WGW_BK - 1) / WGW_BK);
     const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    const int forced_splits = gc_variant_forced(GC_VP_CUDA_CONV2D_WGRAD_WGMMA_SPLITS);
     double best = -1;
     for (int v = 0; v < 16; v++) {
         const int a_x = (v >> 3) & 1, alt = (v >> 2) & 1, nb = (v & 3) + 1;
@@ -442,10 +400,10 @@ void wgw_make_plan(const gc_backend *be, const gc_conv2d_geom *g, int variant, w
         const int64_t slice_floats = KC * g->F;
         int bs = 1;
         double bc = -1;
-        const int smax = gc_conv2d_debug_wgrad_splits > 0 ? gc_conv2d_debug_wgrad_splits : (nkb < 4096 ? nkb : 4096);
-        for (int s = gc_conv2d_debug_wgrad_splits > 0 ? smax : 1; s <= smax; s++) {
+        const int smax = forced_splits > 0 ? forced_splits : (nkb < 4096 ? nkb : 4096);
+        for (int s = forced_splits > 0 ? smax : 1; s <= smax; s++) {
             const int kbps = (nkb + s - 1) / s, S = (nkb + kbps - 1) / kbps;
-            if (S != s && gc_conv2d_debug_wgrad_splits <= 0) continue; /* same as a smaller s */
+            if (S != s && forced_splits <= 0) continue; /* same as a smaller s */
             if ((int64_t)S > 65535) break;
             const int64_t blocks = tiles * S, waves = (blocks + sms - 1) / sms;
             const int64_t slices = (int64_t)S * (alt ? 2 : 1);
@@ -476,8 +434,8 @@ void wgw_make_plan(const gc_backend *be, const gc_conv2d_geom *g, int variant, w
     const size_t optin = gc_cuda_smem_optin(be);
     int st = WGW_MAX_STAGES;
     while (st > st_min && wgw_smem_bytes(st, nbox) > optin) st -= 2;
-    if (gc_conv2d_debug_wgrad_stages > 0 && gc_conv2d_debug_wgrad_stages < st)
-        st = (gc_conv2d_debug_wgrad_stages & ~1) < st_min ? st_min : gc_conv2d_debug_wgrad_stages & ~1;
+    const int cap = gc_variant_forced(GC_VP_CUDA_CONV2D_WGRAD_WGMMA_STAGES);
+    if (cap > 0 && cap < st) st = (cap & ~1) < st_min ? st_min : cap & ~1;
     pl->stages = st;
 }
 
@@ -493,28 +451,13 @@ template <typename T> wgw_kernel_fn wgw_kernel_for(int nb)
 }
 size_t g_wgw_smem_set[2][4][64]; /* dtype, NB, device: the largest limit set so far */
 
-/* the variant string of GPUCMP_CONV_WGRAD_VARIANT ("da3": A = dy, alternate, NB 3) */
-int wgw_variant(void)
-{
-    if (gc_conv2d_debug_wgrad_variant) return gc_conv2d_debug_wgrad_variant;
-    const char *e = getenv("GPUCMP_CONV_WGRAD_VARIANT");
-    if (!e || strlen(e) != 3) return 0;
-    const int a_x = e[0] == 'x', alt = e[1] == 'a', nb = e[2] - '0';
-    if ((e[0] != 'x' && e[0] != 'd') || (e[1] != 'a' && e[1] != 's') || nb < 1 || nb > 4) return 0;
-    return 1 + (a_x << 3 | alt << 2 | (nb - 1));
-}
+/* the forced block shape: 0 the cost model, else 1 + (a_x << 3 | alt << 2 | (NB - 1)),
+ * which is the index of its name at cuda.conv2d.wgrad_wgmma ("ds1" = 1 ... "xa4" = 16) */
+int wgw_variant(void) { return gc_variant_forced(GC_VP_CUDA_CONV2D_WGRAD_WGMMA); }
 
 } // namespace
 
-extern "C" int gc_conv2d_wgrad_wgmma_mode(void)
-{
-    if (gc_conv2d_debug_wgrad) return gc_conv2d_debug_wgrad;
-    const char *e = getenv("GPUCMP_CONV_WGRAD");
-    if (!e || !*e || !strcmp(e, "auto")) return 0;
-    if (!strcmp(e, "wgmma") || !strcmp(e, "1") || !strcmp(e, "on")) return 1;
-    if (!strcmp(e, "mma") || !strcmp(e, "0") || !strcmp(e, "off")) return 2;
-    return 0;
-}
+extern "C" int gc_conv2d_wgrad_wgmma_compiled(const gc_backend *be) { return wgw_compiled(be); }
 
 extern "C" int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
 {
@@ -573,7 +516,7 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
         const int lower[2] = {-g->pad_left, -g->pad_top};
         const int upper[2] = {one ? 0 : (int)(g->OW - g->W - g->pad_left), one ? 0 : (int)(g->OH - g->H - g->pad_top)};
         const cuuint32_t estr[4] = {1, 1, 1, 1};
-        CUresult r = wgw_enc().im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, 64, WGW_BK, estr,
+        CUresult r = gc_tma_encoders()->im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, 64, WGW_BK, estr,
                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -587,7 +530,7 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
         const cuuint64_t dims[2] = {(cuuint64_t)g->F, (cuuint64_t)P};
         const cuuint64_t strides[1] = {(cuuint64_t)(g->F * es)};
         const cuuint32_t box[2] = {64, WGW_BK}, estr[2] = {1, 1};
-        CUresult r = wgw_enc().tiled(&tmD, tdt, 2, (void *)dy, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CUresult r = gc_tma_encoders()->tiled(&tmD, tdt, 2, (void *)dy, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
@@ -626,6 +569,9 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
         GC_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         g_wgw_smem_set[ti][pl.nb - 1][di] = smem;
     }
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD_WGMMA, 1 + (pl.a_x << 3 | pl.alt << 2 | (pl.nb - 1)));
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD_WGMMA_SPLITS, pl.splits);
+    gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD_WGMMA_STAGES, pl.stages);
     k<<<dim3((unsigned)grid_x, (unsigned)pl.splits), WGW_THREADS, smem, gc_cuda_stream(be)>>>(tmX, tmD, prm);
     if ((st = gc_cuda_launch_check("conv2d_bwd_filter (wgmma)"))) return st;
     const int64_t n = KC * g->F;

@@ -1,11 +1,12 @@
 /* gemm.cu -- the CUDA backend's gemm op: adapter, path choice and small helpers.
  *
  * What it provides: gc_cuda_op_gemm (the op-table slot), gc_cuda_gemm (the same GEMM on
- * raw pointers and leading dimensions, for other CUDA ops), the test knobs
- * (gc_cuda_gemm_force_path / _last_path) and the helper kernels the paths share: the
- * K == 0 epilogue, the split-K reduction, a tiled transpose and a TF32 rounding copy.
+ * raw pointers and leading dimensions, for other CUDA ops) and the helper kernels the
+ * paths share: the K == 0 epilogue, the split-K reduction, a tiled transpose and a TF32
+ * rounding copy. The path is the variant point cuda.gemm.path (gpucmp_variants.h):
+ * forced there for tests and benchmarks, recorded there as the calling thread's `last`.
  *
- * Path choice (first match):
+ * Path choice when not forced (first match):
  *   impl == vendor                     -> cuBLASLt (gemm_vendor.cu), loaded at run time
  *   K == 0                             -> act(beta * C + bias), no multiply
  *   small (small_worth_it)             -> 32 x 32 tiles + split K, fp32 FMA (gemm_small.cu),
@@ -180,24 +181,6 @@ extern "C" gc_status gc_cuda_gemm_splitk_reduce(const gc_backend *be, const gc_g
 
 /* ------------------------------------------------------------------ path choice */
 
-enum { PATH_AUTO = 0, PATH_SIMT, PATH_MMA, PATH_WGMMA, PATH_SMALL, PATH_BAD };
-static int g_forced = PATH_AUTO;
-static __thread const char *g_last = "none";
-
-extern "C" gc_status gc_cuda_gemm_force_path(const char *name)
-{
-    if (!name || !strcmp(name, "auto")) g_forced = PATH_AUTO;
-    else if (!strcmp(name, "simt")) g_forced = PATH_SIMT;
-    else if (!strcmp(name, "mma")) g_forced = PATH_MMA;
-    else if (!strcmp(name, "wgmma")) g_forced = PATH_WGMMA;
-    else if (!strcmp(name, "small")) g_forced = PATH_SMALL;
-    else return gc_fail(GC_ERR_INVALID_ARG, "gemm: unknown path '%s' (auto, simt, mma, wgmma, small)",
-                        name);
-    return GC_OK;
-}
-
-extern "C" const char *gc_cuda_gemm_last_path(void) { return g_last; }
-
 static int wgmma_worth_it(const gc_backend *be, const gc_gemm_desc *d)
 {
     if (d->M < 128 || d->N < 128 || d->K < 256) return 0;
@@ -224,7 +207,7 @@ static int small_worth_it(const gc_backend *be, const gc_gemm_desc *d, int exact
 
 extern "C" gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d)
 {
-    g_last = "none";
+    gc_variant_ran(GC_VP_CUDA_GEMM_PATH, 0);
     if (d->dtype != GC_F32 && d->dtype != GC_F16 && d->dtype != GC_BF16)
         return gc_fail(GC_ERR_DTYPE, "gemm: CUDA takes float32, float16 or bfloat16, not %s",
                        gc_dtype_name((gc_dtype)d->dtype));
@@ -241,51 +224,51 @@ extern "C" gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d)
         return gc_fail(GC_ERR_INVALID_ARG, "gemm: leading dimension smaller than the row");
 
     if (d->impl == GC_IMPL_VENDOR) {
-        g_last = "vendor";
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_VENDOR);
         return gc_cuda_gemm_vendor(be, d);
     }
     if (d->K == 0) {
-        g_last = "epilogue";
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_EPILOGUE);
         return gc_cuda_gemm_epilogue_only(be, d, d->beta, d->bias);
     }
     const int tf32 = d->dtype == GC_F32 && gc_get_allow_tf32();
-    switch (g_forced) {
-    case PATH_SIMT:
-        g_last = "simt";
+    switch (gc_variant_forced(GC_VP_CUDA_GEMM_PATH)) {
+    case GC_V_GEMM_SIMT:
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_SIMT);
         return gc_cuda_gemm_simt(be, d);
-    case PATH_MMA:
-        g_last = "mma";
+    case GC_V_GEMM_MMA:
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_MMA);
         return gc_cuda_gemm_mma(be, d, 1);
-    case PATH_WGMMA: {
-        g_last = "wgmma";
+    case GC_V_GEMM_WGMMA: {
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_WGMMA);
         gc_clear_error();
         gc_status st = gc_cuda_gemm_wgmma(be, d);
         if (st == GC_ERR_UNSUPPORTED && !gc_last_error()[0])
             return gc_fail(GC_ERR_UNSUPPORTED, "gemm: the wgmma path is not available here");
         return st;
     }
-    case PATH_SMALL:
-        g_last = "small";
+    case GC_V_GEMM_SMALL:
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_SMALL);
         return gc_cuda_gemm_small(be, d);
     default: break;
     }
     if (small_worth_it(be, d, d->dtype == GC_F32 && !tf32)) {
-        g_last = "small";
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_SMALL);
         return gc_cuda_gemm_small(be, d);
     }
     if (d->dtype == GC_F32 && !tf32) {
-        g_last = "simt";
+        gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_SIMT);
         return gc_cuda_gemm_simt(be, d);
     }
     if (wgmma_worth_it(be, d) && gc_cuda_gemm_wgmma_compiled(be)) {
         gc_clear_error();
         gc_status st = gc_cuda_gemm_wgmma(be, d);
         if (st != GC_ERR_UNSUPPORTED) {
-            g_last = "wgmma";
+            gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_WGMMA);
             return st;
         }
     }
-    g_last = "mma";
+    gc_variant_ran(GC_VP_CUDA_GEMM_PATH, GC_V_GEMM_MMA);
     return gc_cuda_gemm_mma(be, d, tf32);
 }
 

@@ -28,6 +28,7 @@
 #define GPUCMP_CUDA_GEMM_CUH
 
 #include "common.cuh"
+#include "gpucmp_variants.h"
 
 typedef struct {
     int dtype;          /* gc_dtype of A, B, C and bias: GC_F32, GC_F16 or GC_BF16 */
@@ -51,15 +52,12 @@ extern "C" {
  * launches on gc_cuda_stream(be); no host sync, no allocation beyond gc_cuda_workspace. */
 gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d);
 
-/* Test / benchmark knobs (process-wide; not to be changed while GEMMs run).
- * gc_cuda_gemm_force_path: "auto" (default), "simt" (f32 only), "mma", "wgmma" (sm_90a
- * only), "small" (any size); anything else, or a path that cannot run the next call,
- * gives an error status from that call. gc_cuda_gemm_last_path: the path the calling
- * thread's last gc_cuda_gemm took ("simt", "mma", "wgmma", "small", "vendor",
- * "epilogue" (K == 0), "none"). */
-gc_status gc_cuda_gemm_force_path(const char *name);
-const char *gc_cuda_gemm_last_path(void);
-/* TF32 on the wgmma path: the tensor cores read fp32 operands from shared memory and
+/* The path is the variant point cuda.gemm.path (gpucmp_variants.h): forced there
+ * ("simt" f32 only, "mma", "wgmma" sm_90a only, "small" any size; a forced path that
+ * cannot run a call gives that call's error status), and the path the calling thread's
+ * last gc_cuda_gemm took is its `last` ("simt", "mma", "wgmma", "small", "vendor",
+ * "epilogue" (K == 0), "none").
+ * TF32 on the wgmma path: the tensor cores read fp32 operands from shared memory and
  * truncate them to TF32 (about 1e-3 relative error, biased); with rounding on
  * (default 1) the operands are first rounded to nearest TF32 in a copy (with the
  * transpose that path needs anyway), which costs one pass over A and B and brings the

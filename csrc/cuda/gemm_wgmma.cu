@@ -46,7 +46,7 @@
 
 #include <string.h>
 
-#include <cuda.h> /* CUtensorMap and its enums only: the encoder is fetched from the driver at run time */
+#include <cuda.h> /* CUtensorMap and its enums only: the encoder comes from the driver (tensor_map.cu) */
 
 /* the standalone test's watchdog (tests/cuda/gemm.mk) for the shared mbarrier wait */
 #if defined(GC_GEMM_WATCHDOG) && !defined(GC_HOPPER_WATCHDOG)
@@ -321,40 +321,12 @@ __global__ void gc_gemm_wgmma_probe(int *p)
 }
 
 /* ------------------------------------------------------------------ host side */
-typedef CUresult (*gc_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                       const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                       const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-gc_encode_tiled_fn load_encoder(void)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                     cudaEnableDefault, &q);
-#else
-    cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return (gc_encode_tiled_fn)fn;
-}
-
-gc_encode_tiled_fn encoder(void)
-{
-    static gc_encode_tiled_fn fn = load_encoder(); /* thread-safe static init */
-    return fn;
-}
-
 /* 2-D row-major matrix `outer` x `inner` (pitch ld_bytes) cut into boxes of
  * box_outer x box_inner with the 128-byte swizzle. */
 gc_status make_map(CUtensorMap *m, int dtype, const void *ptr, int64_t inner, int64_t outer,
                    int64_t ld_bytes, int box_inner, int box_outer)
 {
-    gc_encode_tiled_fn enc = encoder();
+    const gc_tma_encode_tiled_fn enc = gc_tma_encoders()->tiled;
     if (!enc)
         return gc_fail(GC_ERR_UNSUPPORTED, "gemm: the driver has no cuTensorMapEncodeTiled");
     const CUtensorMapDataType t = dtype == GC_F16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
@@ -463,7 +435,7 @@ extern "C" int gc_cuda_gemm_wgmma_compiled(const gc_backend *be)
         yes = fa.sharedSizeBytes >= 256;
     else
         (void)cudaGetLastError();
-    if (yes && !encoder()) yes = 0;
+    if (yes && !gc_tma_encoders()->tiled) yes = 0;
     if (yes && gc_cuda_smem_optin(be) < (size_t)WG_SMEM) yes = 0;
     if (dev >= 0 && dev < 64) g_compiled[dev] = yes ? 1 : 2;
     return yes;

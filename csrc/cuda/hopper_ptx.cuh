@@ -1,10 +1,11 @@
-/* hopper_ptx.cuh -- the Hopper (sm_90a) PTX primitives shared by the two wgmma kernels
- * (gemm_wgmma.cu, conv2d_wgmma.cu): shared-memory addresses, mbarriers, the tiled TMA
- * load and the wgmma group fences.
+/* hopper_ptx.cuh -- what the Hopper (sm_90a) TMA / wgmma files share (gemm_wgmma.cu,
+ * conv2d_wgmma.cu, conv2d_wgmma_wgrad.cu): on the device, the PTX primitives
+ * (shared-memory addresses, mbarriers, the tiled TMA load, the wgmma group fences); on
+ * the host, the driver's tensor-map encoders (gc_tma_encoders, tensor_map.cu).
  *
- * One copy so that a fix (a barrier's memory semantics, say) reaches both kernels. Only
- * device code for sm_90a: the body is empty for other targets, where those kernels
- * compile to stubs. GC_HOPPER_WATCHDOG (cycles; the standalone tests set it): an mbarrier
+ * One copy so that a fix (a barrier's memory semantics, say) reaches every kernel. The
+ * device primitives exist for sm_90a only: the body is empty for other targets, where
+ * those kernels compile to stubs. GC_HOPPER_WATCHDOG (cycles; the standalone tests set it): an mbarrier
  * wait that never completes traps instead of hanging the GPU (a bad tensor map, say);
  * 0 in the library, where a preempted context may legitimately wait long. */
 #pragma once
@@ -53,6 +54,24 @@
 #ifndef GC_HOPPER_WATCHDOG
 #define GC_HOPPER_WATCHDOG 0
 #endif
+
+/* Host: cuTensorMapEncodeTiled / cuTensorMapEncodeIm2col as the CUDA 12.0 driver API
+ * declares them, fetched once from the driver at run time (the module never links
+ * libcuda). gc_tma_encoders() never returns NULL; a member is NULL when the driver lacks
+ * that function. Thread-safe (the first call fetches them). */
+typedef CUresult (*gc_tma_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                           const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                           const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                           CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+typedef CUresult (*gc_tma_encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                            const cuuint64_t *, const cuuint64_t *, const int *, const int *,
+                                            cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave,
+                                            CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+struct gc_tma_encoder_fns {
+    gc_tma_encode_tiled_fn tiled;
+    gc_tma_encode_im2col_fn im2col;
+};
+const gc_tma_encoder_fns *gc_tma_encoders(void);
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace gc_hopper {

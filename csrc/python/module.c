@@ -2,8 +2,8 @@
  *
  * What it provides (CORE_API.md beside this file): run_op over NumPy arrays, Buffer
  * (backend memory holding float32 weights and optimizer state), Plan (a compiled
- * Sequential model; one training step = one call), and introspection of the op list,
- * the backends and the CPU SIMD variants.
+ * Sequential model; one training step = one call), and introspection of the op list
+ * and the backends (kernel variants: variants_api.c; device queries: device_api.c).
  *
  * How: arguments are parsed and checked while holding the GIL; the compute call runs
  * with the GIL released; a gc_status becomes ValueError / TypeError / MemoryError /
@@ -24,11 +24,10 @@
 #include "cpu_kernels.h"
 #include "bench.h"
 #include "device_api.h"
+#include "variants_api.h"
 
 #ifdef GPUCMP_WITH_CUDA
 extern gc_status gc_cuda_register_all(void);
-extern gc_status gc_cuda_gemm_force_path(const char *name);
-extern const char *gc_cuda_gemm_last_path(void);
 #endif
 
 /* ------------------------------------------------------------------ errors */
@@ -579,40 +578,6 @@ static PyObject *py_backends(PyObject *self, PyObject *noargs)
         }
         Py_DECREF(s);
     }
-    return l;
-}
-
-static PyObject *py_cpu_simd_variant(PyObject *self, PyObject *noargs)
-{
-    (void)self; (void)noargs;
-    return PyUnicode_FromString(gc_cpu_sgemm_variant());
-}
-
-static PyObject *py_cpu_force_simd(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    if (!PyUnicode_Check(arg)) return PyErr_Format(PyExc_TypeError, "cpu_force_simd: expected a name");
-    gc_status s = gc_cpu_sgemm_force_variant(PyUnicode_AsUTF8(arg));
-    if (s) return gc_py_raise(s);
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_cpu_simd_variants(PyObject *self, PyObject *noargs)
-{
-    (void)self; (void)noargs;
-    static const char *const all[] = {"generic", "fma", "avx512"};
-    const char *current = gc_cpu_sgemm_variant();
-    PyObject *l = PyList_New(0);
-    for (int i = 0; l && i < 3; i++) {
-        if (gc_cpu_sgemm_force_variant(all[i]) == GC_OK && strcmp(gc_cpu_sgemm_variant(), all[i]) == 0) {
-            PyObject *s = PyUnicode_FromString(all[i]);
-            PyList_Append(l, s);
-            Py_XDECREF(s);
-        }
-    }
-    gc_clear_error();
-    gc_cpu_sgemm_force_variant("auto");
-    if (strcmp(current, gc_cpu_sgemm_variant()) != 0) gc_cpu_sgemm_force_variant(current);
     return l;
 }
 
@@ -1720,35 +1685,6 @@ static PyTypeObject PlanType = {
     .tp_new = plan_new,
 };
 
-/* ------------------------------------------------------------------ GPU GEMM path hooks */
-
-/* Test hooks: force the CUDA GEMM path ("auto", "simt", "mma", "wgmma", "small") so the
- * op tests cover every kernel whatever the dispatcher would pick for their shapes, and
- * read which one the last call took. Without the CUDA backend: RuntimeError. */
-static PyObject *py_cuda_gemm_force_path(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    const char *name = PyUnicode_AsUTF8(arg);
-    if (!name) return NULL;
-#ifdef GPUCMP_WITH_CUDA
-    gc_status s = gc_cuda_gemm_force_path(name);
-    if (s) return gc_py_raise(s);
-    Py_RETURN_NONE;
-#else
-    return PyErr_Format(PyExc_RuntimeError, "cuda_gemm_force_path: this build has no CUDA backend");
-#endif
-}
-
-static PyObject *py_cuda_gemm_last_path(PyObject *self, PyObject *noargs)
-{
-    (void)self; (void)noargs;
-#ifdef GPUCMP_WITH_CUDA
-    return PyUnicode_FromString(gc_cuda_gemm_last_path());
-#else
-    return PyErr_Format(PyExc_RuntimeError, "cuda_gemm_last_path: this build has no CUDA backend");
-#endif
-}
-
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -1756,14 +1692,8 @@ static PyMethodDef module_methods[] = {
     {"op_names", py_op_names, METH_NOARGS, "names of every op, in GC_OP_LIST order"},
     {"op_arity", py_op_arity, METH_O, "op_arity(name) -> (n_inputs, n_outputs)"},
     {"backends", py_backends, METH_NOARGS, "usable backends, e.g. ['cpu', 'cuda:0']"},
-    {"cpu_simd_variant", py_cpu_simd_variant, METH_NOARGS, "active CPU GEMM micro-kernel"},
-    {"cpu_simd_variants", py_cpu_simd_variants, METH_NOARGS, "CPU GEMM micro-kernels this machine runs"},
     {"set_allow_tf32", py_set_allow_tf32, METH_O, "set_allow_tf32(bool): float32 GEMM/conv may use TF32 on GPUs"},
     {"get_allow_tf32", py_get_allow_tf32, METH_NOARGS, "whether float32 GEMM/conv may use TF32 on GPUs"},
-    {"cpu_force_simd", py_cpu_force_simd, METH_O, "cpu_force_simd(name): pick a micro-kernel ('auto' resets)"},
-    {"cuda_gemm_force_path", py_cuda_gemm_force_path, METH_O,
-     "cuda_gemm_force_path(name): 'auto', 'simt', 'mma', 'wgmma' or 'small' (test hook)"},
-    {"cuda_gemm_last_path", py_cuda_gemm_last_path, METH_NOARGS, "the CUDA GEMM path of the last call"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "gpucmp._core",
@@ -1795,5 +1725,12 @@ PyMODINIT_FUNC PyInit__core(void)
 #else
     PyModule_AddIntConstant(m, "built_with_cuda", 0);
 #endif
+    /* the backends are registered (the CPU one with the first registry call): now the
+     * variant registry reads GPUCMP_FORCE and its aliases */
+    (void)gc_backend_count();
+    if (gpucmp_add_variants_api(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -23,7 +23,7 @@ $(error ops.mk is included by tests/c/Makefile: run `make -C tests/c ops-check`)
 endif
 
 OPS_SRC := $(addprefix $(ROOT)/csrc/cpu/,act.c conv2d.c pool2d.c loss.c dropout.c optim.c metrics.c) \
-           $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/geometry.c
+           $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/geometry.c $(ROOT)/csrc/core/variants.c
 OPS_GEMM := $(wildcard $(ROOT)/csrc/cpu/gemm*.c)
 OPS_DYN_SRC := $(addprefix $(ROOT)/csrc/cpu/,dropout.c optim.c embedding.c) \
                $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c

@@ -1,6 +1,7 @@
 # gemm.mk -- builds the standalone CUDA GEMM test + benchmark (tests/cuda/test_gemm.cu).
-# Why a separate program: it links only the GEMM sources with core/status.c and
-# core/dtype.c (the backend helpers are stubbed inside the test), so the GEMM paths are
+# Why a separate program: it links only the GEMM sources (and tensor_map.cu) with
+# core/status.c, core/dtype.c and core/variants.c (the backend helpers are stubbed inside
+# the test), so the GEMM paths are
 # tested on their own; cuBLASLt is opened at run time (never linked).
 # Included by tests/cuda/Makefile (ROOT, OUT, GC_NVCC, GC_CC, GC_ARCH, DEFS come from it):
 #   make -C tests/cuda -j8 gemm                    # sm_80 + sm_90a -> build/tests/cuda/test_gemm
@@ -22,10 +23,11 @@ GEMM_OBJDIR := $(OUT)/obj/gemm
 GEMM_NVFLAGS := -DGC_GEMM_WATCHDOG=$(GEMM_WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC \
                 -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(GEMM_ARCH) $(DEFS)
 GEMM_CU := $(addprefix $(ROOT)/csrc/cuda/,gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu \
-             gemm_vendor.cu) $(ROOT)/tests/cuda/test_gemm.cu
-GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
+             gemm_vendor.cu tensor_map.cu) $(ROOT)/tests/cuda/test_gemm.cu
+GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c $(ROOT)/csrc/core/variants.c
 GEMM_OBJ := $(patsubst %,$(GEMM_OBJDIR)/%.o,$(notdir $(GEMM_CU) $(GEMM_C)))
-GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh include/gpucmp.h)
+GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh cuda/hopper_ptx.cuh include/gpucmp.h \
+              include/gpucmp_variants.h)
 
 gemm: $(OUT)/test_gemm
 
@@ -36,7 +38,7 @@ $(GEMM_OBJDIR)/%.cu.o: $(ROOT)/csrc/cuda/%.cu $(GEMM_HDR) | $(GEMM_OBJDIR)
 	$(GC_NVCC) $(GEMM_NVFLAGS) -c $< -o $@
 $(GEMM_OBJDIR)/test_gemm.cu.o: $(ROOT)/tests/cuda/test_gemm.cu $(GEMM_HDR) | $(GEMM_OBJDIR)
 	$(GC_NVCC) $(GEMM_NVFLAGS) -c $< -o $@
-$(GEMM_OBJDIR)/%.c.o: $(ROOT)/csrc/core/%.c $(ROOT)/csrc/include/gpucmp.h | $(GEMM_OBJDIR)
+$(GEMM_OBJDIR)/%.c.o: $(ROOT)/csrc/core/%.c $(ROOT)/csrc/include/gpucmp.h $(ROOT)/csrc/include/gpucmp_variants.h | $(GEMM_OBJDIR)
 	$(GC_CC) -O2 -std=c11 -fPIC -I$(ROOT)/csrc/include -c $< -o $@
 $(GEMM_OBJDIR):
 	mkdir -p $@

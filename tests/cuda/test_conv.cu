@@ -38,12 +38,58 @@
 #include <algorithm>
 #include <vector>
 
-extern "C" int gc_conv2d_debug_path, gc_conv2d_debug_stages, gc_conv2d_debug_wg_stages,
-    gc_conv2d_debug_nosplit, gc_conv2d_debug_wgmma_stages, gc_conv2d_debug_wgmma_blocks,
-    gc_conv2d_debug_wgmma_variant, gc_conv2d_debug_last_path, gc_conv2d_debug_last_bwd_path,
-    gc_conv2d_debug_last_wgrad_path, gc_conv2d_debug_gemm;
-extern "C" int gc_conv2d_debug_wgrad, gc_conv2d_debug_wgrad_variant, gc_conv2d_debug_wgrad_splits,
-    gc_conv2d_debug_wgrad_stages;
+/* ------------------------------------------------------------------ forcing kernels
+ * Through the variant registry (gpucmp_variants.h, core/variants.c linked in): the fake
+ * backend registers without a probe, so every variant may be forced and the kernels
+ * refuse (GC_ERR_UNSUPPORTED) what they cannot run. A kernel family for all three passes
+ * (the configs below): K_DIRECT is the forward's, its backward passes run SIMT; K_WGMMA
+ * forces the forward and the data gradient; K_SMALLC the forward and the weight gradient,
+ * the data gradient then runs the conv kernels' automatic choice ("conv"). */
+enum { K_AUTO, K_SIMT, K_MMA, K_DIRECT, K_WGMMA, K_SMALLC };
+
+static void force(gc_vp point, int value)
+{
+    if (gc_variant_force_value(point, value) != GC_OK) {
+        fprintf(stderr, "cannot force %s to %d: %s\n", gc_variant_point_at(point)->name, value, gc_last_error());
+        exit(2);
+    }
+}
+
+static void force_kernel(int k)
+{
+    static const int fwd[6] = {GC_V_FWD_AUTO, GC_V_FWD_SIMT, GC_V_FWD_MMA, GC_V_FWD_DIRECT, GC_V_FWD_WGMMA,
+                               GC_V_FWD_SMALLC};
+    static const int bwd[6] = {GC_V_BWDD_AUTO, GC_V_BWDD_SIMT, GC_V_BWDD_MMA, GC_V_BWDD_SIMT, GC_V_BWDD_WGMMA,
+                               GC_V_BWDD_CONV};
+    static const int wgr[6] = {GC_V_WGRAD_AUTO, GC_V_WGRAD_SIMT, GC_V_WGRAD_MMA, GC_V_WGRAD_SIMT, GC_V_WGRAD_AUTO,
+                               GC_V_WGRAD_SMALLC};
+    force(GC_VP_CUDA_CONV2D_FWD, fwd[k]);
+    force(GC_VP_CUDA_CONV2D_BWD_DATA, bwd[k]);
+    force(GC_VP_CUDA_CONV2D_WGRAD, wgr[k]);
+}
+
+/* every point back to automatic (what the last calls ran stays readable) */
+static void force_none(void)
+{
+    for (int i = 0; i < GC_VP_COUNT; i++)
+        if (gc_variant_present(i)) force((gc_vp)i, 0);
+}
+
+/* the GEMM route of stride-1 1x1 layers in every pass: 0 auto, 1 always ("gemm"), 2 never ("conv") */
+static void force_route(int route)
+{
+    force(GC_VP_CUDA_CONV2D_FWD, route == 1 ? GC_V_FWD_GEMM : route == 2 ? GC_V_FWD_CONV : GC_V_FWD_AUTO);
+    force(GC_VP_CUDA_CONV2D_BWD_DATA, route == 1 ? GC_V_BWDD_GEMM : route == 2 ? GC_V_BWDD_CONV : GC_V_BWDD_AUTO);
+    force(GC_VP_CUDA_CONV2D_WGRAD, route == 1 ? GC_V_WGRAD_GEMM : route == 2 ? GC_V_WGRAD_CONV : GC_V_WGRAD_AUTO);
+}
+
+/* the name of what the last call at a point ran ("none" before any) */
+static const char *last_name(gc_vp point)
+{
+    const gc_variant_point *p = gc_variant_point_at(point);
+    const int v = gc_variant_last(point);
+    return v == 0 ? "none" : p->kind == GC_VARIANT_CHOICE ? p->names[v] : "(knob)";
+}
 
 /* ------------------------------------------------------------------ fake backend */
 static cudaStream_t g_stream;
@@ -121,6 +167,7 @@ static void init_backend(void)
     g_be.ops[GC_OP_CONV2D_BWD_DATA] = gc_cuda_op_conv2d_bwd_data;
     g_be.ops[GC_OP_CONV2D_BWD_FILTER] = gc_cuda_op_conv2d_bwd_filter;
     g_be.capture_begin = fake_capture_begin; /* marks a GPU backend (vendor allowed) */
+    gc_variant_register_backend("cuda", NULL, 0);
 }
 
 #define CK(x)                                                                              \
@@ -338,12 +385,12 @@ static const conv_case g_cases[] = {
 struct config {
     const char *name;
     gc_dtype dt;
-    int tf32, path;
+    int tf32, path; /* path: the kernel family forced for every pass (K_*) */
     gc_impl impl;
     double tol;
-    int stages; /* pipeline depth override of both Tensor Core kernels (0: default) */
-    int nosplit;
-    int gemm; /* gc_conv2d_debug_gemm: 1 = stride-1 1x1 layers through gc_cuda_gemm, 2 = never */
+    int stages; /* pipeline depth of both mma.sync kernels (knobs; 0: default) */
+    int nosplit; /* cuda.conv2d.mma_splits = 1 */
+    int gemm; /* force_route: 1 = stride-1 1x1 layers through gc_cuda_gemm, 2 = never */
 };
 
 static const config g_configs[] = {
@@ -351,16 +398,16 @@ static const config g_configs[] = {
     {"tf32", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3},
     {"f16", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2},
     {"bf16", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2},
-    {"f16-simt", GC_F16, 1, 1, GC_IMPL_OWN, 1e-2},
-    {"f16-tc", GC_F16, 1, 2, GC_IMPL_OWN, 1e-2},
-    {"tf32-tc", GC_F32, 1, 2, GC_IMPL_OWN, 2e-3},
-    {"f32-direct", GC_F32, 0, 3, GC_IMPL_OWN, 2e-5},
+    {"f16-simt", GC_F16, 1, K_SIMT, GC_IMPL_OWN, 1e-2},
+    {"f16-tc", GC_F16, 1, K_MMA, GC_IMPL_OWN, 1e-2},
+    {"tf32-tc", GC_F32, 1, K_MMA, GC_IMPL_OWN, 2e-3},
+    {"f32-direct", GC_F32, 0, K_DIRECT, GC_IMPL_OWN, 2e-5},
     {"f16-s4", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 4},
     {"tf32-s6", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 6},
     {"bf16-s5", GC_BF16, 1, 0, GC_IMPL_OWN, 1e-2, 5},
-    {"f16-sc", GC_F16, 1, 5, GC_IMPL_OWN, 1e-2},   /* the small-C kernels wherever they apply */
-    {"bf16-sc", GC_BF16, 1, 5, GC_IMPL_OWN, 1e-2},
-    {"tf32-sc", GC_F32, 1, 5, GC_IMPL_OWN, 2e-3},
+    {"f16-sc", GC_F16, 1, K_SMALLC, GC_IMPL_OWN, 1e-2},   /* the small-C kernels wherever they apply */
+    {"bf16-sc", GC_BF16, 1, K_SMALLC, GC_IMPL_OWN, 1e-2},
+    {"tf32-sc", GC_F32, 1, K_SMALLC, GC_IMPL_OWN, 2e-3},
     {"f16-nosplit", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 1},
     {"tf32-nosplt", GC_F32, 1, 0, GC_IMPL_OWN, 2e-3, 4, 1},
     {"f16-gemm", GC_F16, 1, 0, GC_IMPL_OWN, 1e-2, 0, 0, 1},   /* 1x1 stride 1: the GEMM route */
@@ -409,10 +456,11 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
         return;
     }
     gc_set_allow_tf32(cf.tf32);
-    gc_conv2d_debug_path = cf.path;
-    gc_conv2d_debug_stages = gc_conv2d_debug_wg_stages = cf.stages;
-    gc_conv2d_debug_nosplit = cf.nosplit;
-    gc_conv2d_debug_gemm = cf.gemm;
+    if (cf.gemm) force_route(cf.gemm);
+    else force_kernel(cf.path);
+    force(GC_VP_CUDA_CONV2D_MMA_STAGES, cf.stages);
+    force(GC_VP_CUDA_CONV2D_WGRAD_MMA_STAGES, cf.stages);
+    force(GC_VP_CUDA_CONV2D_MMA_SPLITS, cf.nosplit ? 1 : 0);
     const gc_dtype dt = cf.dt;
     /* the passes that must (7) / must not run through gc_cuda_gemm */
     const int plain1x1 = k.KH == 1 && k.KW == 1 && k.sh == 1 && k.sw == 1 && cf.impl == GC_IMPL_OWN;
@@ -464,7 +512,7 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
         report(cf.name, ci, "fwd", e, cf.tol, NULL);
         worst[0] = std::max(worst[0], e);
         if (check_route)
-            report(cf.name, ci, "fwd route", (gc_conv2d_debug_last_path == 7) == want_gemm ? 0.0 : 1.0, 0.0, NULL);
+            report(cf.name, ci, "fwd route", (gc_variant_last(GC_VP_CUDA_CONV2D_FWD) == GC_V_FWD_GEMM) == want_gemm ? 0.0 : 1.0, 0.0, NULL);
     }
     /* backward data */
     {
@@ -483,7 +531,7 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
             report(cf.name, ci, "bwd_data", e, cf.tol, NULL);
             worst[1] = std::max(worst[1], e);
             if (check_route)
-                report(cf.name, ci, "bwdD route", (gc_conv2d_debug_last_bwd_path == 7) == want_gemm ? 0.0 : 1.0,
+                report(cf.name, ci, "bwdD route", (gc_variant_last(GC_VP_CUDA_CONV2D_BWD_DATA) == GC_V_BWDD_GEMM) == want_gemm ? 0.0 : 1.0,
                        0.0, NULL);
         }
     }
@@ -513,7 +561,7 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
                 worst[2] = std::max(worst[2], e);
                 if (check_route)
                     report(cf.name, ci, "bwdF route",
-                           (gc_conv2d_debug_last_wgrad_path == 7) == want_gemm ? 0.0 : 1.0, 0.0, NULL);
+                           (gc_variant_last(GC_VP_CUDA_CONV2D_WGRAD) == GC_V_WGRAD_GEMM) == want_gemm ? 0.0 : 1.0, 0.0, NULL);
                 if (k.db) {
                     e = rel_err(to_float(hb, nb, dt), rdb);
                     report(cf.name, ci, "db", e, cf.tol, NULL);
@@ -531,10 +579,7 @@ static void test_case(int ci, const conv_case &k, const config &cf, double *wors
 out:
     gx.release(); gw.release(); gb.release(); dy_.release(); y_.release();
     dx_.release(); dw_.release(); db_.release();
-    gc_conv2d_debug_path = 0;
-    gc_conv2d_debug_stages = gc_conv2d_debug_wg_stages = 0;
-    gc_conv2d_debug_nosplit = 0;
-    gc_conv2d_debug_gemm = 0;
+    force_none();
 }
 
 /* fwd + bwd_data + bwd_filter captured into one CUDA graph and replayed must give the
@@ -602,7 +647,7 @@ static void test_graph(gc_dtype dt, int tf32)
 }
 
 /* ------------------------------------------------------------------ Hopper wgmma forward
- * Forced path 4 (conv2d_wgmma.cu), each kernel (variant 1 im2col, 2 halo) on the shapes
+ * Forced wgmma (conv2d_wgmma.cu), each kernel (variant 1 im2col, 2 halo) on the shapes
  * it takes, f16 and bf16, against the float64 reference (every output when the reference
  * is cheap, else the first and last two tiles and every 61st row), against the mma.sync
  * path (every output, both NaN-poisoned), against itself with the shortest ring on 3
@@ -635,8 +680,8 @@ static void ref_fwd_rows(const gc_conv2d_geom &g, const float *x, const float *w
     }
 }
 
-/* The data gradient on the halo kernel (forced path 4) against the float64 reference
- * (when cheap) and against the mma.sync kernel (path 2, every output, both NaN-poisoned);
+/* The data gradient on the halo kernel (forced wgmma) against the float64 reference
+ * (when cheap) and against the mma.sync kernel (forced mma, every output, both NaN-poisoned);
  * layers whose weight slice and halo do not fit are skipped (GC_ERR_UNSUPPORTED). */
 static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const gc_conv2d_geom &g,
                                 const std::vector<float> &w, dbuf &gw, double *worst)
@@ -660,13 +705,13 @@ static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const g
         gc_tensor tdx = gc_tensor_make(dx.p, dt, 4, sx);
         gc_tensor *out[1] = {&tdx};
         dx.poison();
-        gc_conv2d_debug_path = path;
+        force_kernel(path);
         gc_status st = run_op(GC_OP_CONV2D_BWD_DATA, in, 2, out, 1, &p);
-        gc_conv2d_debug_path = 0;
+        force_kernel(K_AUTO);
         if (st == GC_OK) CK(cudaDeviceSynchronize());
         return st;
     };
-    gc_status st = run(dx4, 4);
+    gc_status st = run(dx4, K_WGMMA);
     if (st == GC_ERR_UNSUPPORTED && strstr(gc_last_error(), "do not fit")) {
         printf("  skip halo-bwd case %2d %-4s %s: %s\n", ci, dn, what, gc_last_error());
         gc_clear_error();
@@ -682,7 +727,7 @@ static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const g
             report(dn, ci, "halo-bwd-ref", e, 1e-2, what);
             worst[0] = std::max(worst[0], e);
         }
-        if ((st = run(dx2, 2))) {
+        if ((st = run(dx2, K_MMA))) {
             printf("  FAIL halo-bwd case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
             g_fail++;
         } else {
@@ -695,8 +740,9 @@ static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const g
             worst[1] = std::max(worst[1], e2);
         }
         /* the automatic choice takes it for layers with a tile per SM */
-        if (run(dx2, 0) == GC_OK && g.N * g.H * g.W >= 128 * (int64_t)g_sms)
-            report(dn, ci, "auto->halo-bwd", gc_conv2d_debug_last_bwd_path == 4 ? 0.0 : 1.0, 0.0, what);
+        if (run(dx2, K_AUTO) == GC_OK && g.N * g.H * g.W >= 128 * (int64_t)g_sms)
+            report(dn, ci, "auto->halo-bwd", gc_variant_last(GC_VP_CUDA_CONV2D_BWD_DATA) == GC_V_BWDD_WGMMA ? 0.0 : 1.0,
+                   0.0, what);
     }
     gdy.release(); dx4.release(); dx2.release();
 }
@@ -704,6 +750,7 @@ static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const g
 /* variant: 1 the im2col kernel, 2 the halo kernel (conv2d_wgmma.cu) */
 static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *worst, int variant)
 {
+    const int wv = variant == 2 ? GC_V_FWDWG_HALO : GC_V_FWDWG_IM2COL; /* cuda.conv2d.fwd_wgmma */
     const char *dn = gc_dtype_name(dt);
     gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN};
     gc_conv2d_geom g;
@@ -737,21 +784,18 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
         gc_tensor ty = gc_tensor_make(y.p, dt, 4, sy);
         gc_tensor *fout[1] = {&ty};
         y.poison();
-        gc_conv2d_debug_path = path;
-        gc_conv2d_debug_wgmma_stages = stages;
-        gc_conv2d_debug_wgmma_blocks = blocks;
-        gc_conv2d_debug_wgmma_variant = path == 4 ? variant : 0;
+        force_kernel(path);
+        force(GC_VP_CUDA_CONV2D_WGMMA_STAGES, stages);
+        force(GC_VP_CUDA_CONV2D_WGMMA_BLOCKS, blocks);
+        force(GC_VP_CUDA_CONV2D_FWD_WGMMA, path == K_WGMMA ? wv : GC_V_FWDWG_AUTO);
         gc_status st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
-        gc_conv2d_debug_path = 0;
-        gc_conv2d_debug_wgmma_stages = 0;
-        gc_conv2d_debug_wgmma_blocks = 0;
-        gc_conv2d_debug_wgmma_variant = 0;
+        force_none();
         if (st == GC_OK) CK(cudaDeviceSynchronize());
         return st;
     };
     const char *vn = variant == 2 ? "halo" : "im2col";
     char lab[32];
-    gc_status st = run(y4, 4, 0, 0);
+    gc_status st = run(y4, K_WGMMA, 0, 0);
     /* the halo kernel needs the weight slice and two halo stages in shared memory */
     if (st == GC_ERR_UNSUPPORTED && variant == 2 && g.KH * g.KW * g.C / 64 > 12) {
         printf("  skip halo case %2d %-4s %s: %s\n", ci, dn, what, gc_last_error());
@@ -788,7 +832,7 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
         report(dn, ci, lab, e, 1e-2, buf);
         worst[0] = std::max(worst[0], e);
         /* the mma.sync path on the same inputs, every output */
-        if ((st = run(y2, 2, 0, 0))) {
+        if ((st = run(y2, K_MMA, 0, 0))) {
             printf("  FAIL wgmma case %2d %-4s %s: mma.sync path: %s\n", ci, dn, what, gc_last_error());
             g_fail++;
         } else {
@@ -804,7 +848,7 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
         /* the shortest ring (3 stages; 2 for the halo kernel), 3 blocks per column
          * tile (several tiles per block: ring wrap, consumer hand-over, staging reuse):
          * the same sums in the same order */
-        if ((st = run(y3, 4, variant == 2 ? 2 : 3, 3))) {
+        if ((st = run(y3, K_WGMMA, variant == 2 ? 2 : 3, 3))) {
             printf("  FAIL %s case %2d %-4s %s: short ring, 3 blocks: %s\n", vn, ci, dn, what, gc_last_error());
             g_fail++;
         } else {
@@ -813,8 +857,9 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             report(dn, ci, lab, memcmp(a.data(), c.data(), ny * es) ? 1.0 : 0.0, 0.0, what);
         }
         /* auto dispatch takes wgmma where it is wanted (big enough) */
-        if ((st = run(y3, 0, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
-            report(dn, ci, "auto->wgmma", gc_conv2d_debug_last_path == 4 ? 0.0 : 1.0, 0.0, what);
+        if ((st = run(y3, K_AUTO, 0, 0)) == GC_OK && M >= 128 * (int64_t)g_sms) {
+            report(dn, ci, "auto->wgmma", gc_variant_last(GC_VP_CUDA_CONV2D_FWD) == GC_V_FWD_WGMMA ? 0.0 : 1.0, 0.0,
+                   what);
         }
         /* graph capture of the forced path, replayed == eager */
         if (ci == 1) {
@@ -824,13 +869,12 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             cudaGraph_t graph = NULL;
             cudaGraphExec_t exec = NULL;
             int ok = 0;
-            gc_conv2d_debug_path = 4;
-            gc_conv2d_debug_wgmma_variant = variant;
+            force_kernel(K_WGMMA);
+            force(GC_VP_CUDA_CONV2D_FWD_WGMMA, wv);
             CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
             st = run_op(GC_OP_CONV2D_FWD, fin, 3, fout, 1, &p);
             cudaError_t ce = cudaStreamEndCapture(g_stream, &graph);
-            gc_conv2d_debug_path = 0;
-            gc_conv2d_debug_wgmma_variant = 0;
+            force_none();
             if (st == GC_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
                 CK(cudaGraphLaunch(exec, g_stream));
                 CK(cudaStreamSynchronize(g_stream));
@@ -877,9 +921,9 @@ static void test_wgmma_refusals(void)
         const gc_tensor *in[3] = {&tx, &tw, &tb};
         gc_tensor *out[1] = {&ty};
         gc_set_allow_tf32(1);
-        gc_conv2d_debug_path = 4;
+        force_kernel(K_WGMMA);
         gc_status st = run_op(GC_OP_CONV2D_FWD, in, 3, out, 1, &p);
-        gc_conv2d_debug_path = 0;
+        force_kernel(K_AUTO);
         (void)cudaGetLastError();
         g_checks++;
         const int ok = st == GC_ERR_UNSUPPORTED && cudaDeviceSynchronize() == cudaSuccess;
@@ -900,7 +944,7 @@ static void run_wgmma_tests(void)
         return;
     }
     const int n = (int)(sizeof g_wg_cases / sizeof g_wg_cases[0]);
-    printf("wgmma forward (forced path 4): %d cases x f16, bf16; vs float64 reference, vs mma.sync, "
+    printf("wgmma forward (forced): %d cases x f16, bf16; vs float64 reference, vs mma.sync, "
            "3-stage ring, graph\n", n);
     const gc_dtype dts[2] = {GC_F16, GC_BF16};
     for (int variant = 1; variant <= 2; variant++)
@@ -1050,27 +1094,26 @@ static void sweep_stages(gc_dtype dt, double flops, F1 &fwd, F2 &bwdd, F3 &bwdf)
 {
     const char *dn = dt == GC_F32 ? "tf32" : (dt == GC_F16 ? "f16" : "bf16");
     printf("  stage sweep (IG_KB=%d) %s:", IG_KB_BUILD, dn);
-    gc_conv2d_debug_path = 2; /* the mma.sync kernel (auto takes wgmma for this layer on Hopper) */
+    force_kernel(K_MMA); /* the mma.sync kernel (auto takes wgmma for this layer on Hopper) */
     for (int st = 3; st <= 6; st++) {
         if ((size_t)st * (128 + 64) * (IG_KB_BUILD + 16) > g_optin) break;
-        gc_conv2d_debug_stages = st;
+        force(GC_VP_CUDA_CONV2D_MMA_STAGES, st);
         double vf = time_ms(fwd, 10), vd = time_ms(bwdd, 10);
         printf("  ig%d fwd %.0f bwdD %.0f TF;", st, flops / vf / 1e9, flops / vd / 1e9);
     }
-    gc_conv2d_debug_path = 0;
-    gc_conv2d_debug_stages = 0;
+    force_none();
     for (int st = 3; st <= 6; st++) {
-        gc_conv2d_debug_wg_stages = st;
+        force(GC_VP_CUDA_CONV2D_WGRAD_MMA_STAGES, st);
         double vb = time_ms(bwdf, 10);
         printf("  wg%d %.0f TF;", st, flops / vb / 1e9);
     }
-    gc_conv2d_debug_wg_stages = 0;
+    force_none();
     printf("\n");
     fflush(stdout);
 }
 
 /* The forward of the 3x3 64->64 56x56 batch-64 'same' layer (no bias, linear) through
- * each path: wgmma (forced path 4, then its ring depths), mma.sync (forced path 2), what
+ * each path: wgmma (forced, then its ring depths), mma.sync (forced), what
  * the automatic choice runs, and cuDNN; f16 and bf16. The last lines are the summary. */
 static void run_wgmma_bench(void)
 {
@@ -1111,15 +1154,14 @@ static void run_wgmma_bench(void)
         auto timed = [&](int path, gc_impl impl, int stages, int variant, double *tf) -> int {
             err = GC_OK;
             p.impl = impl;
-            gc_conv2d_debug_path = path;
-            gc_conv2d_debug_wgmma_stages = stages;
-            gc_conv2d_debug_wgmma_variant = variant;
+            force_kernel(path);
+            force(GC_VP_CUDA_CONV2D_WGMMA_STAGES, stages);
+            force(GC_VP_CUDA_CONV2D_FWD_WGMMA,
+                  variant == 2 ? GC_V_FWDWG_HALO : variant == 1 ? GC_V_FWDWG_IM2COL : GC_V_FWDWG_AUTO);
             double t = 1;
             if (getenv("NCU1")) { fwd(0); CK(cudaStreamSynchronize(g_stream)); } /* one launch each, for ncu */
             else t = time_ms(fwd, 15);
-            gc_conv2d_debug_path = 0;
-            gc_conv2d_debug_wgmma_stages = 0;
-            gc_conv2d_debug_wgmma_variant = 0;
+            force_none();
             p.impl = GC_IMPL_OWN;
             if (err) {
                 printf("  %-5s path %d impl %d: error: %s\n", dn, path, (int)impl, gc_last_error());
@@ -1129,34 +1171,34 @@ static void run_wgmma_bench(void)
             *tf = flops / t / 1e9;
             char label[48];
             if (impl == GC_IMPL_VENDOR) snprintf(label, sizeof label, "cuDNN");
-            else if (path == 4 && stages)
+            else if (path == K_WGMMA && stages)
                 snprintf(label, sizeof label, "%s, <= %d stages", variant == 2 ? "halo" : "im2col", stages);
-            else if (path == 4) snprintf(label, sizeof label, "%s", variant == 2 ? "wgmma halo" : "wgmma im2col");
-            else if (path == 2) snprintf(label, sizeof label, "mma.sync");
+            else if (path == K_WGMMA) snprintf(label, sizeof label, "%s", variant == 2 ? "wgmma halo" : "wgmma im2col");
+            else if (path == K_MMA) snprintf(label, sizeof label, "mma.sync");
             else snprintf(label, sizeof label, "auto");
             printf("  %-5s %-22s %8.1f us %7.1f TFLOP/s\n", dn, label, t * 1e3, *tf);
             fflush(stdout);
             return 1;
         };
         double twg = 0, twt = 0, tmma = 0, tauto = 0, tcd = 0;
-        timed(4, GC_IMPL_OWN, 0, 1, &twg);
-        timed(4, GC_IMPL_OWN, 0, 2, &twt);
-        timed(2, GC_IMPL_OWN, 0, 0, &tmma);
-        timed(0, GC_IMPL_OWN, 0, 0, &tauto);
+        timed(K_WGMMA, GC_IMPL_OWN, 0, 1, &twg);
+        timed(K_WGMMA, GC_IMPL_OWN, 0, 2, &twt);
+        timed(K_MMA, GC_IMPL_OWN, 0, 0, &tmma);
+        timed(K_AUTO, GC_IMPL_OWN, 0, 0, &tauto);
         fwd(0);
         CK(cudaStreamSynchronize(g_stream));
-        const int auto_path = gc_conv2d_debug_last_path;
-        if (gc_conv2d_vendor_available()) timed(0, GC_IMPL_VENDOR, 0, 0, &tcd);
+        const char *auto_path = last_name(GC_VP_CUDA_CONV2D_FWD);
+        if (gc_conv2d_vendor_available()) timed(K_AUTO, GC_IMPL_VENDOR, 0, 0, &tcd);
         for (int st = 3; st <= 8 && twg > 0; st += 5) {
             double t = 0;
-            timed(4, GC_IMPL_OWN, st, 1, &t);
+            timed(K_WGMMA, GC_IMPL_OWN, st, 1, &t);
         }
         for (int st = 2; st <= 4 && twt > 0; st++) {
             double t = 0;
-            timed(4, GC_IMPL_OWN, st, 2, &t);
+            timed(K_WGMMA, GC_IMPL_OWN, st, 2, &t);
         }
         const double best = twt > twg ? twt : twg;
-        /* the data gradient of the same layer: halo (path 4), mma.sync (path 2), cuDNN */
+        /* the data gradient of the same layer: halo (forced wgmma), mma.sync (forced mma), cuDNN */
         double bwd[3] = {0, 0, 0};
         {
             dbuf dy, dx;
@@ -1165,16 +1207,16 @@ static void run_wgmma_bench(void)
             gc_tensor tdy = gc_tensor_make(dy.p, dt, 4, sy), tdx = gc_tensor_make(dx.p, dt, 4, sx);
             const gc_tensor *din[2] = {&tdy, &tw};
             gc_tensor *dout[1] = {&tdx};
-            const int paths[3] = {4, 2, 0};
+            const int kernels[3] = {K_WGMMA, K_MMA, K_AUTO};
             const char *names[3] = {"bwd_data halo", "bwd_data mma.sync", "bwd_data cuDNN"};
             for (int k = 0; k < 3; k++) {
                 p.impl = k == 2 ? GC_IMPL_VENDOR : GC_IMPL_OWN;
                 if (k == 2 && !gc_conv2d_vendor_available()) continue;
-                gc_conv2d_debug_path = paths[k];
+                force_kernel(kernels[k]);
                 gc_status st = GC_OK;
                 double t = time_ms([&](int) { gc_status e = run_op(GC_OP_CONV2D_BWD_DATA, din, 2, dout, 1, &p);
                                               if (e && !st) st = e; }, 15);
-                gc_conv2d_debug_path = 0;
+                force_kernel(K_AUTO);
                 p.impl = GC_IMPL_OWN;
                 if (st) {
                     printf("  %-5s %s: error: %s\n", dn, names[k], gc_last_error());
@@ -1187,7 +1229,7 @@ static void run_wgmma_bench(void)
             dy.release(); dx.release();
         }
         snprintf(summary[di], sizeof summary[di],
-                 "%-5s fwd TFLOP/s: halo %.1f | im2col %.1f | mma.sync %.1f | auto (path %d) %.1f | cuDNN %.1f | "
+                 "%-5s fwd TFLOP/s: halo %.1f | im2col %.1f | mma.sync %.1f | auto (%s) %.1f | cuDNN %.1f | "
                  "best/cuDNN %.2f; bwd_data: halo %.1f | mma.sync %.1f | cuDNN %.1f",
                  dn, twt, twg, tmma, auto_path, tauto, tcd, tcd > 0 ? best / tcd : 0.0, bwd[0], bwd[1], bwd[2]);
         for (int s = 0; s < NSETS; s++) { x[s].release(); y[s].release(); }
@@ -1387,7 +1429,7 @@ static void run_resnet_bench(void)
                 const int impl = var == 1;
                 if (impl == 1 && !gc_conv2d_vendor_available()) continue;
                 if (var >= 2 && !plain1x1) continue;
-                gc_conv2d_debug_gemm = var == 2 ? 2 : var == 3 ? 1 : 0;
+                force_route(var == 2 ? 2 : var == 3 ? 1 : 0);
                 gc_conv2d_params p = p0;
                 p.impl = (gc_impl)impl;
                 gc_tensor tw = gc_tensor_make(w.p, dt, 4, sw), tdw = gc_tensor_make(dw.p, dt, 4, sw);
@@ -1415,12 +1457,12 @@ static void run_resnet_bench(void)
                     if (st && !err) err = st;
                 };
                 double tf = time_ms(fwd, 10);
-                const int pf = gc_conv2d_debug_last_path;
+                const char *pf = last_name(GC_VP_CUDA_CONV2D_FWD);
                 double td = time_ms(bwdd, 10);
-                const int pd = gc_conv2d_debug_last_bwd_path;
+                const char *pd = last_name(GC_VP_CUDA_CONV2D_BWD_DATA);
                 double tb = time_ms(bwdf, 10);
-                const int pw = gc_conv2d_debug_last_wgrad_path;
-                gc_conv2d_debug_gemm = 0;
+                const char *pw = last_name(GC_VP_CUDA_CONV2D_WGRAD);
+                force_route(0);
                 const char *vname = var == 1 ? "cudnn" : var == 2 ? "conv" : var == 3 ? "gemm" : "ours";
                 if (err) {
                     printf("%-24s %-5s %-6s error: %s\n", L.name, dnames[di], vname, gc_last_error());
@@ -1432,7 +1474,7 @@ static void run_resnet_bench(void)
                     printf("%-24s %-5s %-6s %9.3f %9.3f %9.3f %9.3f |             | %8.1f\n", L.name, dnames[di],
                            "cudnn", tf, td, tb, tt, 3 * flops / tt / 1e9);
                 else
-                    printf("%-24s %-5s %-6s %9.3f %9.3f %9.3f %9.3f |   %d / %d / %d   | %8.1f\n", L.name, dnames[di],
+                    printf("%-24s %-5s %-6s %9.3f %9.3f %9.3f %9.3f | %s / %s / %s | %8.1f\n", L.name, dnames[di],
                            vname, tf, td, tb, tt, pf, pd, pw, 3 * flops / tt / 1e9);
             }
             for (int s = 0; s < 2; s++) { x[s].release(); dy[s].release(); y[s].release(); dx[s].release(); }
@@ -1443,9 +1485,9 @@ static void run_resnet_bench(void)
 }
 
 /* ------------------------------------------------------------------ Hopper wgmma weight gradient
- * conv2d_wgmma_wgrad.cu forced (gc_conv2d_debug_wgrad = 1): NaN-poisoned dw / db against
+ * conv2d_wgmma_wgrad.cu forced (cuda.conv2d.wgrad=wgmma): NaN-poisoned dw / db against
  * the float64 reference (sampled rows when the reference is expensive), against the
- * mma.sync kernel on the same inputs (gc_conv2d_debug_wgrad = 2, GEMM route off), bitwise
+ * mma.sync kernel on the same inputs (cuda.conv2d.wgrad=mma: no GEMM route), bitwise
  * repeatable, every block variant and split / ring overrides (vs the reference), one
  * graph capture (replay == eager bitwise); refusals come back GC_ERR_UNSUPPORTED. */
 static const conv_case g_wgw_cases[] = {
@@ -1510,14 +1552,12 @@ static void test_wgrad_case(int ci, const conv_case &k, gc_dtype dt, double *wor
         gc_tensor *out[2] = {&tdw, &tdb};
         dw.poison();
         db.poison();
-        gc_conv2d_debug_wgrad = mode;
-        gc_conv2d_debug_gemm = mode == 2 ? 2 : 0;
-        gc_conv2d_debug_wgrad_variant = variant;
-        gc_conv2d_debug_wgrad_splits = splits;
-        gc_conv2d_debug_wgrad_stages = stages;
+        force(GC_VP_CUDA_CONV2D_WGRAD, mode == 1 ? GC_V_WGRAD_WGMMA : mode == 2 ? GC_V_WGRAD_MMA : GC_V_WGRAD_AUTO);
+        force(GC_VP_CUDA_CONV2D_WGRAD_WGMMA, variant); /* 1..16 = ds1..xa4, the kernel's numbering */
+        force(GC_VP_CUDA_CONV2D_WGRAD_WGMMA_SPLITS, splits);
+        force(GC_VP_CUDA_CONV2D_WGRAD_WGMMA_STAGES, stages);
         gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
-        gc_conv2d_debug_wgrad = gc_conv2d_debug_gemm = 0;
-        gc_conv2d_debug_wgrad_variant = gc_conv2d_debug_wgrad_splits = gc_conv2d_debug_wgrad_stages = 0;
+        force_none();
         if (st == GC_OK) CK(cudaDeviceSynchronize());
         return st;
     };
@@ -1600,11 +1640,11 @@ static void test_wgrad_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             cudaGraph_t graph = NULL;
             cudaGraphExec_t exec = NULL;
             int ok = 0;
-            gc_conv2d_debug_wgrad = 1;
+            force(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_WGMMA);
             CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
             st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
             cudaError_t ce = cudaStreamEndCapture(g_stream, &graph);
-            gc_conv2d_debug_wgrad = 0;
+            force_none();
             if (st == GC_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
                 CK(cudaGraphLaunch(exec, g_stream));
                 CK(cudaStreamSynchronize(g_stream));
@@ -1625,7 +1665,8 @@ static void test_wgrad_case(int ci, const conv_case &k, gc_dtype dt, double *wor
             !(g.KH == 1 && g.KW == 1 && pix > 65536) &&
             !(g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.C >= 128 && g.F >= 128) &&
             run(dwb, dbb, 0, 0, 0, 0) == GC_OK)
-            report(dn, ci, "auto->wgrad-wgmma", gc_conv2d_debug_last_wgrad_path == 8 ? 0.0 : 1.0, 0.0, what);
+            report(dn, ci, "auto->wgrad-wgmma", gc_variant_last(GC_VP_CUDA_CONV2D_WGRAD) == GC_V_WGRAD_WGMMA ? 0.0 : 1.0,
+                   0.0, what);
     }
 out:
     gx.release(); gdy.release(); dwa.release(); dba.release(); dwb.release(); dbb.release();
@@ -1656,9 +1697,9 @@ static void test_wgrad_refusals(void)
         const gc_tensor *in[2] = {&tx, &tdy};
         gc_tensor *out[2] = {&tdw, &tdb};
         gc_set_allow_tf32(1);
-        gc_conv2d_debug_wgrad = 1;
+        force(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_WGMMA);
         gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &p);
-        gc_conv2d_debug_wgrad = 0;
+        force_none();
         (void)cudaGetLastError();
         g_checks++;
         const int ok = st == GC_ERR_UNSUPPORTED && cudaDeviceSynchronize() == cudaSuccess;
@@ -1735,7 +1776,7 @@ static void run_wgrad_bench(void)
                     sb[1] = {g.F};
             gc_tensor tdw = gc_tensor_make(dw.p, dt, 4, sw), tnb = gc_tensor_make(NULL, dt, 1, sb);
             double t[4] = {0, 0, 0, 0};
-            int auto_path = 0;
+            const char *auto_path = "none";
             for (int var = 0; var < 4; var++) { /* 0 wgmma, 1 mma.sync, 2 auto, 3 cuDNN */
                 if (var == 3 && !gc_conv2d_vendor_available()) continue;
                 gc_conv2d_params pp = p;
@@ -1748,13 +1789,12 @@ static void run_wgrad_bench(void)
                     gc_status st = run_op(GC_OP_CONV2D_BWD_FILTER, in, 2, out, 2, &pp);
                     if (st && !err) err = st;
                 };
-                gc_conv2d_debug_wgrad = var == 0 ? 1 : var == 1 ? 2 : 0;
-                gc_conv2d_debug_gemm = var == 1 ? 2 : 0;
+                force(GC_VP_CUDA_CONV2D_WGRAD, var == 0 ? GC_V_WGRAD_WGMMA : var == 1 ? GC_V_WGRAD_MMA : GC_V_WGRAD_AUTO);
                 double ms = 1.0;
                 if (getenv("NCU1")) { bwdf(0); CK(cudaStreamSynchronize(g_stream)); } /* one launch each, for ncu */
                 else ms = time_ms(bwdf, 10);
-                if (var == 2) auto_path = gc_conv2d_debug_last_wgrad_path;
-                gc_conv2d_debug_wgrad = gc_conv2d_debug_gemm = 0;
+                if (var == 2) auto_path = last_name(GC_VP_CUDA_CONV2D_WGRAD);
+                force_none();
                 if (err) {
                     printf("  %s %s variant %d: error: %s\n", l.name, gc_dtype_name(dt), var, gc_last_error());
                     gc_clear_error();
@@ -1764,7 +1804,7 @@ static void run_wgrad_bench(void)
             }
             char plan[128];
             gc_conv2d_wgrad_wgmma_describe(&g_be, &g, plan, sizeof plan);
-            printf("%-24s %-5s %9.3f %9.3f %9.3f %9.3f | %7.0f %7.0f %7.0f | %d, %s\n", l.name, gc_dtype_name(dt), t[0],
+            printf("%-24s %-5s %9.3f %9.3f %9.3f %9.3f | %7.0f %7.0f %7.0f | %s, %s\n", l.name, gc_dtype_name(dt), t[0],
                    t[1], t[2], t[3], t[0] > 0 ? flops / t[0] / 1e9 : 0.0, t[1] > 0 ? flops / t[1] / 1e9 : 0.0,
                    t[2] > 0 ? flops / t[2] / 1e9 : 0.0, auto_path, plan);
             for (int v = 0; v < 4; v++) sum[di][v] += t[v] * l.reps;

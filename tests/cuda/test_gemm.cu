@@ -1,6 +1,7 @@
 /* test_gemm.cu -- standalone correctness test and benchmark of the CUDA GEMM paths.
  *
- * Links csrc/cuda/gemm*.cu with csrc/core/status.c and dtype.c only: the few backend
+ * Links csrc/cuda/gemm*.cu and tensor_map.cu with csrc/core/status.c, dtype.c and
+ * variants.c (the path is forced through the variant registry) only: the few backend
  * helpers of common.cuh (stream, device properties, workspace) are stubbed below over
  * one device, so the GEMM can be tested before / without the rest of the backend.
  *
@@ -36,6 +37,17 @@
 #include <string.h>
 #include <time.h>
 #include <vector>
+
+/* ------------------------------------------------------------------ the path, forced
+ * The variant point cuda.gemm.path (gpucmp_variants.h; core/variants.c is linked in): the
+ * stubbed backend registers without a probe, so every path may be forced and the GEMM
+ * itself refuses what this device cannot run. */
+static gc_status force_path(const char *name) { return gc_variant_force("cuda.gemm.path", name); }
+static const char *last_path(void)
+{
+    const int v = gc_variant_last(GC_VP_CUDA_GEMM_PATH);
+    return v ? gc_variant_point_at(GC_VP_CUDA_GEMM_PATH)->names[v] : "none";
+}
 
 /* ------------------------------------------------------------------ backend stubs */
 static cudaStream_t g_stream;
@@ -299,7 +311,7 @@ static void run_case(problem &p, int mode, const char *path, int via_op)
 {
     gc_set_allow_tf32(mode != MODE_F32);
     const int vendor = !strcmp(path, "vendor");
-    if (gc_cuda_gemm_force_path(vendor ? "auto" : path)) { printf("bad path %s\n", path); exit(2); }
+    if (force_path(vendor ? "auto" : path)) { printf("bad path %s\n", path); exit(2); }
     problem_reset_c(p);
     gc_status st;
     gc_gemm_desc d = problem_desc(p, vendor ? GC_IMPL_VENDOR : GC_IMPL_OWN);
@@ -324,7 +336,7 @@ static void run_case(problem &p, int mode, const char *path, int via_op)
     } else {
         st = gc_cuda_gemm(&g_be, &d);
     }
-    const char *taken = gc_cuda_gemm_last_path();
+    const char *taken = last_path();
     cudaError_t ce = cudaStreamSynchronize(g_stream);
     char what[256];
     snprintf(what, sizeof what, "%-4s %-6s->%-8s %s%s %5lldx%5lldx%5lld ld+%lld%s a=%.2g b=%.2g bias=%d act=%d",
@@ -410,7 +422,7 @@ static void correctness(int quick)
         problem_make(p, GC_F32, 0, 1, 512, 512, 512, 0, 0, combos[0]);
         gc_cuda_gemm_set_tf32_round(0);
         gc_set_allow_tf32(1);
-        gc_cuda_gemm_force_path("wgmma");
+        force_path("wgmma");
         problem_reset_c(p);
         gc_gemm_desc d = problem_desc(p, GC_IMPL_OWN);
         gc_status st = gc_cuda_gemm(&g_be, &d);
@@ -426,7 +438,7 @@ static void correctness(int quick)
     {
         problem p;
         problem_make(p, GC_BF16, 0, 0, 2048, 1024, 512, 0, 0, combos[1]);
-        gc_cuda_gemm_force_path("auto");
+        force_path("auto");
         gc_set_allow_tf32(1);
         gc_gemm_desc d = problem_desc(p, GC_IMPL_OWN);
         problem_reset_c(p);
@@ -452,13 +464,13 @@ static void correctness(int quick)
         }
         const int ok = err >= 0 && err <= 1e-2 && !bp;
         printf("%s graph capture (bf16 2048x1024x512 via %s): status %d/%d capture %s err %.3g\n",
-               ok ? "ok  " : "FAIL", gc_cuda_gemm_last_path(), (int)st, (int)st2,
+               ok ? "ok  " : "FAIL", last_path(), (int)st, (int)st2,
                cudaGetErrorString(ce), err);
         if (!ok) printf("     %s\n", gc_last_error());
         ok ? g_pass++ : g_fail++;
         problem_free(p);
     }
-    gc_cuda_gemm_force_path("auto");
+    force_path("auto");
 }
 
 /* ------------------------------------------------------------------ benchmark */
@@ -569,11 +581,11 @@ static void bench_square(void)
             d.alpha = 1; d.beta = 0; d.act = GC_ACT_LINEAR;
             gc_set_allow_tf32(r.mode != MODE_F32);
             gc_cuda_gemm_set_tf32_round(r.round);
-            gc_cuda_gemm_force_path(r.force);
+            force_path(r.force);
             gc_cuda_gemm_set_wgmma_multicast(r.mc);
             const int reps = (r.mode == MODE_F32 || !strcmp(r.force, "mma")) && n == 8192 ? 10 : 15;
             const float ms = time_gemm(d, 3, reps);
-            const char *path = gc_cuda_gemm_last_path();
+            const char *path = last_path();
             const double err = ms > 0 ? sample_check(d, 256) : -1;
             d.impl = GC_IMPL_VENDOR;
             float msv = -1;
@@ -586,7 +598,7 @@ static void bench_square(void)
             cudaFree(A); cudaFree(B); cudaFree(C);
         }
     }
-    gc_cuda_gemm_force_path("auto");
+    force_path("auto");
     gc_cuda_gemm_set_tf32_round(1);
     gc_cuda_gemm_set_wgmma_multicast(1);
     printf("wgmma persistent grid: %d clusters of 2 blocks resident\n", gc_cuda_gemm_wgmma_clusters(&g_be));
@@ -628,7 +640,7 @@ static void bench_cnn(void)
             d.bias = x.bias ? bias : NULL; d.alpha = 1; d.beta = 0; d.act = x.act;
             gc_set_allow_tf32(mode != MODE_F32);
             const float ms = time_gemm(d, 5, 50);
-            const char *path = gc_cuda_gemm_last_path();
+            const char *path = last_path();
             d.impl = GC_IMPL_VENDOR;
             const float msv = time_gemm(d, 5, 50);
             printf("%-26s %7lld %5lld %5lld %6s %9.1f %9.1f %7.0f%% %8s\n", x.name, (long long)x.M,
@@ -663,6 +675,7 @@ int main(int argc, char **argv)
     memset(&g_be, 0, sizeof g_be);
     g_be.name = "cuda";
     g_be.device_index = 0;
+    gc_variant_register_backend("cuda", NULL, 0);
     time_t now = time(NULL);
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
