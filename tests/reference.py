@@ -715,6 +715,218 @@ def slice_cols(x, offset, width, axis=-1):
 
 
 # =====================================================================================
+# recurrent layers: the sequential part of SimpleRNN / LSTM / GRU (rnn_fwd / rnn_bwd)
+# =====================================================================================
+# Written from RECURRENT_SPEC.md 1.1-1.3 (cells), 1.5 (Keras 3 hard_sigmoid), 1.6
+# (go_backwards: outputs in processing order), 1.8 (TF generic-path masking) and 1.12
+# (BPTT). xw = x.W + b for every step (B, T, G*u), U the recurrent kernel (u, G*u) in
+# Keras layout (gate blocks: LSTM i, f, c, o; GRU z, r, h), bh GRU reset_after's recurrent
+# bias (row 1 of Keras' (2, 3u) bias). Everything float64, one step at a time.
+
+RNN_GATES = {"simple": 1, "lstm": 4, "gru": 3, "gru_reset_before": 3}
+RNN_ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "hard_sigmoid")
+
+
+def _rnn_act(name, x):
+    if name == "tanh":
+        return np.tanh(x)
+    if name == "sigmoid":
+        return _sigmoid(x)
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "linear":
+        return x
+    if name == "hard_sigmoid":  # Keras 3 (tf.keras 2 had 0.2x + 0.5)
+        return np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+    raise ValueError(name)
+
+
+def _rnn_dact(name, x):
+    """d act / dx at the PRE-activation x."""
+    if name == "tanh":
+        return 1.0 - np.tanh(x) ** 2
+    if name == "sigmoid":
+        s = _sigmoid(x)
+        return s * (1.0 - s)
+    if name == "relu":
+        return (x > 0.0).astype(np.float64)
+    if name == "linear":
+        return np.ones_like(x)
+    if name == "hard_sigmoid":
+        return ((x > -3.0) & (x < 3.0)).astype(np.float64) / 6.0
+    raise ValueError(name)
+
+
+def _rnn_setup(xw, U, h0, c0, mask, bh, cell):
+    xw, U = _f64(xw), _f64(U)
+    B, T, Gu = xw.shape
+    u = U.shape[0]
+    G = RNN_GATES[cell]
+    assert Gu == G * u and U.shape == (u, G * u)
+    h0 = np.zeros((B, u)) if h0 is None else _f64(h0)
+    c0 = np.zeros((B, u)) if c0 is None else _f64(c0)
+    used = np.ones((B, T), bool) if mask is None else (_f64(mask) != 0.0)
+    bh = np.zeros(G * u) if bh is None else _f64(bh)
+    return xw, U, h0, c0, used, bh, B, T, u
+
+
+def _rnn_cell(cell, act, ract, x, h, c, U, bh, u):
+    """One step for all rows: (h_new, c_new, the values a backward needs)."""
+    if cell == "simple":
+        a = x + h @ U
+        hn = _rnn_act(act, a)
+        return hn, c, {"a": a, "hn": hn}
+    if cell == "lstm":
+        zz = x + h @ U
+        zi, zf, zg, zo = (zz[:, k * u:(k + 1) * u] for k in range(4))
+        i, f, g, o = _rnn_act(ract, zi), _rnn_act(ract, zf), _rnn_act(act, zg), _rnn_act(ract, zo)
+        cn = f * c + i * g
+        hn = o * _rnn_act(act, cn)
+        return hn, cn, {"zi": zi, "zf": zf, "zg": zg, "zo": zo, "i": i, "f": f, "g": g, "o": o, "cn": cn, "cp": c}
+    if cell == "gru":  # reset_after=True
+        m = h @ U + bh
+        xz, xr, xh = x[:, :u], x[:, u:2 * u], x[:, 2 * u:]
+        mz, mr, mh = m[:, :u], m[:, u:2 * u], m[:, 2 * u:]
+        az, ar = xz + mz, xr + mr
+        z, r = _rnn_act(ract, az), _rnn_act(ract, ar)
+        ah = xh + r * mh
+        hh = _rnn_act(act, ah)
+        hn = z * h + (1.0 - z) * hh
+        return hn, c, {"az": az, "ar": ar, "ah": ah, "z": z, "r": r, "hh": hh, "mh": mh}
+    if cell == "gru_reset_before":
+        xz, xr, xh = x[:, :u], x[:, u:2 * u], x[:, 2 * u:]
+        az, ar = xz + h @ U[:, :u], xr + h @ U[:, u:2 * u]
+        z, r = _rnn_act(ract, az), _rnn_act(ract, ar)
+        rh = r * h
+        ah = xh + rh @ U[:, 2 * u:]
+        hh = _rnn_act(act, ah)
+        hn = z * h + (1.0 - z) * hh
+        return hn, c, {"az": az, "ar": ar, "ah": ah, "z": z, "r": r, "hh": hh, "rh": rh}
+    raise ValueError(cell)
+
+
+def rnn_forward(xw, U, h0=None, c0=None, mask=None, bh=None, cell="lstm", activation="tanh",
+                recurrent_activation="sigmoid", go_backwards=False, sequences=False,
+                zero_output_for_mask=False):
+    """The recurrence of a Keras RNN layer after its input projection. Returns a dict:
+    y ((B, T, u) in processing order when sequences, else (B, u): the last emitted output),
+    h, c (the final states: after each row's last valid step), save (the list of the
+    (B, T, u) blocks rnn_fwd documents for the cell, in input order; block 0 = hprev)."""
+    xw, U, h, c, used, bh, B, T, u = _rnn_setup(xw, U, h0, c0, mask, bh, cell)
+    act, ract = activation, recurrent_activation
+    names = {"simple": ["hp", "hn"], "lstm": ["hp", "cp", "i", "f", "g", "o", "cn"],
+             "gru": ["hp", "z", "r", "hh", "mh"], "gru_reset_before": ["hp", "z", "r", "hh", "rh"]}[cell]
+    save = {n: np.zeros((B, T, u)) for n in names}
+    emitted = np.zeros((B, u))  # TF's prev_output starts as zeros
+    ys = np.zeros((B, T, u))
+    for k in range(T):
+        t = T - 1 - k if go_backwards else k  # the mask is reversed with the input
+        hn, cn, v = _rnn_cell(cell, act, ract, xw[:, t], h, c, U, bh, u)
+        v["hp"] = h
+        for n in names:
+            save[n][:, t] = v[n]
+        m = used[:, t][:, None]
+        out = np.where(m, hn, 0.0 if zero_output_for_mask else emitted)
+        h = np.where(m, hn, h)
+        c = np.where(m, cn, c)
+        emitted = out
+        ys[:, k] = out
+    return {"y": ys if sequences else emitted, "h": h, "c": c, "save": [save[n] for n in names]}
+
+
+def rnn_backward(xw, U, h0=None, c0=None, mask=None, bh=None, dy=None, dh_T=None, dc_T=None,
+                 cell="lstm", activation="tanh", recurrent_activation="sigmoid", go_backwards=False,
+                 sequences=False, zero_output_for_mask=False):
+    """BPTT of rnn_forward for the loss sum(dy * y) + sum(dh_T * h_T) + sum(dc_T * c_T).
+    Returns a dict: dxw (B, T, G*u) input order; dm (gru: the gradient of m = hprev.U + bh);
+    dh0, dc0; and the weight gradients the plan derives from them: dU, dbh (gru)."""
+    xw, U, h0_, c0_, used, bh_, B, T, u = _rnn_setup(xw, U, h0, c0, mask, bh, cell)
+    act, ract = activation, recurrent_activation
+    # forward again, keeping each step's values
+    h, c, steps = h0_, c0_, []
+    for k in range(T):
+        t = T - 1 - k if go_backwards else k
+        hn, cn, v = _rnn_cell(cell, act, ract, xw[:, t], h, c, U, bh_, u)
+        steps.append((t, h, c, v))
+        m = used[:, t][:, None]
+        h, c = np.where(m, hn, h), np.where(m, cn, c)
+    G = RNN_GATES[cell]
+    dxw = np.zeros((B, T, G * u))
+    dm = np.zeros((B, T, G * u))
+    dU = np.zeros_like(U)
+    dbh = np.zeros(G * u)
+    dh = np.zeros((B, u)) if dh_T is None else _f64(dh_T).copy()
+    dc = np.zeros((B, u)) if dc_T is None else _f64(dc_T).copy()
+    de = np.zeros((B, u))  # gradient of the carried emitted output
+    if dy is not None and not sequences:
+        de = _f64(dy).copy()
+    for k in range(T - 1, -1, -1):
+        t, hp, cp, v = steps[k]
+        if dy is not None and sequences:
+            de = de + _f64(dy)[:, k]
+        m = used[:, t][:, None]
+        # out = where(m, hn, emitted_prev or 0); h = where(m, hn, hp); c = where(m, cn, cp)
+        g = np.where(m, dh + de, 0.0)        # reaches hn
+        dcn = np.where(m, dc, 0.0)           # reaches cn
+        de = np.where(m, 0.0, 0.0 if zero_output_for_mask else de)
+        dh_pass = np.where(m, 0.0, dh)
+        dc_pass = np.where(m, 0.0, dc)
+        if cell == "simple":
+            da = g * _rnn_dact(act, v["a"])
+            dz = da
+            dhp = da @ U.T
+            dcp = np.zeros_like(dc)
+            dU += hp.T @ dz
+            dxw[:, t] = dz
+        elif cell == "lstm":
+            tc = _rnn_act(act, v["cn"])
+            do = g * tc
+            dcn = dcn + g * v["o"] * _rnn_dact(act, v["cn"])
+            di, dg, df = dcn * v["g"], dcn * v["i"], dcn * cp
+            dcp = dcn * v["f"]
+            dz = np.concatenate([di * _rnn_dact(ract, v["zi"]), df * _rnn_dact(ract, v["zf"]),
+                                 dg * _rnn_dact(act, v["zg"]), do * _rnn_dact(ract, v["zo"])], axis=1)
+            dhp = dz @ U.T
+            dU += hp.T @ dz
+            dxw[:, t] = dz
+        elif cell == "gru":
+            z, r, hh = v["z"], v["r"], v["hh"]
+            dhh = g * (1.0 - z)
+            dzv = g * (hp - hh)
+            dah = dhh * _rnn_dact(act, v["ah"])
+            dr = dah * v["mh"]
+            daz, dar = dzv * _rnn_dact(ract, v["az"]), dr * _rnn_dact(ract, v["ar"])
+            dmk = np.concatenate([daz, dar, dah * r], axis=1)
+            dxw[:, t] = np.concatenate([daz, dar, dah], axis=1)
+            dm[:, t] = dmk
+            dhp = g * z + dmk @ U.T
+            dcp = np.zeros_like(dc)
+            dU += hp.T @ dmk
+            dbh += dmk.sum(axis=0)
+        else:  # gru_reset_before
+            z, r, hh = v["z"], v["r"], v["hh"]
+            dhh = g * (1.0 - z)
+            dzv = g * (hp - hh)
+            dah = dhh * _rnn_dact(act, v["ah"])
+            drh = dah @ U[:, 2 * u:].T
+            dr = drh * hp
+            daz, dar = dzv * _rnn_dact(ract, v["az"]), dr * _rnn_dact(ract, v["ar"])
+            dzr = np.concatenate([daz, dar], axis=1)
+            dxw[:, t] = np.concatenate([daz, dar, dah], axis=1)
+            dhp = g * z + drh * r + dzr @ U[:, :2 * u].T
+            dcp = np.zeros_like(dc)
+            dU[:, :2 * u] += hp.T @ dzr
+            dU[:, 2 * u:] += v["rh"].T @ dah
+        dh = dh_pass + np.where(m, dhp, 0.0)
+        dc = dc_pass + np.where(m, dcp, 0.0)
+    out = {"dxw": dxw, "dh0": dh, "dc0": dc, "dU": dU}
+    if cell == "gru":
+        out["dm"] = dm
+        out["dbh"] = dbh
+    return out
+
+
+# =====================================================================================
 # numerical differentiation (to prove the backward functions above)
 # =====================================================================================
 

@@ -1548,6 +1548,9 @@ OP_CASES = {
     "concat": case_concat,
     "slice_cols": case_slice_cols,
 }
+# the recurrent ops' cases (rnn_fwd, rnn_bwd) live in tests/test_rnn_ops.py
+from test_rnn_ops import OP_CASES as _RNN_CASES  # noqa: E402
+OP_CASES.update(_RNN_CASES)
 
 
 def _matrix():

@@ -753,6 +753,161 @@ static gc_status v_slice_cols(const gc_op_call *c)
     return dtypes(c, -1);
 }
 
+/* ------------------------------------------------------------------ recurrent layers */
+
+int gc_rnn_gates(gc_rnn_cell cell)
+{
+    switch (cell) {
+    case GC_RNN_SIMPLE: return 1;
+    case GC_RNN_LSTM: return 4;
+    case GC_RNN_GRU:
+    case GC_RNN_GRU_RESET_BEFORE: return 3;
+    }
+    return 0;
+}
+
+int gc_rnn_save_blocks(gc_rnn_cell cell)
+{
+    switch (cell) {
+    case GC_RNN_SIMPLE: return 2;
+    case GC_RNN_LSTM: return 7;
+    case GC_RNN_GRU:
+    case GC_RNN_GRU_RESET_BEFORE: return 5;
+    }
+    return 0;
+}
+
+static const char *rnn_cell_name(gc_rnn_cell c)
+{
+    static const char *const n[4] = {"simple", "lstm", "gru", "gru_reset_before"};
+    return (unsigned)c < 4 ? n[c] : "?";
+}
+
+static gc_status rnn_params_ok(const gc_op_call *c, const gc_rnn_params *p)
+{
+    if ((unsigned)p->cell > (unsigned)GC_RNN_GRU_RESET_BEFORE)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: unknown cell %d (simple, lstm, gru, gru_reset_before)",
+                       gc_op_name(c->op), (int)p->cell);
+    if ((unsigned)p->act > (unsigned)GC_RNN_HARD_SIGMOID || (unsigned)p->recurrent_act > (unsigned)GC_RNN_HARD_SIGMOID)
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "%s: unknown activation %d / recurrent activation %d (tanh, sigmoid, relu, linear, "
+                       "hard_sigmoid)",
+                       gc_op_name(c->op), (int)p->act, (int)p->recurrent_act);
+    return GC_OK;
+}
+
+/* a present tensor of the call: (a) of the given shape, (b) of the storage dtype `dt`
+ * (float32 for the mask) */
+static gc_status rnn_want(const gc_op_call *c, const gc_tensor *t, const char *name, int nd, const int64_t *dims,
+                          gc_dtype dt)
+{
+    TRY(need(c, t, name));
+    int ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == dims[i];
+    if (!ok) {
+        char want[96];
+        size_t len = (size_t)snprintf(want, sizeof want, "(");
+        for (int i = 0; i < nd && len < sizeof want - 24; i++)
+            len += (size_t)snprintf(want + len, sizeof want - len, i ? ", %lld" : "%lld", (long long)dims[i]);
+        snprintf(want + len, sizeof want - len, nd == 1 ? ",)" : ")");
+        return gc_fail(GC_ERR_INVALID_ARG, "%s (%s): '%s' has shape %s, expected %s", gc_op_name(c->op),
+                       rnn_cell_name(((const gc_rnn_params *)c->params)->cell), name, shp(t).s, want);
+    }
+    if ((unsigned)t->dtype >= GC_DTYPE_COUNT || t->dtype != dt)
+        return gc_fail(GC_ERR_DTYPE, "%s: '%s' is %s but must be %s%s", gc_op_name(c->op), name,
+                       (unsigned)t->dtype < GC_DTYPE_COUNT ? gc_dtype_name(t->dtype) : "an unknown dtype",
+                       gc_dtype_name(dt),
+                       dt == GC_F32 && strcmp(name, "mask") == 0 ? " (the mask is always float32)"
+                                                                 : " (every float tensor of the call but the mask "
+                                                                   "shares one dtype)");
+    return GC_OK;
+}
+
+static gc_status rnn_only(const gc_op_call *c, const gc_tensor *t, const char *name, int allowed, const char *who)
+{
+    if (present(t) && !allowed)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' is given (shape %s) but the %s cell has none (%s only)",
+                       gc_op_name(c->op), name, shp(t).s,
+                       rnn_cell_name(((const gc_rnn_params *)c->params)->cell), who);
+    return GC_OK;
+}
+
+/* B, T, u > 0 and the storage dtype, from the tensor that defines them */
+static gc_status rnn_dims(const gc_op_call *c, const gc_tensor *t, const char *name, int64_t *B, int64_t *T,
+                          int64_t *u)
+{
+    if (*B < 1 || *T < 1 || *u < 1)
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "%s: '%s' has shape %s: batch (%lld), time steps (%lld) and units (%lld) must all be >= 1",
+                       gc_op_name(c->op), name, shp(t).s, (long long)*B, (long long)*T, (long long)*u);
+    if ((unsigned)t->dtype >= GC_DTYPE_COUNT || !is_float(t->dtype))
+        return gc_fail(GC_ERR_DTYPE, "%s: '%s' must be float32, float16 or bfloat16, got %s", gc_op_name(c->op),
+                       name, (unsigned)t->dtype < GC_DTYPE_COUNT ? gc_dtype_name(t->dtype) : "an unknown dtype");
+    return GC_OK;
+}
+
+static gc_status v_rnn_fwd(const gc_op_call *c)
+{
+    const gc_rnn_params *p = c->params;
+    TRY(rnn_params_ok(c, p));
+    const gc_tensor *xw = c->in[0], *U = c->in[1];
+    const int G = gc_rnn_gates(p->cell), S = gc_rnn_save_blocks(p->cell), lstm = p->cell == GC_RNN_LSTM;
+    TRY(need(c, xw, "xw")); TRY(need(c, U, "U"));
+    TRY(rank(c, xw, "xw", 3)); TRY(rank(c, U, "U", 2));
+    int64_t B = xw->shape[0], T = xw->shape[1], u = U->shape[0];
+    TRY(rnn_dims(c, xw, "xw", &B, &T, &u));
+    const gc_dtype dt = xw->dtype;
+    if (xw->shape[2] != G * u)
+        return gc_fail(GC_ERR_INVALID_ARG,
+                       "rnn_fwd (%s): 'xw' has shape %s: its last dim must be G*u = %d*%lld = %lld (u from 'U' %s)",
+                       rnn_cell_name(p->cell), shp(xw).s, G, (long long)u, (long long)(G * u), shp(U).s);
+    const int64_t dU[2] = {u, G * u}, dBu[2] = {B, u}, dBT[2] = {B, T}, dbh[1] = {G * u};
+    const int64_t dseq[3] = {B, T, u}, dsave[4] = {S, B, T, u};
+    TRY(rnn_want(c, U, "U", 2, dU, dt));
+    TRY(rnn_only(c, c->in[3], "c0", lstm, "lstm"));
+    TRY(rnn_only(c, c->in[5], "bh", p->cell == GC_RNN_GRU, "gru with reset_after"));
+    TRY(rnn_only(c, c->out[3], "c_T", lstm, "lstm"));
+    if (present(c->in[2])) TRY(rnn_want(c, c->in[2], "h0", 2, dBu, dt));
+    if (present(c->in[3])) TRY(rnn_want(c, c->in[3], "c0", 2, dBu, dt));
+    if (present(c->in[4])) TRY(rnn_want(c, c->in[4], "mask", 2, dBT, GC_F32));
+    if (present(c->in[5])) TRY(rnn_want(c, c->in[5], "bh", 1, dbh, dt));
+    TRY(rnn_want(c, c->out[0], "y", p->sequences ? 3 : 2, p->sequences ? dseq : dBu, dt));
+    if (present(c->out[1])) TRY(rnn_want(c, c->out[1], "save", 4, dsave, dt));
+    if (present(c->out[2])) TRY(rnn_want(c, c->out[2], "h_T", 2, dBu, dt));
+    if (present(c->out[3])) TRY(rnn_want(c, c->out[3], "c_T", 2, dBu, dt));
+    return GC_OK;
+}
+
+static gc_status v_rnn_bwd(const gc_op_call *c)
+{
+    const gc_rnn_params *p = c->params;
+    TRY(rnn_params_ok(c, p));
+    const gc_tensor *U = c->in[3], *save = c->in[4];
+    const int G = gc_rnn_gates(p->cell), S = gc_rnn_save_blocks(p->cell), lstm = p->cell == GC_RNN_LSTM;
+    TRY(need(c, save, "save")); TRY(need(c, U, "U"));
+    if (save->ndim != 4 || save->shape[0] != S)
+        return gc_fail(GC_ERR_INVALID_ARG, "rnn_bwd (%s): 'save' has shape %s, expected (%d, B, T, u)",
+                       rnn_cell_name(p->cell), shp(save).s, S);
+    int64_t B = save->shape[1], T = save->shape[2], u = save->shape[3];
+    TRY(rnn_dims(c, save, "save", &B, &T, &u));
+    const gc_dtype dt = save->dtype;
+    const int64_t dU[2] = {u, G * u}, dBu[2] = {B, u}, dBT[2] = {B, T}, dseq[3] = {B, T, u};
+    const int64_t dxw[3] = {B, T, G * u};
+    TRY(rnn_want(c, U, "U", 2, dU, dt));
+    TRY(rnn_only(c, c->in[2], "dc_T", lstm, "lstm"));
+    TRY(rnn_only(c, c->out[1], "dm", p->cell == GC_RNN_GRU, "gru with reset_after"));
+    TRY(rnn_only(c, c->out[3], "dc0", lstm, "lstm"));
+    if (present(c->in[0])) TRY(rnn_want(c, c->in[0], "dy", p->sequences ? 3 : 2, p->sequences ? dseq : dBu, dt));
+    if (present(c->in[1])) TRY(rnn_want(c, c->in[1], "dh_T", 2, dBu, dt));
+    if (present(c->in[2])) TRY(rnn_want(c, c->in[2], "dc_T", 2, dBu, dt));
+    if (present(c->in[5])) TRY(rnn_want(c, c->in[5], "mask", 2, dBT, GC_F32));
+    TRY(rnn_want(c, c->out[0], "dxw", 3, dxw, dt));
+    if (present(c->out[1])) TRY(rnn_want(c, c->out[1], "dm", 3, dxw, dt));
+    if (present(c->out[2])) TRY(rnn_want(c, c->out[2], "dh0", 2, dBu, dt));
+    if (present(c->out[3])) TRY(rnn_want(c, c->out[3], "dc0", 2, dBu, dt));
+    return GC_OK;
+}
+
 /* the shared rules, one name per op */
 static gc_status v_maxpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
 static gc_status v_avgpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }

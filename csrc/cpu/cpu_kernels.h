@@ -1,7 +1,7 @@
 /* cpu_kernels.h -- float32 kernels of the CPU backend and their op-table adapters.
  *
  * Each op family lives in one file (gemm.c, conv2d.c, pool2d.c, act.c, loss.c,
- * dropout.c, optim.c, metrics.c, cast.c, embedding.c, elementwise.c, norm.c,
+ * dropout.c, optim.c, metrics.c, cast.c, embedding.c, elementwise.c, norm.c, rnn.c,
  * layout.c). A file holds (1) raw float32 kernels (embedding_fwd: any element size)
  * with plain pointer arguments, usable from other kernels (conv2d calls
  * gc_cpu_sgemm), and (2) one adapter per op of GC_OP_LIST,

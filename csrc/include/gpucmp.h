@@ -208,6 +208,56 @@ typedef struct { int top, bottom, left, right; } gc_pad2d_params;
  * (concat's backward). */
 typedef struct { int64_t offset; } gc_slice_params;
 
+/* ---- recurrent layers (SimpleRNN / LSTM / GRU; RECURRENT_SPEC.md 1.1-1.3, 1.5-1.8, 1.12):
+ * only the sequential part of the layer. The plan computes the input projection of all
+ * steps as one GEMM, xw = x.W + b (Keras kernel layout (in, G*u), gate column blocks), and
+ * after the backward the weight gradients as GEMMs over all steps (below).
+ * G = gc_rnn_gates(cell) = 1, 4, 3, 3; gate order LSTM i, f, c, o; GRU z, r, h.
+ * Activations: SimpleRNN uses act; LSTM / GRU use act for the candidate and the cell
+ * output and recurrent_act for the gates (Keras defaults tanh / sigmoid).
+ * Time order: xw, mask, save, dxw and dm are in INPUT order (index t = the step that
+ * consumes x[:, t]); with go_backwards the loop runs t = T-1 .. 0 and y (sequences) is in
+ * PROCESSING order as Keras returns it: y[:, k] is the output after consuming x[:, T-1-k].
+ * Masking is Keras' generic path (1.8): a masked (row, step) carries every state over;
+ * its emitted output is the previous emitted output (zeros before the first valid step),
+ * or 0 with zero_output_for_mask; y (not sequences) is the last emitted output; h_T / c_T
+ * the states after the last valid step (the initial state for a fully masked row). Any
+ * mask pattern. Compute and the carried states are float32; storage float32, float16 or
+ * bfloat16, one dtype for every float tensor of a call except mask (always float32).
+ *
+ * rnn_fwd: in xw (B, T, G*u); U (u, G*u) the recurrent kernel (Keras layout); h0 (B, u)
+ *        optional (NULL = zeros); c0 (B, u) optional, LSTM only; mask (B, T) float32
+ *        optional (nonzero = step used; NULL = all used); bh (G*u,) optional, GRU
+ *        reset_after only: the recurrent bias b_h (row 1 of Keras' (2, 3u) bias).
+ *        out y (B, T, u) when sequences else (B, u); save (S, B, T, u) optional (NULL:
+ *        inference, nothing saved), S = gc_rnn_save_blocks(cell); h_T (B, u) optional;
+ *        c_T (B, u) optional, LSTM only. Every element of every output is written
+ *        (masked steps included: save holds the cell's values computed for every row).
+ *        save blocks, each (B, T, u), in input order; block 0 is always hprev (the h
+ *        state entering the step that consumes x[:, t]):
+ *          simple:           0 hprev, 1 hn = act(xw + hprev.U)  (the cell output)
+ *          lstm:             0 hprev, 1 cprev, 2 i, 3 f, 4 g (candidate), 5 o, 6 c_t
+ *          gru (reset_after):0 hprev, 1 z, 2 r, 3 hh (candidate), 4 m_h = hprev.U_h + bh_h
+ *          gru_reset_before: 0 hprev, 1 z, 2 r, 3 hh, 4 rh = r * hprev
+ * rnn_bwd: in dy (y's shape, optional = zeros: the gradient of y in y's order); dh_T
+ *        (B, u) optional; dc_T (B, u) optional, LSTM only; U; save (from rnn_fwd); mask
+ *        (optional, as in the forward). out dxw (B, T, G*u) = d loss / d xw (the
+ *        pre-activation input parts), zeros for masked (row, step); dm (B, T, 3u) optional,
+ *        GRU reset_after only (NULL for the other cells, for which dm == dxw): d loss / d m
+ *        with m = hprev.U + bh (differs from dxw in the h block by the factor r); dh0
+ *        (B, u) optional; dc0 (B, u) optional, LSTM only. Through a masked (row, step) the
+ *        state gradients go straight to the previous states.
+ *        The plan then does, with hprev = save[0] viewed as (B*T, u):
+ *          dU = hprev^T . dxw   (gru reset_after: hprev^T . dm; gru_reset_before: the z, r
+ *               blocks hprev^T . dxw[..., :2u] and the h block save[4]^T . dxw[..., 2u:])
+ *          dW = x^T . dxw, db = sum dxw, dbh = sum dm, dx = dxw . W^T. */
+typedef enum { GC_RNN_SIMPLE = 0, GC_RNN_LSTM, GC_RNN_GRU /* reset_after=True */, GC_RNN_GRU_RESET_BEFORE } gc_rnn_cell;
+typedef enum { GC_RNN_TANH = 0, GC_RNN_SIGMOID, GC_RNN_RELU, GC_RNN_LINEAR,
+               GC_RNN_HARD_SIGMOID /* Keras 3: clip(x/6 + 0.5, 0, 1) */ } gc_rnn_act;
+typedef struct { gc_rnn_cell cell; gc_rnn_act act, recurrent_act; int go_backwards, sequences, zero_output_for_mask; } gc_rnn_params;
+int gc_rnn_gates(gc_rnn_cell cell);       /* G: 1, 4, 3, 3 (0 for an unknown cell) */
+int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2, 7, 5, 5 */
+
 /* ------------------------------------------------------------------ the op list
  * X(ENUM, name, params type, inputs, outputs) -- the one source of truth. */
 #define GC_OP_LIST(X)                                                        \
@@ -246,7 +296,10 @@ typedef struct { int64_t offset; } gc_slice_params;
     X(PAD2D_FWD, pad2d_fwd, gc_pad2d_params, 1, 1)                           \
     X(PAD2D_BWD, pad2d_bwd, gc_pad2d_params, 1, 1)                           \
     X(CONCAT, concat, gc_no_params, 8, 1)                                    \
-    X(SLICE_COLS, slice_cols, gc_slice_params, 1, 1)
+    X(SLICE_COLS, slice_cols, gc_slice_params, 1, 1)                         \
+    /* recurrent layers: {cpu,cuda}/rnn */                                   \
+    X(RNN_FWD, rnn_fwd, gc_rnn_params, 6, 4)                                 \
+    X(RNN_BWD, rnn_bwd, gc_rnn_params, 6, 4)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,

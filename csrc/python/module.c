@@ -243,6 +243,7 @@ typedef union {
     gc_batchnorm_params bn;
     gc_pad2d_params pad;
     gc_slice_params slice;
+    gc_rnn_params rnn;
     gc_no_params none;
 } any_params;
 
@@ -376,6 +377,21 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
         if (p_long(d, "offset", 0, &ll)) return -1;
         P->slice.offset = (int64_t)ll;
         return 0;
+    case GC_OP_RNN_FWD:
+    case GC_OP_RNN_BWD: {
+        static const char *const cells[4] = {"simple", "lstm", "gru", "gru_reset_before"};
+        static const char *const rnn_acts[5] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
+        int cell = 0, a = 0, ra = 0;
+        if (p_enum(d, "cell", cells, 4, 0, &cell) || p_enum(d, "activation", rnn_acts, 5, 0, &a) ||
+            p_enum(d, "recurrent_activation", rnn_acts, 5, 1, &ra) || p_bool(d, "go_backwards", 0, &P->rnn.go_backwards) ||
+            p_bool(d, "sequences", 0, &P->rnn.sequences) ||
+            p_bool(d, "zero_output_for_mask", 0, &P->rnn.zero_output_for_mask))
+            return -1;
+        P->rnn.cell = (gc_rnn_cell)cell;
+        P->rnn.act = (gc_rnn_act)a;
+        P->rnn.recurrent_act = (gc_rnn_act)ra;
+        return 0;
+    }
     case GC_OP_MUL:
     case GC_OP_CONCAT:
     case GC_OP_BIAS_GRAD:

@@ -1,7 +1,8 @@
 # ops.mk -- builds and runs tests/c/test_cpu_ops.c, the standalone smoke test of the CPU
 # float32 kernels other than GEMM (act, conv2d, pool2d, loss, dropout, optim, metrics),
 # tests/c/test_dyn.c (the optimizers' / dropout's dynamic values and the embedding
-# kernels at several thread counts) and tests/c/test_cpu_fast.c (the AVX-512 fast paths).
+# kernels at several thread counts), tests/c/test_cpu_fast.c (the AVX-512 fast paths) and
+# tests/c/test_rnn.c (the recurrent ops).
 # Why a separate file: these programs link a different subset of csrc/ than the GEMM
 # tests, and the tiny-tile builds need their own defines.
 # Included by tests/c/Makefile, which sets ROOT, BUILD, CC, CFLAGS, INC, HDRS, T and SAN:
@@ -27,11 +28,17 @@ OPS_SRC := $(addprefix $(ROOT)/csrc/cpu/,act.c conv2d.c pool2d.c loss.c dropout.
 OPS_GEMM := $(wildcard $(ROOT)/csrc/cpu/gemm*.c)
 OPS_DYN_SRC := $(addprefix $(ROOT)/csrc/cpu/,dropout.c optim.c embedding.c) \
                $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
+OPS_RNN_SRC := $(ROOT)/csrc/cpu/rnn.c $(addprefix $(ROOT)/csrc/core/,validate.c oplist.c status.c dtype.c geometry.c)
 # tiles of a few hundred floats and no minimum work for threading
 OPS_TINY := -DGC_CONV_TILE_BYTES=2048 -DGC_CONV_SHARED_TILE_BYTES=3000 -DGC_CONV_PAR_MIN_FLOPS=0
 
 ops-all: $(BUILD)/test_cpu_ops $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn \
-         $(BUILD)/test_cpu_fast $(BUILD)/test_cpu_fast_tiny
+         $(BUILD)/test_cpu_fast $(BUILD)/test_cpu_fast_tiny $(BUILD)/test_rnn
+
+# test_rnn: the recurrent ops (csrc/cpu/rnn.c) through validation and the adapters
+$(BUILD)/test_rnn: $(T)/test_rnn.c $(OPS_RNN_SRC) $(OPS_GEMM) $(HDRS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -g $(INC) $(OPS_RNN_SRC) $(OPS_GEMM) $(T)/test_rnn.c -lm -o $@
 
 $(BUILD)/test_dyn: $(T)/test_dyn.c $(OPS_DYN_SRC) $(HDRS)
 	@mkdir -p $(BUILD)
@@ -45,15 +52,17 @@ $(BUILD)/test_cpu_ops_tiny: $(T)/test_cpu_ops.c $(OPS_SRC) $(OPS_GEMM) $(HDRS)
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -g $(OPS_TINY) $(INC) $(OPS_SRC) $(OPS_GEMM) $(T)/test_cpu_ops.c -lm -o $@
 
-ops-check: $(BUILD)/test_cpu_ops $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn ops-fast
+ops-check: $(BUILD)/test_cpu_ops $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn $(BUILD)/test_rnn ops-fast
 	$(BUILD)/test_cpu_ops
 	OMP_NUM_THREADS=1 $(BUILD)/test_cpu_ops
 	$(BUILD)/test_cpu_ops_tiny
 	$(BUILD)/test_dyn
+	$(BUILD)/test_rnn
 
-ops-quick: $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn
+ops-quick: $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn $(BUILD)/test_rnn
 	$(BUILD)/test_cpu_ops_tiny --small
 	$(BUILD)/test_dyn --small
+	$(BUILD)/test_rnn --small
 
 ops-valgrind: $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn | no-valgrind-under-san
 	OMP_NUM_THREADS=2 GPUCMP_CPU_SIMD=fma valgrind --error-exitcode=1 -q $(BUILD)/test_cpu_ops_tiny --small
