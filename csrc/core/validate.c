@@ -445,6 +445,12 @@ static gc_status v_cast(const gc_op_call *c)
     if (gc_tensor_numel(c->in[0]) != gc_tensor_numel(c->out[0]))
         return gc_fail(GC_ERR_INVALID_ARG, "cast: 'y' %s must have as many elements as 'x' %s",
                        shp(c->out[0]).s, shp(c->in[0]).s);
+    if (c->out[0]->dtype == GC_I32) { /* float -> int32: truncation toward zero (ids) */
+        if ((unsigned)c->in[0]->dtype >= GC_DTYPE_COUNT || !is_float(c->in[0]->dtype))
+            return gc_fail(GC_ERR_DTYPE, "cast: an int32 'y' takes a float 'x', got %s",
+                           (unsigned)c->in[0]->dtype < GC_DTYPE_COUNT ? gc_dtype_name(c->in[0]->dtype) : "unknown");
+        return GC_OK;
+    }
     return dtypes(c, -1);
 }
 

@@ -1,4 +1,5 @@
-/* cast.cu -- the cast op on CUDA: every pair of f32 / f16 / bf16 storage dtypes.
+/* cast.cu -- the cast op on CUDA: every pair of f32 / f16 / bf16 storage dtypes, and
+ * float to int32 (truncation toward zero, as cpu/cast.c: Embedding's ids).
  *
  * Round to nearest even, NaN encoded as core/dtype.c does (gc_from_f, cast_ld), so a
  * cast gives the same bits on the CPU and the GPU. Eight elements per thread with vector accesses
@@ -49,6 +50,18 @@ static void launch(const gc_backend *be, int64_t n, const void *x, void *y)
         n, (const Ti *)x, (To *)y, vec);
 }
 
+/* float -> int32 as the CPU casts (cpu/cast.c): truncation toward zero, NaN and values
+ * outside the int32 range INT32_MIN */
+template <typename Ti>
+__global__ void __launch_bounds__(GC_CUDA_THREADS) cast_i32_kernel(int64_t n, const Ti *x, int32_t *y)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = cast_ld(x[i]);
+        y[i] = (v > -2147483648.0f && v < 2147483648.0f) ? (int32_t)v : INT32_MIN;
+    }
+}
+
 extern "C" gc_status gc_cuda_op_cast(const gc_backend *be, const gc_op_call *call)
 {
     gc_status st = gc_cuda_set_device(be);
@@ -62,6 +75,13 @@ extern "C" gc_status gc_cuda_op_cast(const gc_backend *be, const gc_op_call *cal
             GC_CUDA_TRY(cudaMemcpyAsync(y->data, x->data, (size_t)n * gc_dtype_size(x->dtype),
                                         cudaMemcpyDeviceToDevice, gc_cuda_stream(be)));
         return GC_OK;
+    }
+    if (y->dtype == GC_I32) {
+        GC_CUDA_DISPATCH_FLOAT(x->dtype, Ti, {
+            cast_i32_kernel<Ti><<<gc_cuda_map_grid(be, n), GC_CUDA_THREADS, 0, gc_cuda_stream(be)>>>(
+                n, (const Ti *)x->data, (int32_t *)y->data);
+        });
+        return gc_cuda_launch_check("cast");
     }
     GC_CUDA_DISPATCH_FLOAT(x->dtype, Ti, { GC_CUDA_DISPATCH_FLOAT(y->dtype, To, launch<Ti, To>(be, n, x->data, y->data)); });
     return gc_cuda_launch_check("cast");

@@ -35,6 +35,9 @@ typedef enum {
     GC_LAYER_BATCHNORM,   /* weights: gamma, beta (or NULL), moving_mean, moving_var;
                            * channels on the last axis; not trainable = inference mode */
     GC_LAYER_PAD2D,       /* zero padding of (H, W, C): pad = {top, bottom, left, right} */
+    GC_LAYER_EMBEDDING,   /* weights: embeddings (input_dim, D); input ids as float32 (T,) */
+    GC_LAYER_RNN,         /* SimpleRNN / LSTM / GRU over (T, in): weights kernel (in, G*u),
+                           * recurrent_kernel (u, G*u), bias (G*u,) -- GRU reset_after (2, 3u) */
     GC_LAYER_COUNT
 } gc_layer_kind;
 
@@ -43,6 +46,8 @@ typedef enum {
 /* weight slots by kind */
 enum { GC_W_KERNEL = 0, GC_W_BIAS = 1 };
 enum { GC_W_GAMMA = 0, GC_W_BETA = 1, GC_W_MOVING_MEAN = 2, GC_W_MOVING_VAR = 3 };
+enum { GC_W_EMBEDDINGS = 0 };
+enum { GC_W_RNN_KERNEL = 0, GC_W_RNN_RECURRENT = 1, GC_W_RNN_BIAS = 2 };
 
 typedef struct {
     gc_layer_kind kind;
@@ -62,6 +67,10 @@ typedef struct {
     int axis;                              /* concat: axis of the per-sample shape */
     int pad[4];                            /* pad2d: top, bottom, left, right */
     float epsilon, momentum;               /* batchnorm */
+    int64_t input_dim;                     /* embedding: rows of the table */
+    int rnn_cell;                          /* rnn: a gc_rnn_cell */
+    int rnn_act, rnn_recurrent_act;        /* rnn: gc_rnn_act of the candidate and the gates */
+    int go_backwards, return_sequences;    /* rnn */
     int trainable;                         /* snapshot taken at compile() */
     void *weights[GC_LAYER_MAX_WEIGHTS];   /* backend memory, float32; owned by caller */
     gc_dtype dtype;                        /* compute dtype (Keras' policy): activations and

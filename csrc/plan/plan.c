@@ -707,7 +707,7 @@ static gc_status analyse_gradients(gc_plan *p)
         }
         int g = l->trains;
         for (int k = 0; k < l->n_in; k++) {
-            l->in_grad[k] = p->L[l->in[k]].grad_needed;
+            l->in_grad[k] = !l->ops->raw_inputs && p->L[l->in[k]].grad_needed; /* ids: none */
             g |= l->in_grad[k];
         }
         l->grad_needed = g;
@@ -860,7 +860,7 @@ static gc_status alloc_casts_and_scratch(gc_plan *p)
         plan_node *l = &p->L[i];
         for (int k = 0; k < l->n_in; k++) {
             plan_node *src = &p->L[l->in[k]];
-            if (src->dt != l->dt && !l->ops->is_view)
+            if (src->dt != l->dt && !l->ops->is_view && !l->ops->raw_inputs)
                 TRY(gc_plan_alloc(p, p->max_batch * l->in_numel[k], l->dt, &l->xc[k]));
         }
     }
@@ -1028,6 +1028,8 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
     for (int i = 0; i < p->n && s == GC_OK; i++) /* per-channel statistics of a batchnorm pass */
         if (p->L[i].d.kind == GC_LAYER_BATCHNORM)
             s = gc_plan_alloc(p, 2 * p->L[i].d.out_shape[p->L[i].d.out_ndim - 1], GC_F32, &p->L[i].save);
+    for (int i = 0; i < p->n && s == GC_OK; i++) /* the kinds' own buffers */
+        if (p->L[i].ops->setup) s = p->L[i].ops->setup(p, &p->L[i]);
     if (s == GC_OK && p->L[p->n - 1].dt != GC_F32) /* float32 loss input / predictions */
         s = gc_plan_alloc(p, max_batch * p->out_numel, GC_F32, &p->logits32);
     if (s == GC_OK && p->training) {

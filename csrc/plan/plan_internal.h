@@ -29,6 +29,7 @@ typedef struct {
 
 typedef struct plan_node plan_node;
 typedef struct gc_plan gc_plan;
+#define GC_NODE_MAX_PRIV 12
 
 /* What a layer kind provides. `check` validates the descriptor against its inputs'
  * shapes (in_shapes[k], in_nds[k]) at creation; `weights` fills the element count of
@@ -45,6 +46,10 @@ typedef struct {
     int is_view;      /* out aliases the input (reshape): no forward work */
     int elementwise;  /* out has the input's shape and depends on it per element */
     int f32_weights;  /* reads its weights in float32 whatever the compute dtype */
+    /* optional: allocates the node's own buffers (l->priv) once its shapes and dtype are
+     * known, with gc_plan_alloc (recurrent layers: the input projections, the saved steps) */
+    gc_status (*setup)(gc_plan *p, plan_node *l);
+    int raw_inputs;   /* reads its inputs as their producers store them (embedding ids): no cast */
 } gc_layer_ops;
 
 const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind);
@@ -73,6 +78,7 @@ struct plan_node {
     int fold_relu;                     /* max pool after a ReLU: its backward applies relu' */
     int gout_masked;                   /* a ReLU node whose gout already holds dz */
     void *save;                        /* batchnorm: per-channel (mean, inv std) of the pass */
+    void *priv[GC_NODE_MAX_PRIV];      /* buffers a kind's setup allocated for itself */
 };
 
 /* one block of backend memory the plan owns (released at destroy) */

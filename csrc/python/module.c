@@ -854,7 +854,10 @@ static int get_buffer(PyObject *d, const char *k, int idx, PyObject *keep, const
 
 static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense",   "conv2d",   "maxpool2d", "avgpool2d", "reshape",
                                                         "dropout", "activation", "input", "add",      "multiply",
-                                                        "concat",  "batchnorm", "pad2d"};
+                                                        "concat",  "batchnorm", "pad2d",   "embedding", "rnn"};
+/* rnn nodes: "cell" and the activations, as gc_rnn_cell / gc_rnn_act number them */
+static const char *const rnn_cell_names[] = {"simple", "lstm", "gru", "gru_reset_before"};
+static const char *const rnn_act_names[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
 static const char *const loss_names[GC_LOSS_COUNT] = {"categorical_crossentropy", "sparse_categorical_crossentropy",
                                                       "binary_crossentropy", "mse", "mae"};
 static const char *const opt_names[GC_OPT_COUNT] = {"sgd", "adam", "rmsprop"};
@@ -941,8 +944,12 @@ static const char *const *weight_names(gc_layer_kind kind)
 {
     static const char *const dense[] = {"kernel", "bias", NULL};
     static const char *const bn[] = {"gamma", "beta", "moving_mean", "moving_variance", NULL};
+    static const char *const emb[] = {"embeddings", NULL};
+    static const char *const rnn[] = {"kernel", "recurrent_kernel", "bias", NULL};
     static const char *const none[] = {NULL};
     switch (kind) {
+    case GC_LAYER_EMBEDDING: return emb;
+    case GC_LAYER_RNN: return rnn;
     case GC_LAYER_DENSE:
     case GC_LAYER_CONV2D: return dense;
     case GC_LAYER_BATCHNORM: return bn;
@@ -1014,6 +1021,17 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
         L->axis = (int)axis;
     }
     if (L->kind == GC_LAYER_PAD2D && get_pad2d(d, idx, L->pad)) return -1;
+    if (L->kind == GC_LAYER_EMBEDDING) {
+        long long v = 0;
+        if (p_long(d, "input_dim", 0, &v)) return -1;
+        L->input_dim = v;
+    }
+    if (L->kind == GC_LAYER_RNN &&
+        (p_enum(d, "cell", rnn_cell_names, 4, 0, &L->rnn_cell) ||
+         p_enum(d, "rnn_activation", rnn_act_names, 5, 0, &L->rnn_act) ||
+         p_enum(d, "recurrent_activation", rnn_act_names, 5, 1, &L->rnn_recurrent_act) ||
+         p_bool(d, "go_backwards", 0, &L->go_backwards) || p_bool(d, "return_sequences", 0, &L->return_sequences)))
+        return -1;
     if (L->kind == GC_LAYER_BATCHNORM &&
         (p_float(d, "epsilon", 1e-3, &L->epsilon) || p_float(d, "momentum", 0.99, &L->momentum)))
         return -1;

@@ -80,9 +80,23 @@ def _set_policy(cfg, policy):
             _set_policy(v, policy)
 
 
+def _first_embedding(model):
+    """The Embedding a model's input feeds, or None."""
+    from ...keras.layers import Embedding
+    from ...keras.models import lowering
+    leaves = lowering.leaf_layers(model._chain()) if hasattr(model, "_chain") else []
+    first = leaves[0][0] if leaves else None
+    return first if isinstance(first, Embedding) else None
+
+
 def random_data(model, rows, rng):
-    """x in [0, 1) of the model's input shape and labels its loss takes."""
-    x = rng.random((rows,) + tuple(model.input_shape[1:]), dtype=np.float32)
+    """x in [0, 1) of the model's input shape (ids in [0, input_dim) for a model that starts
+    with an Embedding) and labels its loss takes."""
+    emb = _first_embedding(model)
+    if emb is not None:
+        x = rng.integers(0, emb.input_dim, (rows,) + tuple(model.input_shape[1:])).astype(np.float32)
+    else:
+        x = rng.random((rows,) + tuple(model.input_shape[1:]), dtype=np.float32)
     out = tuple(model.output_shape[1:])
     kind = getattr(model._loss_obj, "label_kind", None)
     classes = int(np.prod(out)) if out else 1
@@ -231,6 +245,24 @@ def seed_cnn_workload():
     return ModelWorkload("cnn", "the seeds' CNN (Conv 32-64-64, Dense 64-10, 93,322 parameters) on 28x28x1 "
                          "digits: one training step (Adam, categorical cross-entropy)",
                          build=lambda: build_seed_cnn(keras))
+
+
+def seed_rnn_workload():
+    from ... import keras
+    from .seeds import build_seed_rnn
+    return ModelWorkload("rnn", "the seeds' text-generation model (Embedding 10000x256, SimpleRNN 128, Dense "
+                         "10000 softmax; 3,899,280 parameters) on sequences of 100 ids: one training step (Adam; "
+                         "sparse labels, the same step as the seed's one-hot ones without a 10000-wide label "
+                         "array per row)",
+                         build=lambda: build_seed_rnn(keras, loss="sparse_categorical_crossentropy"))
+
+
+def seed_lstm_workload():
+    from ... import keras
+    from .seeds import build_seed_lstm
+    return ModelWorkload("lstm", "the seeds' sequence classifier (Embedding 10000x256, LSTM 128, Dense 10 "
+                         "softmax; 2,758,410 parameters) on sequences of 100 ids: one training step (Adam, "
+                         "categorical cross-entropy)", build=lambda: build_seed_lstm(keras))
 
 
 def user_model_workload(model):

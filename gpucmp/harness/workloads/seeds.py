@@ -20,3 +20,34 @@ def build_seed_cnn(keras, loss="categorical_crossentropy", compile=True):
     if compile:
         model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
     return model
+
+
+# The seeds' recurrent programs leave vocab_size, sequence_length and num_classes
+# undefined; these are the sizes RECURRENT_SPEC.md counts them with (Embedding 10000 x 256).
+SEED_VOCAB, SEED_SEQUENCE, SEED_CLASSES = 10000, 100, 10
+
+
+def build_seed_rnn(keras, vocab_size=SEED_VOCAB, sequence_length=SEED_SEQUENCE,
+                   loss="categorical_crossentropy", compile=True):
+    """The seeds' text-generation model (002): Embedding -> SimpleRNN(128) -> Dense(vocab,
+    softmax); 3,899,280 parameters at the seed sizes."""
+    model = keras.models.Sequential()
+    model.add(keras.layers.Embedding(input_dim=vocab_size, output_dim=256, input_length=sequence_length))
+    model.add(keras.layers.SimpleRNN(units=128))
+    model.add(keras.layers.Dense(vocab_size, activation="softmax"))
+    if compile:
+        model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
+    return model
+
+
+def build_seed_lstm(keras, vocab_size=SEED_VOCAB, sequence_length=SEED_SEQUENCE, num_classes=SEED_CLASSES,
+                    loss="categorical_crossentropy", compile=True):
+    """The seeds' sequence classifier (002): Embedding -> LSTM(128) -> Dense(classes,
+    softmax); 2,758,410 parameters at the seed sizes."""
+    model = keras.models.Sequential()
+    model.add(keras.layers.Embedding(input_dim=vocab_size, output_dim=256, input_length=sequence_length))
+    model.add(keras.layers.LSTM(units=128))
+    model.add(keras.layers.Dense(num_classes, activation="softmax"))
+    if compile:
+        model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
+    return model

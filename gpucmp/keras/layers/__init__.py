@@ -1,9 +1,9 @@
 """gpucmp.keras.layers: the Keras layers gpucmp lowers to its execution plan.
 
 One file per layer (merge layers share base_merge.py, the pools pooling2d.py and
-global_pooling2d.py); ``layer.py`` is the base class. SimpleRNN / LSTM / Embedding come
-with the recurrent issue and slot in the same way (a Layer subclass with ``build``,
-``compute_output_shape``, ``plan_layers`` and ``get_config``, registered below).
+global_pooling2d.py, the recurrent layers recurrent.py); ``layer.py`` is the base class.
+A layer is a Layer subclass with ``build``, ``compute_output_shape``, ``plan_layers`` and
+``get_config``, registered below.
 """
 from .activation import Activation
 from .add import Add
@@ -13,20 +13,24 @@ from .concatenate import Concatenate
 from .conv2d import Conv2D, Convolution2D
 from .dense import Dense
 from .dropout import Dropout
+from .embedding import Embedding
 from .flatten import Flatten
 from .global_pooling2d import (GlobalAveragePooling2D, GlobalAvgPool2D, GlobalMaxPool2D,
                                GlobalMaxPooling2D)
+from .gru import GRU
 from .input_layer import Input, InputLayer
 from .layer import Layer
+from .lstm import LSTM
 from .max_pooling2d import MaxPool2D, MaxPooling2D
 from .multiply import Multiply
 from .reshape import Reshape
+from .simple_rnn import SimpleRNN
 from .zero_padding2d import ZeroPadding2D
 
 _REGISTRY = {cls.__name__: cls for cls in (
     Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense, Dropout,
-    Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, InputLayer, MaxPooling2D, Multiply,
-    Reshape, ZeroPadding2D)}
+    Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, GRU, InputLayer, LSTM, MaxPooling2D,
+    Multiply, Reshape, SimpleRNN, ZeroPadding2D)}
 
 
 def register(cls):
