@@ -20,8 +20,9 @@ import math
 
 from . import costs
 
-WEIGHT_KEYS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance")
-TRAINABLE_KEYS = ("kernel", "bias", "gamma", "beta")
+WEIGHT_KEYS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance", "embeddings",
+               "recurrent_kernel")
+TRAINABLE_KEYS = ("kernel", "bias", "gamma", "beta", "embeddings", "recurrent_kernel")
 STATE_PER_WEIGHT = {"adam": 2, "rmsprop": 1, "sgd": 0, "sgd_momentum": 1}
 
 
