@@ -16,36 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpucmp_rnn_act.h"
+
 #define RNN_PAR_MIN 16384 /* elements of one step's gate pass worth spreading over threads */
-
-static inline float act_f(gc_rnn_act a, float x)
-{
-    switch (a) {
-    case GC_RNN_TANH: return tanhf(x);
-    case GC_RNN_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case GC_RNN_RELU: return x > 0.0f ? x : 0.0f;
-    case GC_RNN_LINEAR: return x;
-    case GC_RNN_HARD_SIGMOID: {
-        float v = x * (1.0f / 6.0f) + 0.5f;
-        return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-    }
-    }
-    return x;
-}
-
-/* act'(x) from the output y = act(x) (relu / hard_sigmoid: the open interval where the
- * slope is nonzero, which is exactly where x is) */
-static inline float dact_out(gc_rnn_act a, float y)
-{
-    switch (a) {
-    case GC_RNN_TANH: return 1.0f - y * y;
-    case GC_RNN_SIGMOID: return y * (1.0f - y);
-    case GC_RNN_RELU: return y > 0.0f ? 1.0f : 0.0f;
-    case GC_RNN_LINEAR: return 1.0f;
-    case GC_RNN_HARD_SIGMOID: return (y > 0.0f && y < 1.0f) ? (1.0f / 6.0f) : 0.0f;
-    }
-    return 1.0f;
-}
 
 /* C (M x N, ldc) = beta * C + A (M x K, lda) . op(B); op(B) = B (K x N, ldb) or, when
  * trans_b, B^T with B stored N x K */
@@ -101,7 +74,7 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
         if (before) {
             for (int64_t b = 0; b < B; b++) {
                 const float *x = a->xw + (b * T + t) * Gu, *mr = m + b * Gu + u;
-                for (int64_t j = 0; j < u; j++) rh[b * u + j] = act_f(ract, x[u + j] + mr[j]) * h[b * u + j];
+                for (int64_t j = 0; j < u; j++) rh[b * u + j] = gc_rnn_act_apply(ract, x[u + j] + mr[j]) * h[b * u + j];
             }
             st = mm(B, u, u, rh, u, a->U + 2 * u, Gu, 0, 0.0f, m + 2 * u, Gu);
             if (st) break;
@@ -120,16 +93,16 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
                 s[0][j] = hp;
                 switch (p->cell) {
                 case GC_RNN_SIMPLE:
-                    hn = act_f(act, x[j] + mb[j]);
+                    hn = gc_rnn_act_apply(act, x[j] + mb[j]);
                     s[1][j] = hn;
                     break;
                 case GC_RNN_LSTM: {
                     const float cp = cb[j];
-                    const float i = act_f(ract, x[j] + mb[j]), f = act_f(ract, x[u + j] + mb[u + j]);
-                    const float g = act_f(act, x[2 * u + j] + mb[2 * u + j]);
-                    const float o = act_f(ract, x[3 * u + j] + mb[3 * u + j]);
+                    const float i = gc_rnn_act_apply(ract, x[j] + mb[j]), f = gc_rnn_act_apply(ract, x[u + j] + mb[u + j]);
+                    const float g = gc_rnn_act_apply(act, x[2 * u + j] + mb[2 * u + j]);
+                    const float o = gc_rnn_act_apply(ract, x[3 * u + j] + mb[3 * u + j]);
                     cn = f * cp + i * g;
-                    hn = o * act_f(act, cn);
+                    hn = o * gc_rnn_act_apply(act, cn);
                     s[1][j] = cp, s[2][j] = i, s[3][j] = f, s[4][j] = g, s[5][j] = o, s[6][j] = cn;
                     break;
                 }
@@ -137,15 +110,15 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
                     const float *bh = a->bh;
                     const float mz = mb[j] + (bh ? bh[j] : 0.0f), mr = mb[u + j] + (bh ? bh[u + j] : 0.0f);
                     const float mh = mb[2 * u + j] + (bh ? bh[2 * u + j] : 0.0f);
-                    const float z = act_f(ract, x[j] + mz), r = act_f(ract, x[u + j] + mr);
-                    const float hh = act_f(act, x[2 * u + j] + r * mh);
+                    const float z = gc_rnn_act_apply(ract, x[j] + mz), r = gc_rnn_act_apply(ract, x[u + j] + mr);
+                    const float hh = gc_rnn_act_apply(act, x[2 * u + j] + r * mh);
                     hn = z * hp + (1.0f - z) * hh;
                     s[1][j] = z, s[2][j] = r, s[3][j] = hh, s[4][j] = mh;
                     break;
                 }
                 default: { /* GC_RNN_GRU_RESET_BEFORE */
-                    const float z = act_f(ract, x[j] + mb[j]), r = act_f(ract, x[u + j] + mb[u + j]);
-                    const float hh = act_f(act, x[2 * u + j] + mb[2 * u + j]);
+                    const float z = gc_rnn_act_apply(ract, x[j] + mb[j]), r = gc_rnn_act_apply(ract, x[u + j] + mb[u + j]);
+                    const float hh = gc_rnn_act_apply(act, x[2 * u + j] + mb[2 * u + j]);
                     hn = z * hp + (1.0f - z) * hh;
                     s[1][j] = z, s[2][j] = r, s[3][j] = hh, s[4][j] = rh[b * u + j];
                     break;
@@ -235,7 +208,7 @@ static gc_status rnn_backward(const rnn_bwd_args *a)
             switch (p->cell) {
             case GC_RNN_SIMPLE:
                 for (int64_t j = 0; j < u; j++) {
-                    dzb[j] = g[j] * dact_out(act, sv[blk + o + j]);
+                    dzb[j] = g[j] * gc_rnn_act_dout(act, sv[blk + o + j]);
                     ddb[j] = 0.0f;
                 }
                 break;
@@ -243,13 +216,13 @@ static gc_status rnn_backward(const rnn_bwd_args *a)
                 const float *cp = sv + blk + o, *ig = sv + 2 * blk + o, *fg = sv + 3 * blk + o;
                 const float *gg = sv + 4 * blk + o, *og = sv + 5 * blk + o, *cn = sv + 6 * blk + o;
                 for (int64_t j = 0; j < u; j++) {
-                    const float ac = act_f(act, cn[j]);
+                    const float ac = gc_rnn_act_apply(act, cn[j]);
                     /* act'(c) from act(c): every act_f is a function of its output here */
-                    const float dcn = dcb[j] + g[j] * og[j] * dact_out(act, ac);
-                    dzb[j] = dcn * gg[j] * dact_out(ract, ig[j]);
-                    dzb[u + j] = dcn * cp[j] * dact_out(ract, fg[j]);
-                    dzb[2 * u + j] = dcn * ig[j] * dact_out(act, gg[j]);
-                    dzb[3 * u + j] = g[j] * ac * dact_out(ract, og[j]);
+                    const float dcn = dcb[j] + g[j] * og[j] * gc_rnn_act_dout(act, ac);
+                    dzb[j] = dcn * gg[j] * gc_rnn_act_dout(ract, ig[j]);
+                    dzb[u + j] = dcn * cp[j] * gc_rnn_act_dout(ract, fg[j]);
+                    dzb[2 * u + j] = dcn * ig[j] * gc_rnn_act_dout(act, gg[j]);
+                    dzb[3 * u + j] = g[j] * ac * gc_rnn_act_dout(ract, og[j]);
                     dcb[j] = dcn * fg[j];
                     ddb[j] = 0.0f;
                 }
@@ -258,12 +231,12 @@ static gc_status rnn_backward(const rnn_bwd_args *a)
             default: { /* GRU, both variants */
                 const float *zg = sv + blk + o, *rg = sv + 2 * blk + o, *hh = sv + 3 * blk + o, *s4 = sv + 4 * blk + o;
                 for (int64_t j = 0; j < u; j++) {
-                    const float da = g[j] * (1.0f - zg[j]) * dact_out(act, hh[j]);
-                    dzb[j] = g[j] * (hp[j] - hh[j]) * dact_out(ract, zg[j]);
+                    const float da = g[j] * (1.0f - zg[j]) * gc_rnn_act_dout(act, hh[j]);
+                    dzb[j] = g[j] * (hp[j] - hh[j]) * gc_rnn_act_dout(ract, zg[j]);
                     ddb[j] = g[j] * zg[j];
                     if (after) {
                         /* hh = act(x_h + r * m_h): d x_h = da, d m_h = da * r, d r = da * m_h */
-                        dzb[u + j] = da * s4[j] * dact_out(ract, rg[j]);
+                        dzb[u + j] = da * s4[j] * gc_rnn_act_dout(ract, rg[j]);
                         dzb[2 * u + j] = da * rg[j];
                         dx[2 * u + j] = da;
                     } else {
@@ -292,7 +265,7 @@ static gc_status rnn_backward(const rnn_bwd_args *a)
                 float *dzb = dz + b * Gu, *dx = a->dxw + (b * T + t) * Gu, *ddb = dd + b * u;
                 const float *dr = drh + b * u;
                 for (int64_t j = 0; j < u; j++) {
-                    dzb[u + j] = dr[j] * hp[j] * dact_out(ract, rg[j]);
+                    dzb[u + j] = dr[j] * hp[j] * gc_rnn_act_dout(ract, rg[j]);
                     ddb[j] += dr[j] * rg[j];
                 }
                 memcpy(dx, dzb, (size_t)Gu * sizeof(float));

@@ -18,38 +18,11 @@
  * with a clear error, as for every other op that uses it). Accumulation is float32, in a
  * fixed order (deterministic). Gate math uses expf / tanhf (no fast-math). */
 #include "common.cuh"
+#include "gpucmp_rnn_act.h"
 
 #define RNN_TILE 16
 
 namespace {
-
-enum { A_TANH = 0, A_SIGMOID, A_RELU, A_LINEAR, A_HARD_SIGMOID };
-
-__device__ __forceinline__ float act_f(int a, float x)
-{
-    switch (a) {
-    case A_TANH: return tanhf(x);
-    case A_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case A_RELU: return x > 0.0f ? x : 0.0f;
-    case A_LINEAR: return x;
-    default: {
-        float v = x * (1.0f / 6.0f) + 0.5f;
-        return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-    }
-    }
-}
-
-/* act'(x) from y = act(x) (as csrc/cpu/rnn.c) */
-__device__ __forceinline__ float dact_out(int a, float y)
-{
-    switch (a) {
-    case A_TANH: return 1.0f - y * y;
-    case A_SIGMOID: return y * (1.0f - y);
-    case A_RELU: return y > 0.0f ? 1.0f : 0.0f;
-    case A_LINEAR: return 1.0f;
-    default: return (y > 0.0f && y < 1.0f) ? (1.0f / 6.0f) : 0.0f;
-    }
-}
 
 __device__ __forceinline__ int used(const float *mask, int64_t T, int64_t b, int64_t t)
 {
@@ -127,7 +100,7 @@ __global__ void fwd_reset(rnn_dims d, int64_t t, const T *xw, const float *m, co
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = i / u, j = i - b * u;
         const T *x = xw + (b * d.T + t) * d.Gu;
-        rh[i] = act_f(d.ract, gc_to_f(x[u + j]) + m[b * d.Gu + u + j]) * h[i];
+        rh[i] = gc_rnn_act_apply(d.ract, gc_to_f(x[u + j]) + m[b * d.Gu + u + j]) * h[i];
     }
 }
 
@@ -146,17 +119,17 @@ __global__ void fwd_gate(rnn_dims d, int64_t k, int64_t t, const T *xw, const fl
         int S = 2;
         switch (d.cell) {
         case GC_RNN_SIMPLE:
-            hn = act_f(d.act, gc_to_f(x[j]) + mb[j]);
+            hn = gc_rnn_act_apply(d.act, gc_to_f(x[j]) + mb[j]);
             s[1] = hn;
             break;
         case GC_RNN_LSTM: {
             const float cp = c[i];
-            const float ig = act_f(d.ract, gc_to_f(x[j]) + mb[j]);
-            const float fg = act_f(d.ract, gc_to_f(x[u + j]) + mb[u + j]);
-            const float gg = act_f(d.act, gc_to_f(x[2 * u + j]) + mb[2 * u + j]);
-            const float og = act_f(d.ract, gc_to_f(x[3 * u + j]) + mb[3 * u + j]);
+            const float ig = gc_rnn_act_apply(d.ract, gc_to_f(x[j]) + mb[j]);
+            const float fg = gc_rnn_act_apply(d.ract, gc_to_f(x[u + j]) + mb[u + j]);
+            const float gg = gc_rnn_act_apply(d.act, gc_to_f(x[2 * u + j]) + mb[2 * u + j]);
+            const float og = gc_rnn_act_apply(d.ract, gc_to_f(x[3 * u + j]) + mb[3 * u + j]);
             cn = fg * cp + ig * gg;
-            hn = og * act_f(d.act, cn);
+            hn = og * gc_rnn_act_apply(d.act, cn);
             s[1] = cp, s[2] = ig, s[3] = fg, s[4] = gg, s[5] = og, s[6] = cn;
             S = 7;
             break;
@@ -165,16 +138,16 @@ __global__ void fwd_gate(rnn_dims d, int64_t k, int64_t t, const T *xw, const fl
             const float mz = mb[j] + (bh ? gc_to_f(bh[j]) : 0.0f);
             const float mr = mb[u + j] + (bh ? gc_to_f(bh[u + j]) : 0.0f);
             const float mh = mb[2 * u + j] + (bh ? gc_to_f(bh[2 * u + j]) : 0.0f);
-            const float z = act_f(d.ract, gc_to_f(x[j]) + mz), r = act_f(d.ract, gc_to_f(x[u + j]) + mr);
-            const float hh = act_f(d.act, gc_to_f(x[2 * u + j]) + r * mh);
+            const float z = gc_rnn_act_apply(d.ract, gc_to_f(x[j]) + mz), r = gc_rnn_act_apply(d.ract, gc_to_f(x[u + j]) + mr);
+            const float hh = gc_rnn_act_apply(d.act, gc_to_f(x[2 * u + j]) + r * mh);
             hn = z * hp + (1.0f - z) * hh;
             s[1] = z, s[2] = r, s[3] = hh, s[4] = mh;
             S = 5;
             break;
         }
         default: { /* GC_RNN_GRU_RESET_BEFORE: m's h block is (r*h).U_h */
-            const float z = act_f(d.ract, gc_to_f(x[j]) + mb[j]), r = act_f(d.ract, gc_to_f(x[u + j]) + mb[u + j]);
-            const float hh = act_f(d.act, gc_to_f(x[2 * u + j]) + mb[2 * u + j]);
+            const float z = gc_rnn_act_apply(d.ract, gc_to_f(x[j]) + mb[j]), r = gc_rnn_act_apply(d.ract, gc_to_f(x[u + j]) + mb[u + j]);
+            const float hh = gc_rnn_act_apply(d.act, gc_to_f(x[2 * u + j]) + mb[2 * u + j]);
             hn = z * hp + (1.0f - z) * hh;
             s[1] = z, s[2] = r, s[3] = hh, s[4] = rh[i];
             S = 5;
@@ -301,7 +274,7 @@ __global__ void bwd_gate(rnn_dims d, int64_t k, int64_t t, const T *dy, const T 
         const float hp = gc_to_f(save[o]);
         switch (d.cell) {
         case GC_RNN_SIMPLE: {
-            const float da = g * dact_out(d.act, gc_to_f(save[blk + o]));
+            const float da = g * gc_rnn_act_dout(d.act, gc_to_f(save[blk + o]));
             dzb[j] = da;
             dxw[row + j] = gc_from_f<T>(da);
             dd[i] = 0.0f;
@@ -310,10 +283,10 @@ __global__ void bwd_gate(rnn_dims d, int64_t k, int64_t t, const T *dy, const T 
         case GC_RNN_LSTM: {
             const float cp = gc_to_f(save[blk + o]), ig = gc_to_f(save[2 * blk + o]), fg = gc_to_f(save[3 * blk + o]);
             const float gg = gc_to_f(save[4 * blk + o]), og = gc_to_f(save[5 * blk + o]), cn = gc_to_f(save[6 * blk + o]);
-            const float ac = act_f(d.act, cn);
-            const float dcn = dc[i] + g * og * dact_out(d.act, ac);
-            const float v0 = dcn * gg * dact_out(d.ract, ig), v1 = dcn * cp * dact_out(d.ract, fg);
-            const float v2 = dcn * ig * dact_out(d.act, gg), v3 = g * ac * dact_out(d.ract, og);
+            const float ac = gc_rnn_act_apply(d.act, cn);
+            const float dcn = dc[i] + g * og * gc_rnn_act_dout(d.act, ac);
+            const float v0 = dcn * gg * gc_rnn_act_dout(d.ract, ig), v1 = dcn * cp * gc_rnn_act_dout(d.ract, fg);
+            const float v2 = dcn * ig * gc_rnn_act_dout(d.act, gg), v3 = g * ac * gc_rnn_act_dout(d.ract, og);
             dzb[j] = v0, dzb[u + j] = v1, dzb[2 * u + j] = v2, dzb[3 * u + j] = v3;
             dxw[row + j] = gc_from_f<T>(v0), dxw[row + u + j] = gc_from_f<T>(v1);
             dxw[row + 2 * u + j] = gc_from_f<T>(v2), dxw[row + 3 * u + j] = gc_from_f<T>(v3);
@@ -324,14 +297,14 @@ __global__ void bwd_gate(rnn_dims d, int64_t k, int64_t t, const T *dy, const T 
         default: { /* GRU, both variants */
             const float zg = gc_to_f(save[blk + o]), rg = gc_to_f(save[2 * blk + o]);
             const float hh = gc_to_f(save[3 * blk + o]), s4 = gc_to_f(save[4 * blk + o]);
-            const float da = g * (1.0f - zg) * dact_out(d.act, hh);
-            const float vz = g * (hp - hh) * dact_out(d.ract, zg);
+            const float da = g * (1.0f - zg) * gc_rnn_act_dout(d.act, hh);
+            const float vz = g * (hp - hh) * gc_rnn_act_dout(d.ract, zg);
             dzb[j] = vz;
             dxw[row + j] = gc_from_f<T>(vz);
             dd[i] = g * zg;
             dxw[row + 2 * u + j] = gc_from_f<T>(da);
             if (d.cell == GC_RNN_GRU) {
-                const float vr = da * s4 * dact_out(d.ract, rg);
+                const float vr = da * s4 * gc_rnn_act_dout(d.ract, rg);
                 dzb[u + j] = vr;
                 dzb[2 * u + j] = da * rg;
                 dxw[row + u + j] = gc_from_f<T>(vr);
@@ -360,7 +333,7 @@ __global__ void bwd_reset(rnn_dims d, int64_t t, const T *save, const float *mas
         if (!used(mask, d.T, b, t)) continue;
         const int64_t o = (b * d.T + t) * u + j;
         const float hp = gc_to_f(save[o]), rg = gc_to_f(save[2 * d.blk + o]);
-        const float vr = drh[i] * hp * dact_out(d.ract, rg);
+        const float vr = drh[i] * hp * gc_rnn_act_dout(d.ract, rg);
         dz[b * Gu + u + j] = vr;
         dxw[(b * d.T + t) * Gu + u + j] = gc_from_f<T>(vr);
         dd[i] += drh[i] * rg;

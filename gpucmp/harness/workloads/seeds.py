@@ -27,27 +27,28 @@ def build_seed_cnn(keras, loss="categorical_crossentropy", compile=True):
 SEED_VOCAB, SEED_SEQUENCE, SEED_CLASSES = 10000, 100, 10
 
 
+def _seed_recurrent(keras, rnn_layer, out_units, vocab_size, sequence_length, loss, compile):
+    """Embedding(vocab, 256) over sequence_length ids -> rnn_layer -> Dense(out_units, softmax)."""
+    model = keras.models.Sequential()
+    model.add(keras.layers.Embedding(input_dim=vocab_size, output_dim=256, input_length=sequence_length))
+    model.add(rnn_layer)
+    model.add(keras.layers.Dense(out_units, activation="softmax"))
+    if compile:
+        model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
+    return model
+
+
 def build_seed_rnn(keras, vocab_size=SEED_VOCAB, sequence_length=SEED_SEQUENCE,
                    loss="categorical_crossentropy", compile=True):
     """The seeds' text-generation model (002): Embedding -> SimpleRNN(128) -> Dense(vocab,
     softmax); 3,899,280 parameters at the seed sizes."""
-    model = keras.models.Sequential()
-    model.add(keras.layers.Embedding(input_dim=vocab_size, output_dim=256, input_length=sequence_length))
-    model.add(keras.layers.SimpleRNN(units=128))
-    model.add(keras.layers.Dense(vocab_size, activation="softmax"))
-    if compile:
-        model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
-    return model
+    return _seed_recurrent(keras, keras.layers.SimpleRNN(units=128), vocab_size, vocab_size, sequence_length,
+                           loss, compile)
 
 
 def build_seed_lstm(keras, vocab_size=SEED_VOCAB, sequence_length=SEED_SEQUENCE, num_classes=SEED_CLASSES,
                     loss="categorical_crossentropy", compile=True):
     """The seeds' sequence classifier (002): Embedding -> LSTM(128) -> Dense(classes,
     softmax); 2,758,410 parameters at the seed sizes."""
-    model = keras.models.Sequential()
-    model.add(keras.layers.Embedding(input_dim=vocab_size, output_dim=256, input_length=sequence_length))
-    model.add(keras.layers.LSTM(units=128))
-    model.add(keras.layers.Dense(num_classes, activation="softmax"))
-    if compile:
-        model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
-    return model
+    return _seed_recurrent(keras, keras.layers.LSTM(units=128), num_classes, vocab_size, sequence_length, loss,
+                           compile)
