@@ -28,7 +28,7 @@ OPS_SRC := $(addprefix $(ROOT)/csrc/cpu/,act.c conv2d.c pool2d.c loss.c dropout.
 OPS_GEMM := $(wildcard $(ROOT)/csrc/cpu/gemm*.c)
 OPS_DYN_SRC := $(addprefix $(ROOT)/csrc/cpu/,dropout.c optim.c embedding.c) \
                $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
-OPS_RNN_SRC := $(ROOT)/csrc/cpu/rnn.c $(addprefix $(ROOT)/csrc/core/,validate.c oplist.c status.c dtype.c geometry.c)
+OPS_RNN_SRC := $(ROOT)/csrc/cpu/rnn.c $(addprefix $(ROOT)/csrc/core/,validate.c oplist.c status.c dtype.c geometry.c variants.c)
 # tiles of a few hundred floats and no minimum work for threading
 OPS_TINY := -DGC_CONV_TILE_BYTES=2048 -DGC_CONV_SHARED_TILE_BYTES=3000 -DGC_CONV_PAR_MIN_FLOPS=0
 
