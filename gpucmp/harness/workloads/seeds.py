@@ -52,3 +52,26 @@ def build_seed_lstm(keras, vocab_size=SEED_VOCAB, sequence_length=SEED_SEQUENCE,
     softmax); 2,758,410 parameters at the seed sizes."""
     return _seed_recurrent(keras, keras.layers.LSTM(units=128), num_classes, vocab_size, sequence_length, loss,
                            compile)
+
+
+def build_seed_gan(keras):
+    """The seeds' GAN (002), line for line: a generator Dense(128, relu) -> Dense(784, tanh)
+    -> Reshape(28, 28, 1) from 100-d noise, a discriminator Flatten -> Dense(128, relu) ->
+    Dense(1, sigmoid), and gan = Sequential([generator, discriminator]) compiled with the
+    discriminator frozen (binary cross-entropy, Adam). Returns (generator, discriminator, gan);
+    the seed compiles only gan, so a training loop compiles the discriminator itself."""
+    Sequential, L = keras.models.Sequential, keras.layers
+    generator = Sequential()
+    generator.add(L.Dense(128, input_dim=100, activation="relu"))
+    generator.add(L.Dense(784, activation="tanh"))
+    generator.add(L.Reshape((28, 28, 1)))
+    discriminator = Sequential()
+    discriminator.add(L.Flatten(input_shape=(28, 28, 1)))
+    discriminator.add(L.Dense(128, activation="relu"))
+    discriminator.add(L.Dense(1, activation="sigmoid"))
+    gan = Sequential()
+    gan.add(generator)
+    gan.add(discriminator)
+    discriminator.trainable = False
+    gan.compile(loss="binary_crossentropy", optimizer=keras.optimizers.Adam())
+    return generator, discriminator, gan
