@@ -27,6 +27,7 @@ def train(steps=5000, batch=64, seed=0, log_every=500, device=None):
     from gpucmp.harness.workloads.seeds import build_seed_gan
     if device:
         gpucmp.set_device(device)
+    keras.utils.set_random_seed(seed)      # initial weights and noise: a run can be replayed
     (x, _), _ = load_digits_mnist()
     x = x.reshape(-1, 28, 28, 1).astype(np.float32) / 127.5 - 1.0
     generator, discriminator, gan = build_seed_gan(keras)

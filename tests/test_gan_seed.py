@@ -69,9 +69,13 @@ def _example():
 
 
 def test_the_example_learns_recognisable_digits():
+    """A convergence test, so one seeded run (keras.utils.set_random_seed in the example): at
+    4,000 steps it reads at ~0.64 against ~0.31 for noise, over all 10 classes; unseeded
+    3,000-step runs scatter from 0.41 to 0.59, which no honest threshold separates from a
+    regression."""
     ex = _example()
-    generator, x = ex.train(steps=3000, batch=64, seed=0, log_every=0)
+    generator, x = ex.train(steps=4000, batch=64, seed=0, log_every=0)
     conf, noise, classes, acc = ex.digit_quality(generator, x)
     assert acc > 0.9, acc                    # the judge reads real digits
-    assert conf > noise + 0.1, (conf, noise)   # noise reads at ~0.32, these digits at ~0.5-0.6
+    assert conf > noise + 0.15, (conf, noise)
     assert classes >= 6, classes             # not one digit over and over
