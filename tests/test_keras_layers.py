@@ -17,6 +17,7 @@ from gpucmp import keras
 from gpucmp.keras import backend, initializers, layers
 from gpucmp.keras.models import Sequential
 from gpucmp.keras.utils.progbar import Progbar
+from gpucmp.harness.workloads.seeds import build_seed_gan
 
 
 @pytest.fixture(autouse=True)
@@ -41,18 +42,8 @@ def seeds_cnn():
 
 
 def seeds_gan():
-    generator = Sequential()
-    generator.add(layers.Dense(128, input_dim=100, activation="relu"))
-    generator.add(layers.Dense(784, activation="tanh"))
-    generator.add(layers.Reshape((28, 28, 1)))
-    discriminator = Sequential()
-    discriminator.add(layers.Flatten(input_shape=(28, 28, 1)))
-    discriminator.add(layers.Dense(128, activation="relu"))
-    discriminator.add(layers.Dense(1, activation="sigmoid"))
-    gan = Sequential()
-    gan.add(generator)
-    gan.add(discriminator)
-    return generator, discriminator, gan
+    """The seed article's GAN, uncompiled (the package's one definition of it)."""
+    return build_seed_gan(keras, compile=False)
 
 
 # ------------------------------------------------------------------ import surface

@@ -54,12 +54,13 @@ def build_seed_lstm(keras, vocab_size=SEED_VOCAB, sequence_length=SEED_SEQUENCE,
                            compile)
 
 
-def build_seed_gan(keras):
+def build_seed_gan(keras, compile=True):
     """The seeds' GAN (002), line for line: a generator Dense(128, relu) -> Dense(784, tanh)
     -> Reshape(28, 28, 1) from 100-d noise, a discriminator Flatten -> Dense(128, relu) ->
     Dense(1, sigmoid), and gan = Sequential([generator, discriminator]) compiled with the
     discriminator frozen (binary cross-entropy, Adam). Returns (generator, discriminator, gan);
-    the seed compiles only gan, so a training loop compiles the discriminator itself."""
+    the seed compiles only gan, so a training loop compiles the discriminator itself.
+    compile=False stops before the freeze: three uncompiled models, all trainable."""
     Sequential, L = keras.models.Sequential, keras.layers
     generator = Sequential()
     generator.add(L.Dense(128, input_dim=100, activation="relu"))
@@ -72,6 +73,7 @@ def build_seed_gan(keras):
     gan = Sequential()
     gan.add(generator)
     gan.add(discriminator)
-    discriminator.trainable = False
-    gan.compile(loss="binary_crossentropy", optimizer=keras.optimizers.Adam())
+    if compile:
+        discriminator.trainable = False
+        gan.compile(loss="binary_crossentropy", optimizer=keras.optimizers.Adam())
     return generator, discriminator, gan
