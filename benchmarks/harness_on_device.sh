@@ -6,8 +6,13 @@
 #
 # build       in-place build with the CUDA backend (GPUCMP_CUDA_ARCHS, default 90a)
 # tests       pytest -m cuda of the core's harness API, the harness and the CUDA fast paths
-# calibrate   `gpucmp calibrate` -> $OUT/calibration.json (the file shipped as
-#             gpucmp/harness/data/calibration.json)
+# calibrate   `gpucmp calibrate --no-partitions` -> $OUT/calibration.json (the whole card;
+#             the shipped gpucmp/harness/data/calibration.json is it with its partitions)
+# confined    `GPUCMP_CUDA_SMS=N gpucmp calibrate --no-partitions --no-copy-curve` for N in
+#             $CONFINED (default 8 24 48 96: the partitions) -> $OUT/cal_smN.json; attach
+#             them here with `gpucmp calibrate --attach calibration.json cal_sm8.json ... --out F`;
+#             CONFINED="16 32 64" measures the validation points (validate_projection.py
+#             --measured-cal)
 # bench       `gpucmp bench` of cnn, gemm, conv, bandwidth on the whole card -> $OUT/bench_full.json
 # standalone  the standalone benchmarks on the same card (bench_gemm.py, bench_conv.py,
 #             bench_cnn.py gpucmp-only), to check benchmark() agrees with them
@@ -39,9 +44,14 @@ for stage in "$@"; do
       tests/harness ${MORE_TESTS-tests/test_cuda_fast_paths.py tests/test_plan_resident.py} ;;
   calibrate)
     run python3 -m gpucmp devices
-    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" \
+    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" --no-partitions \
       --ops-budget-s "${OPS_BUDGET_S:-150}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
     CAL=$OUT/calibration.json ;;
+  confined)
+    for n in ${CONFINED:-8 24 48 96}; do
+      GPUCMP_CUDA_SMS=$n run timeout "${CONFINED_S:-240}" python3 -m gpucmp calibrate --out "$OUT/cal_sm$n.json" \
+        --no-partitions --no-copy-curve --ops-budget-s "${CONFINED_OPS_S:-20}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
+    done ;;
   bench)
     run timeout 240 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth --precision float32 float16 \
       --json "$OUT/bench_full.json" ;;

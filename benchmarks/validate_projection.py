@@ -17,7 +17,10 @@ kernel steps are the same measurements. --per-sm-from (for a calibration without
 curve) takes the per-SM copy rate from the bandwidth row of that file (a fitted figure, so
 its own bandwidth row is not a validation point) and writes it into the calibration
 passed as --write-calibration. Prints a markdown table: workload, precision, batch, SMs,
-measured and projected step time, and the error.
+measured and projected step time, and the error; for a calibration with SM partitions
+(gpucmp calibrate's default), the projection from the whole card alone and the one from
+the partitions bracketing each SM count side by side (a partition's own SM count is no
+validation point and is left out).
 """
 import argparse
 import json
@@ -71,9 +74,16 @@ def main():
         cal["peaks"]["per_sm_copy_from"] = f"bandwidth workload measured on {fitted_sms} SMs"
         if a.write_calibration:
             results._atomic_write(a.write_calibration, json.dumps(cal, indent=1, sort_keys=True) + "\n")
-    lines = ["| workload | precision | batch | SMs | measured step | projected step | error |",
-             "|---|---|---|---|---|---|---|"]
-    errors = []
+    whole = {k: v for k, v in cal.items() if k != "partitions"}
+    parted = bool(cal.get("partitions"))
+    if parted:
+        lines = ["| workload | precision | batch | SMs | measured step | projected, whole card | error "
+                 f"| projected, with the {'/'.join(cal['partitions'])}-SM partitions | error |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines = ["| workload | precision | batch | SMs | measured step | projected step | error |",
+                 "|---|---|---|---|---|---|---|"]
+    errors, errors_parted = [], []
     sources = [results.load(path).to_dict("records") for path in a.measured]
     sources += [confined_rows(projection.load_calibration(path)) for path in a.measured_cal]
     if not sources:
@@ -87,17 +97,26 @@ def main():
                 continue
             c = cfgs[0]
             sms = int(r["sms"])
-            p = projection.project(w, cal["gpu"], r["precision"], c, cal, sms=sms)
+            if str(sms) in (cal.get("partitions") or {}):
+                continue            # a partition's own measurement is no validation point
+            p = projection.project(w, cal["gpu"], r["precision"], c, whole, sms=sms)
             err = p["step_time_s"] / r["step_time_s"] - 1
             fitted = w.name == "bandwidth" and sms == fitted_sms
             if not fitted:
                 errors.append(abs(err))
-            lines.append(f"| {w.name} | {r['precision']} | {c.batch_size} | {sms} | {r['step_time_s'] * 1e3:.4g} ms "
-                         f"| {p['step_time_s'] * 1e3:.4g} ms | {err:+.1%}{' (fitted)' if fitted else ''} |")
-    if errors:
-        errors.sort()
-        lines.append(f"\nvalidation points: {len(errors)}; median |error| {errors[len(errors) // 2]:.1%}, "
-                     f"max {errors[-1]:.1%}; within 10%: {sum(e <= 0.10 for e in errors)} of {len(errors)}")
+            line = (f"| {w.name} | {r['precision']} | {c.batch_size} | {sms} | {r['step_time_s'] * 1e3:.4g} ms "
+                    f"| {p['step_time_s'] * 1e3:.4g} ms | {err:+.1%}{' (fitted)' if fitted else ''} |")
+            if parted:
+                q = projection.project(w, cal["gpu"], r["precision"], c, cal, sms=sms)
+                e2 = q["step_time_s"] / r["step_time_s"] - 1
+                errors_parted.append(abs(e2))
+                line += f" {q['step_time_s'] * 1e3:.4g} ms | {e2:+.1%} |"
+            lines.append(line)
+    for label, errs in (("whole card", errors), ("with partitions", errors_parted)):
+        if errs:
+            errs.sort()
+            lines.append(f"\nvalidation points ({label}): {len(errs)}; median |error| {errs[len(errs) // 2]:.1%}, "
+                         f"max {errs[-1]:.1%}; within 10%: {sum(e <= 0.10 for e in errs)} of {len(errs)}")
     text = "\n".join(lines)
     print(text)
     if a.out:

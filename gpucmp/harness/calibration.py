@@ -13,7 +13,10 @@ SMs on the whole card (the projection's per-block latency model), the device cop
 the card confined to 8/24/48/96 SMs (green contexts: how the copy rate saturates), the
 measured step time of each measurable model workload with the in-step time of each of
 its ops (step_profile.py: the batch norms, adds, casts and updates no bench function
-times alone), and its provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
+times alone), the same calibration measured again with the card confined to 8/24/48/96
+SMs ("partitions", one child process each: the projection onto a card with fewer SMs
+starts from the two that bracket its SM count, so grids, waves and per-SM contention
+are measured near that count rather than modelled from the whole card), and its provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
 atomically.
 `python -m gpucmp calibrate` runs it; data/calibration.json is its output on an H200.
 
@@ -84,6 +87,8 @@ def _idle_power(device, info):
 
 
 COPY_CURVE_SMS = (8, 24, 48, 96)
+PARTITION_SMS = (8, 24, 48, 96)
+PARTITION_OPS_BUDGET_S = 20.0
 _COPY_CHILD = """
 import json, sys
 from gpucmp import _core
@@ -253,11 +258,14 @@ def time_ops(device, ws, precs, batch_sizes, origin, launch_s, sm_list, ops, ski
 
 def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "resnet50"),
               precisions=("float32", "float16", "bfloat16"), batch_sizes=None, step_repeats=3, progress=None,
-              ops_budget_s=None, path=None, copy_curve=True):
+              ops_budget_s=None, path=None, copy_curve=True, partitions=PARTITION_SMS,
+              partition_ops_budget_s=PARTITION_OPS_BUDGET_S):
     """Measure the calibration of `device` (see the module docstring). ops_budget_s bounds
     the time spent timing single ops (those left are projected from their kind's measured
     efficiency); path, when given, is written after each phase, so a cut-off run keeps
-    what it measured."""
+    what it measured. partitions: the SM counts the card is confined to for the
+    partition calibrations (each with partition_ops_budget_s for its single ops); () or
+    None for none; a card already confined measures none."""
     import time
     from .runner import benchmark
     core = _core
@@ -318,7 +326,68 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     cal = result()
     if path:
         save(cal, path)
+    if partitions and info.get("sm_limit") is None:
+        subs = measure_partitions(device, [n for n in partitions if n < int(info["sms"])], list(workloads), precs,
+                                  batch_sizes, partition_ops_budget_s, skipped)
+        cal = attach_partitions(cal, subs)
+        if path:
+            save(cal, path)
     return cal
+
+
+def measure_partitions(device, sms_counts, workloads, precisions, batch_sizes, ops_budget_s, skipped,
+                       timeout_s=600):
+    """{sms: calibration} of the card confined to each of `sms_counts` SMs: `gpucmp calibrate`
+    in a child process with GPUCMP_CUDA_SMS set (a green context applies when a process
+    starts its backend), without a copy curve or partitions of its own. A count that cannot
+    be confined or does not finish is noted in `skipped` and left out."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    subs = {}
+    for n in sms_counts:
+        with tempfile.TemporaryDirectory() as tmp:
+            out_path = os.path.join(tmp, f"partition{int(n)}.json")
+            cmd = [sys.executable, "-m", "gpucmp", "calibrate", "--device", device, "--out", out_path,
+                   "--no-partitions", "--no-copy-curve", "--workloads", *workloads, "--precision", *precisions]
+            if ops_budget_s is not None:
+                cmd += ["--ops-budget-s", str(float(ops_budget_s))]
+            if batch_sizes:
+                cmd += ["--batch-size", *[str(int(b)) for b in batch_sizes]]
+            env = dict(os.environ, GPUCMP_CUDA_SMS=str(int(n)))
+            try:
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+            except (subprocess.TimeoutExpired, OSError) as exc:
+                skipped.append(f"partition of {n} SMs: {exc}")
+                continue
+            if proc.returncode != 0 or not os.path.exists(out_path):
+                last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:]
+                skipped.append(f"partition of {n} SMs: exit {proc.returncode} {last[0] if last else ''}".strip())
+                continue
+            with open(out_path, encoding="utf-8") as f:
+                subs[int(n)] = json.load(f)
+    return subs
+
+
+def attach_partitions(cal, subs):
+    """cal with `subs` ({sms: calibration of the same GPU confined to sms SMs}) as its
+    partitions; ValueError for one of another GPU or not confined to the SMs it is filed
+    under, or not fewer than the card's."""
+    out = dict(cal)
+    parts = dict(cal.get("partitions") or {})
+    for n, sub in subs.items():
+        n = int(n)
+        limit = (sub.get("provenance") or {}).get("sm_limit")
+        if sub.get("schema") != CALIBRATION_SCHEMA or sub.get("gpu") != cal["gpu"]:
+            raise ValueError(f"attach_partitions: the {n}-SM partition is not a {cal['gpu']} calibration")
+        if limit is None or int(limit) != n or int(sub.get("sms", 0)) != n or n >= int(cal["sms"]):
+            raise ValueError(f"attach_partitions: the {n}-SM partition was measured on {sub.get('sms')} SMs "
+                             f"(sm_limit {limit}) of {cal['sms']}")
+        sub = {k: v for k, v in sub.items() if k != "partitions"}
+        parts[str(n)] = sub
+    out["partitions"] = dict(sorted(parts.items(), key=lambda kv: int(kv[0])))
+    return out
 
 
 def save(cal, path):

@@ -123,11 +123,31 @@ def cmd_bench(args):
 
 
 def cmd_calibrate(args):
-    from .calibration import calibrate
+    from .calibration import PARTITION_SMS, calibrate
     kw = {k: v for k, v in (("workloads", args.workloads), ("precisions", args.precision),
                             ("batch_sizes", args.batch_size)) if v}
-    cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out, **kw)
-    print(f"wrote {args.out}: {cal['gpu']}, {len(cal['ops'])} ops, {len(cal['steps'])} model steps")
+    if args.attach:
+        return _attach(args)
+    cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out, copy_curve=not args.no_copy_curve,
+                    partitions=() if args.no_partitions else (args.partitions or PARTITION_SMS),
+                    partition_ops_budget_s=args.partition_ops_budget_s, **kw)
+    parts = "/".join(cal.get("partitions") or {}) or "no"
+    print(f"wrote {args.out}: {cal['gpu']}, {len(cal['ops'])} ops, {len(cal['steps'])} model steps, "
+          f"{parts} SM partitions")
+    return 0
+
+
+def _attach(args):
+    """gpucmp calibrate --attach FULL.json PART.json ... --out OUT: no measuring, the partition
+    calibrations (measured with GPUCMP_CUDA_SMS=N) filed into the whole card's."""
+    from .calibration import attach_partitions, save
+    from .projection import load_calibration
+    full, *parts = [load_calibration(p) for p in args.attach]
+    if not parts:
+        raise ValueError("calibrate --attach: give the whole card's calibration, then its partitions")
+    cal = attach_partitions(full, {int(p["sms"]): p for p in parts})
+    save(cal, args.out)
+    print(f"wrote {args.out}: {cal['gpu']} with {'/'.join(cal['partitions'])} SM partitions")
     return 0
 
 
@@ -208,6 +228,14 @@ def build_parser():
     k.add_argument("--precision", nargs="+", default=None, help="default: float32 float16 bfloat16")
     k.add_argument("--batch-size", nargs="+", type=_positive, default=None, help="model batch sizes (default: "
                    "each workload's own)")
+    k.add_argument("--partitions", nargs="+", type=_positive, default=None,
+                   help="SM counts to calibrate the card confined to (default: 8 24 48 96)")
+    k.add_argument("--no-partitions", action="store_true", help="measure no SM partitions")
+    k.add_argument("--partition-ops-budget-s", type=float, default=20.0,
+                   help="single-op time budget of each partition (default 20)")
+    k.add_argument("--no-copy-curve", action="store_true", help="skip the copy on 8/24/48/96 SMs")
+    k.add_argument("--attach", nargs="+", default=None, metavar="FILE",
+                   help="measure nothing: file partition calibrations (FILE 2..) into the first FILE's")
     k.set_defaults(func=cmd_calibrate)
 
     n = sub.add_parser("cnn", help="train the seeds' CNN on real handwritten digits")

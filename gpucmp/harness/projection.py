@@ -43,6 +43,15 @@ against the target's roofline ridge gives -- with these differences:
   to it; when the ops add up to more than the step (they overlap), they are scaled down
   to it; a batch size whose step was not measured takes that attribution from the
   nearest one that was;
+- a target with fewer SMs than the origin is projected from the origin measured on SM
+  partitions (the calibration's "partitions": the card confined to 8/24/48/96 SMs) --
+  the two whose SM counts bracket the target's, blended geometrically by log-SM
+  distance (partition_weights), so the grids, waves and per-SM memory contention of
+  that SM count are measured, not modelled from the whole card (a weight-gradient
+  kernel that is latency- and L2-bound on 132 SMs is not on 16); only clocks, per-SM
+  rates (the partition's own GEMM efficiency) and bandwidth (the whole card's
+  efficiency; for the same card confined, the copy curve through the partition's own
+  copy) are scaled;
 - clocks: a long GEMM holds a card at its power limit, below its top clock, so the
   origin's efficiencies are per clock (measured rate over the datasheet rate at the
   time-averaged clock it held), each workload runs at the clock measured for it on the
@@ -535,38 +544,103 @@ def siblings_and_anchor(w, p, config, origin, cal, tf32=True):
     return siblings, anchor
 
 
+def partition_weights(cal, sms):
+    """[(weight, calibration)] whose projections, blended geometrically, give a target with
+    `sms` SMs: the two calibrations whose SM counts bracket it among the origin's SM
+    partitions (cal["partitions"]: the same calibration measured on the card confined to
+    fewer SMs) and the whole card, weighted by log-SM distance; the whole card alone for a
+    target as large as it, the smallest partition alone below it."""
+    full = int(cal.get("sms") or specs.spec(cal["gpu"])["sms"])
+    points = sorted((int(k), v) for k, v in (cal.get("partitions") or {}).items() if int(k) < full)
+    if not points or sms >= full:
+        return [(1.0, cal)]
+    points.append((full, cal))
+    if sms <= points[0][0]:
+        return [(1.0, points[0][1])]
+    for (a, ca), (b, cb) in zip(points, points[1:]):
+        if a <= sms <= b:
+            if sms == a or sms == b:
+                return [(1.0, ca if sms == a else cb)]
+            w = math.log(sms / a) / math.log(b / a)
+            return [(1.0 - w, ca), (w, cb)]
+    return [(1.0, cal)]
+
+
 def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=None, tf32=True):
     """A projected results row for workload x gpu x precision x config.
 
     cal: the calibration dict (default: the shipped one); step_time_s: a measured step of
     this workload on the origin (default: the calibration's sustained one, if it has one);
-    sms: project onto the gpu confined to that many SMs."""
+    sms: project onto the gpu confined to that many SMs.
+
+    A target with fewer SMs than the origin is projected from the origin's partitions
+    that bracket its SM count (partition_weights), when the calibration has them: each
+    partition is an origin whose grids, waves and per-SM contention were measured at
+    about the target's SM count, so only clocks, per-SM rates and bandwidth are scaled;
+    the per-unit efficiencies and the copy curve stay the whole card's."""
     from .workloads import get
     w = get(workload)
     p = canonical_precision(precision)
     cal = cal or load_calibration()
-    eff = efficiencies(origin_model(cal), cal)
     row = specs.spec(gpu)
-    f_o, f_t = clocks_for(cal, w.name, p, row, sms)
-    origin = origin_model(cal, f_o)
-    target = target_model(row, origin, eff, sms, f_t)
+    parts = [(1.0, cal)] if step_time_s is not None else partition_weights(cal, int(sms or row["sms"]))
+    outs = [(wt, _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32)) for wt, sub in parts]
+    for _, o in outs:
+        o.setdefault("origin_sms", None)
+    if len(outs) == 1:
+        outs[0][1].pop("origin_sms")
+        return outs[0][1]
+    out = dict(outs[0][1])
+    if any(math.isnan(o.get("step_time_s", math.nan)) for _, o in outs):
+        bad = next(o for _, o in outs if math.isnan(o.get("step_time_s", math.nan)))
+        return dict(bad, origin=out["origin"])
+    t = math.exp(sum(wt * math.log(o["step_time_s"]) for wt, o in outs))
+    out.update(step_time_s=t, throughput=w.throughput(config, p, t),
+               host_overhead_s=sum(wt * o["host_overhead_s"] for wt, o in outs),
+               energy_per_step_j=out["avg_power_w"] * t,
+               origin=f"{cal['gpu']} ({cal['provenance'].get('date', '?')}), from its "
+               + " and ".join(f"{o['origin_sms']}-SM" for _, o in outs) + " measurements")
+    out.pop("origin_sms")
+    return out
+
+
+def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
+    """project() from one origin: `sub` (the calibration or one of its partitions) gives the
+    measured times; `cal` (the whole card's) the per-unit efficiencies and copy curve the
+    target is built from."""
+    full_origin = origin_model(cal)
+    eff = efficiencies(full_origin, cal)
+    if sub is not cal:  # the units' per-SM efficiency as the partition reached it
+        eff.update({u: e for u, e in efficiencies(origin_model(sub), sub).items() if u != "memory"})
+    f_o, f_t = clocks_for(sub, w.name, p, row, sms)
+    origin = origin_model(sub, f_o)
+    if sub is cal:
+        base = origin
+    else:       # the whole card's copy curve and per-SM rate, the partition's clock and launch latency
+        base = replace(full_origin, clock_mhz=origin.clock_mhz, launch_s=origin.launch_s)
+    target = target_model(row, base, eff, sms, f_t)
+    if sub is not cal and row["name"] == cal["gpu"]:
+        # the same card confined: the copy curve's shape through the partition's own copy
+        k = origin.bandwidth / replace(target, sms=origin.sms).effective_bandwidth()
+        target = replace(target, bandwidth=target.bandwidth * k, per_sm_bandwidth=target.per_sm_bandwidth * k)
     ops = w.ops(config, p, tf32)
     if step_time_s is None:
-        step_time_s = measured_step(cal, w.name, p, config.batch_size)
+        step_time_s = measured_step(sub, w.name, p, config.batch_size)
     out = {"gpu": target.name, "device": None, "device_name": target.name, "workload": w.name, "precision": p,
            "batch_size": config.batch_size, "size": config.label, "unit": w.unit, "source": "projected",
-           "origin": f"{cal['gpu']} ({cal['provenance'].get('date', '?')})"}
+           "origin": f"{cal['gpu']} ({cal['provenance'].get('date', '?')})"
+           + (f", from its {origin.sms}-SM measurements" if sub is not cal else ""), "origin_sms": origin.sms}
     # ops the calibration did not time at this batch take the efficiency the same op reached
     # at a timed one; the step's attribution comes from a measured batch only when this
     # batch's own step was not measured
-    siblings, anchor = siblings_and_anchor(w, p, config, origin, cal, tf32)
+    siblings, anchor = siblings_and_anchor(w, p, config, origin, sub, tf32)
     if step_time_s is not None:
         anchor = None
     try:
-        t, _, overhead = project_ops(ops, origin, target, cal, step_time_s, whole=w.kind == "kernel",
+        t, _, overhead = project_ops(ops, origin, target, sub, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor,
-                                     profile=find_profile(cal, w.name, p, config.batch_size, ops),
-                                     host_s=host_overhead(cal, origin) if w.kind == "model" else None)
+                                     profile=find_profile(sub, w.name, p, config.batch_size, ops),
+                                     host_s=host_overhead(sub, origin) if w.kind == "model" else None)
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out

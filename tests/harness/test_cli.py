@@ -92,3 +92,25 @@ def test_a_corrupt_results_file_is_a_clear_error(tmp_path):
     bad.write_text(json.dumps({"schema": "nope"}))
     r = gpucmp_cli("compare", "A4000", "A5000", "--results", str(bad), "--no-measure")
     assert r.returncode == 2 and "schema" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_calibrate_attach_files_partitions_and_refuses_a_wrong_one(tmp_path):
+    """`gpucmp calibrate --attach FULL PART...` measures nothing (no GPU needed): it files
+    calibrations of the card confined to fewer SMs into the whole card's, and refuses a
+    file that is not one."""
+    from gpucmp.harness import projection
+    full = projection.load_calibration()
+    full.pop("partitions", None)
+    part = dict(full, sms=24, provenance=dict(full["provenance"], sm_limit=24))
+    part.pop("partitions", None)
+    paths = {}
+    for name, cal in (("full", full), ("p24", part), ("bad", dict(part, gpu="RTX A4000"))):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(cal))
+    out = tmp_path / "cal.json"
+    r = gpucmp_cli("calibrate", "--attach", str(paths["full"]), str(paths["p24"]), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert list(projection.load_calibration(str(out))["partitions"]) == ["24"]
+    r = gpucmp_cli("calibrate", "--attach", str(paths["full"]), str(paths["bad"]), "--out", str(tmp_path / "x.json"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "not a H200 SXM calibration" in r.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -294,3 +294,76 @@ def test_host_overhead_is_the_smallest_model_surplus():
     origin = projection.origin_model(cal)
     host = projection.host_overhead(cal, origin)
     assert host is not None and 0.0 <= host < min(s["step_time_s"] for s in cal["steps"])
+
+
+def _partition(rng, sms, step):
+    """A synthetic calibration of the origin confined to `sms` SMs, with one measured cnn step."""
+    sub = synthetic_calibration(rng, steps=[{"workload": "cnn", "precision": "float32", "batch_size": 64,
+                                             "step_time_s": step}])
+    sub["sms"] = sms
+    sub["provenance"]["sm_limit"] = sms
+    for k in ("float32", "tf32", "float16", "bfloat16"):
+        sub["peaks"]["gemm_flops"][k] *= sms / specs.spec(ORIGIN)["sms"]
+    return sub
+
+
+def test_partition_weights_bracket_the_target_in_log_sms(rng):
+    cal = synthetic_calibration(rng)
+    counts = sorted(int(n) for n in rng.choice(np.arange(4, 120), 4, replace=False))
+    cal["partitions"] = {str(n): {"sms": n, "name": n} for n in counts}
+    full = cal["sms"]
+    for n in rng.integers(counts[0] + 1, full, 20):
+        n = int(n)
+        parts = projection.partition_weights(cal, n)
+        if str(n) in cal["partitions"]:
+            assert parts == [(1.0, cal["partitions"][str(n)])]
+            continue
+        (w_lo, lo), (w_hi, hi) = parts
+        a = lo["sms"]
+        b = hi["sms"] if hi is not cal else full
+        assert a < n < b and not any(a < c < b for c in counts)
+        assert w_lo + w_hi == pytest.approx(1.0)
+        assert w_hi == pytest.approx(math.log(n / a) / math.log(b / a))
+    assert projection.partition_weights(cal, full) == [(1.0, cal)]
+    assert projection.partition_weights(cal, counts[0] - 1) == [(1.0, cal["partitions"][str(counts[0])])]
+    assert projection.partition_weights(synthetic_calibration(rng), 16)[0][1]["sms"] == full
+
+
+def test_a_target_between_partitions_blends_their_projections(rng):
+    """The origin confined to a partition's SM count gives back that partition's measured
+    step; between two partitions the step is their projections' log-SM blend."""
+    w, c = get("cnn"), Config(64, "batch 64")
+    cal = synthetic_calibration(rng, steps=[{"workload": "cnn", "precision": "float32", "batch_size": 64,
+                                             "step_time_s": rng.uniform(2e-4, 4e-4)}])
+    steps = {24: rng.uniform(8e-4, 1.2e-3), 48: rng.uniform(5e-4, 7e-4)}
+    cal["partitions"] = {str(n): _partition(rng, n, t) for n, t in steps.items()}
+    for n, t in steps.items():
+        row = projection.project(w, ORIGIN, "float32", c, cal, sms=n)
+        assert row["step_time_s"] == pytest.approx(t, rel=1e-9)
+    n = int(rng.integers(25, 48))
+    row = projection.project(w, ORIGIN, "float32", c, cal, sms=n)
+    single = {m: projection._project_from(w, "float32", specs.spec(ORIGIN), c, cal, cal["partitions"][str(m)],
+                                          None, n, True)["step_time_s"] for m in steps}
+    wt = math.log(n / 24) / math.log(48 / 24)
+    assert row["step_time_s"] == pytest.approx(single[24] ** (1 - wt) * single[48] ** wt, rel=1e-9)
+    assert min(single.values()) <= row["step_time_s"] <= max(single.values())
+    assert "24-SM and 48-SM" in row["origin"]
+    # another card with 48 SMs is projected from the 48-SM partition alone
+    a4000 = projection.project(w, "RTX A4000", "float32", c, cal)
+    assert "48-SM" in a4000["origin"] and a4000["step_time_s"] > 0
+
+
+def test_attach_partitions_checks_what_it_files(rng, tmp_path):
+    from gpucmp.harness import calibration
+    cal = synthetic_calibration(rng)
+    sub = _partition(rng, 24, 1e-3)
+    out = calibration.attach_partitions(cal, {24: sub})
+    assert list(out["partitions"]) == ["24"] and "partitions" not in cal
+    other = dict(sub, gpu="RTX A4000")
+    with pytest.raises(ValueError, match="not a H200 SXM calibration"):
+        calibration.attach_partitions(cal, {24: other})
+    with pytest.raises(ValueError, match="measured on 24 SMs"):
+        calibration.attach_partitions(cal, {32: sub})
+    unconfined = dict(sub, provenance={"date": "test"})
+    with pytest.raises(ValueError, match="sm_limit None"):
+        calibration.attach_partitions(cal, {24: unconfined})
