@@ -50,7 +50,7 @@ for stage in "$@"; do
   confined)
     for n in ${CONFINED:-8 24 48 96}; do
       GPUCMP_CUDA_SMS=$n run timeout "${CONFINED_S:-240}" python3 -m gpucmp calibrate --out "$OUT/cal_sm$n.json" \
-        --no-partitions --no-copy-curve --ops-budget-s "${CONFINED_OPS_S:-20}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
+        --no-partitions --no-copy-curve --ops-budget-s "${CONFINED_OPS_S:-60}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
     done ;;
   bench)
     run timeout 240 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth --precision float32 float16 \

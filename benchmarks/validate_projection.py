@@ -78,7 +78,7 @@ def main():
     parted = bool(cal.get("partitions"))
     if parted:
         lines = ["| workload | precision | batch | SMs | measured step | projected, whole card | error "
-                 f"| projected, with the {'/'.join(cal['partitions'])}-SM partitions | error |",
+                 f"| projected, with the {'/'.join(sorted(cal['partitions'], key=int))}-SM partitions | error |",
                  "|---|---|---|---|---|---|---|---|---|"]
     else:
         lines = ["| workload | precision | batch | SMs | measured step | projected step | error |",

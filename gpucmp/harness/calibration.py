@@ -88,7 +88,7 @@ def _idle_power(device, info):
 
 COPY_CURVE_SMS = (8, 24, 48, 96)
 PARTITION_SMS = (8, 24, 48, 96)
-PARTITION_OPS_BUDGET_S = 20.0
+PARTITION_OPS_BUDGET_S = 60.0
 _COPY_CHILD = """
 import json, sys
 from gpucmp import _core

@@ -231,8 +231,8 @@ def build_parser():
     k.add_argument("--partitions", nargs="+", type=_positive, default=None,
                    help="SM counts to calibrate the card confined to (default: 8 24 48 96)")
     k.add_argument("--no-partitions", action="store_true", help="measure no SM partitions")
-    k.add_argument("--partition-ops-budget-s", type=float, default=20.0,
-                   help="single-op time budget of each partition (default 20)")
+    k.add_argument("--partition-ops-budget-s", type=float, default=60.0,
+                   help="single-op time budget of each partition (default 60)")
     k.add_argument("--no-copy-curve", action="store_true", help="skip the copy on 8/24/48/96 SMs")
     k.add_argument("--attach", nargs="+", default=None, metavar="FILE",
                    help="measure nothing: file partition calibrations (FILE 2..) into the first FILE's")

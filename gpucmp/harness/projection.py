@@ -402,7 +402,9 @@ _HOST = {}
 def host_overhead(cal, origin):
     """Seconds of host work per training step on the origin that no op accounts for: the
     smallest surplus of a calibrated model step over its ops (the smallest step is the one
-    whose surplus is all host -- Python, the graph launch); None without model steps."""
+    whose surplus is all host -- Python, the graph launch); a step its ops add up to more
+    than (they overlap, or ran slower timed alone) says nothing of it. None without a
+    model step that has a surplus."""
     key = id(cal)
     if key in _HOST and _HOST[key][0] is cal:
         return _HOST[key][1]
@@ -420,7 +422,8 @@ def host_overhead(cal, origin):
         ops = w.ops(cfgs[0], s["precision"])
         prof = find_profile(cal, w.name, s["precision"], s["batch_size"], ops)
         total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
-        found.append(max(0.0, float(s["step_time_s"]) - total))
+        if float(s["step_time_s"]) > total:
+            found.append(float(s["step_time_s"]) - total)
     host = min(found) if found else None
     _HOST[key] = (cal, host)
     return host
@@ -606,8 +609,10 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
 
 def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
     """project() from one origin: `sub` (the calibration or one of its partitions) gives the
-    measured times; `cal` (the whole card's) the per-unit efficiencies and copy curve the
-    target is built from."""
+    measured times; `cal` (the whole card's) the memory efficiency and copy curve the
+    target is built from, and the host work per step (Python and the graph launch do not
+    depend on the SMs; the whole card's steps, with most of their ops timed alone, measure
+    it best)."""
     full_origin = origin_model(cal)
     eff = efficiencies(full_origin, cal)
     if sub is not cal:  # the units' per-SM efficiency as the partition reached it
@@ -640,7 +645,7 @@ def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
         t, _, overhead = project_ops(ops, origin, target, sub, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor,
                                      profile=find_profile(sub, w.name, p, config.batch_size, ops),
-                                     host_s=host_overhead(sub, origin) if w.kind == "model" else None)
+                                     host_s=host_overhead(cal, full_origin) if w.kind == "model" else None)
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out

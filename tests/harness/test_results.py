@@ -82,3 +82,18 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, rng, monkeypatch):
         results.save(results.frame(rows(rng, n=1)), path)
     assert path.read_text() == before
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_written_file_has_a_plain_files_permissions(tmp_path, rng):
+    """Atomic writes go through a private temporary file; the result must still have the
+    permissions open() would give it (0666 less the umask), or those of the file replaced."""
+    import os
+    import stat
+    path = tmp_path / "r.json"
+    results.save(results.frame(rows(rng)), path)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+    os.chmod(path, 0o640)
+    results.save(results.frame(rows(rng)), path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
