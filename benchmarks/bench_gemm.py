@@ -4,9 +4,13 @@ CPU (always): float32 GFLOP/s of gpucmp (each SIMD micro-kernel this CPU runs), 
 (OpenBLAS or whatever BLAS it links) and PyTorch CPU when importable, at 256..2048, on the
 same threads. GPU (when gpucmp has a CUDA device): TFLOP/s of gpucmp and cuBLAS (impl=
 'vendor', and PyTorch when importable) for fp32 (exact), tf32, fp16 and bf16 at 4096 and
-8192.
+8192. With --sustained-s S, gpucmp and cuBLAS are also timed in samples of at least S
+seconds of back-to-back calls (the "sustained" columns): long enough for the card to reach
+its power limit and the clock it holds there, as gpucmp.benchmark() and a training run
+see it; the default columns time bursts of `--repeats` samples of one call.
 
     python benchmarks/bench_gemm.py [--sizes 1024 2048] [--gpu-sizes 4096 8192] [--quick]
+        [--sustained-s 1.0]
 
 To compare against a current NumPy fairly, run with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
 unset (some machines set them for old OpenBLAS builds; they slow a current one down).
@@ -87,7 +91,7 @@ def cpu_rows(sizes, repeats):
     return rows, cols
 
 
-def gpu_rows(device, sizes, repeats):
+def gpu_rows(device, sizes, repeats, sustained_s=0.0):
     """Times whole run_op calls on device-resident data is not possible through run_op (it
     stages host arrays), so the GPU benchmark uses the plan-free timing helper in _core
     when present; otherwise it reports that it cannot measure."""
@@ -105,6 +109,10 @@ def gpu_rows(device, sizes, repeats):
                 try:
                     sec = bench(device, n, n, n, dtype, impl, repeats)
                     row[f"{impl} TFLOP/s"] = flops / sec / 1e12
+                    if sustained_s > 0:
+                        inner = max(1, int(sustained_s / sec))
+                        sec = bench(device, n, n, n, dtype, impl, 3, warmup=inner, inner=inner)
+                        row[f"{impl} sustained"] = flops / sec / 1e12
                 except (NotImplementedError, RuntimeError, ValueError) as e:
                     row[f"{impl} TFLOP/s"] = f"n/a ({e})"
             if isinstance(row.get("own TFLOP/s"), float) and isinstance(row.get("vendor TFLOP/s"), float):
@@ -119,7 +127,10 @@ def gpu_rows(device, sizes, repeats):
                                  sync=torch.cuda.synchronize)
                 row["torch TFLOP/s"] = flops / t / 1e12
             rows.append(row)
-    return rows, ["n", "dtype", "own TFLOP/s", "vendor TFLOP/s", "own / cuBLAS", "torch TFLOP/s"]
+    cols = ["n", "dtype", "own TFLOP/s", "vendor TFLOP/s", "own / cuBLAS", "torch TFLOP/s"]
+    if sustained_s > 0:
+        cols += ["own sustained", "vendor sustained"]
+    return rows, cols
 
 
 def main():
@@ -129,6 +140,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats (smoke run)")
     ap.add_argument("--no-cpu", action="store_true")
+    ap.add_argument("--sustained-s", type=float, default=0.0,
+                    help="also time samples of at least this many seconds (the card at its power limit)")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.gpu_sizes, args.repeats = [128, 256], [512], 3
@@ -140,7 +153,7 @@ def main():
         print(table(rows, cols))
     gpus = [d for d in gpucmp.available_devices() if d.startswith("cuda")]
     if gpus:
-        rows, cols = gpu_rows(gpus[0], args.gpu_sizes, args.repeats)
+        rows, cols = gpu_rows(gpus[0], args.gpu_sizes, args.repeats, args.sustained_s)
         if rows:
             print(f"\n## GPU {gpus[0]} (TFLOP/s)\n")
             print(table(rows, cols))
