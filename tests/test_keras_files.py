@@ -383,3 +383,56 @@ def test_a_failed_keras_save_leaves_the_old_file(tmp_path, monkeypatch):
     assert path.read_bytes() == old and listing(tmp_path) == ["m.keras"]
     with pytest.raises(FileExistsError):
         gm.save(path, overwrite=False)
+
+
+def dense_config(name, activation):
+    return {"class_name": "Dense", "name": name, "config": {
+        "name": name, "trainable": True, "dtype": "float32", "units": 3, "activation": activation,
+        "use_bias": True, "kernel_initializer": {"class_name": "GlorotUniform", "config": {"seed": None}},
+        "bias_initializer": {"class_name": "Zeros", "config": {}}, "kernel_regularizer": None,
+        "bias_regularizer": None, "activity_regularizer": None, "kernel_constraint": None,
+        "bias_constraint": None}, "inbound_nodes": [[["input_1", 0, 0, {}]]]}
+
+
+def test_a_tf_keras_2_h5_file_loads(tmp_path):
+    """The layout tf.keras 2.15 writes (no TensorFlow here: written by hand): nested-list
+    inbound nodes, batch_input_shape, ':0' weight names, 'Custom>Adam', MeanMetricWrapper."""
+    layers_cfg = [{"class_name": "InputLayer", "name": "input_1", "inbound_nodes": [], "config": {
+        "batch_input_shape": [None, 4], "dtype": "float32", "sparse": False, "ragged": False,
+        "name": "input_1"}}, dense_config("dense", "relu"), dense_config("dense_1", "linear"),
+        {"class_name": "Add", "name": "add", "config": {"name": "add", "trainable": True,
+                                                         "dtype": "float32"},
+         "inbound_nodes": [[["dense", 0, 0, {}], ["dense_1", 0, 0, {}]]]}]
+    config = {"class_name": "Functional", "config": {
+        "name": "model", "layers": layers_cfg, "input_layers": [["input_1", 0, 0]],
+        "output_layers": [["add", 0, 0]]}}
+    training = {"loss": "mse", "loss_weights": None, "weighted_metrics": None, "metrics": [[
+        {"class_name": "MeanMetricWrapper", "config": {"name": "mae", "fn": "mean_absolute_error"}}]],
+        "optimizer_config": {"class_name": "Custom>Adam", "config": {
+            "name": "Adam", "jit_compile": True, "is_legacy_optimizer": False,
+            "learning_rate": 0.002, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-07,
+            "amsgrad": False}}}
+    rng = np.random.default_rng(9)
+    weights = {n: (rng.normal(size=(4, 3)).astype("f4"), rng.normal(size=3).astype("f4"))
+               for n in ("dense", "dense_1")}
+    with h5py.File(tmp_path / "tf2.h5", "w") as f:
+        f.attrs.update(keras_version="2.15.0", backend="tensorflow",
+                       model_config=json.dumps(config), training_config=json.dumps(training))
+        g = f.create_group("model_weights")
+        g.attrs["layer_names"] = [b"input_1", b"dense", b"dense_1", b"add"]
+        for n in ("input_1", "add"):
+            g.create_group(n).attrs["weight_names"] = np.array([], dtype="S")
+        for n, (k, b) in weights.items():
+            lg = g.create_group(n)
+            lg.attrs["weight_names"] = [f"{n}/kernel:0".encode(), f"{n}/bias:0".encode()]
+            lg.create_dataset(f"{n}/kernel:0", data=k)
+            lg.create_dataset(f"{n}/bias:0", data=b)
+    x = rng.normal(size=(3, 4)).astype("float32")
+    want = np.maximum(x @ weights["dense"][0] + weights["dense"][1], 0) + \
+        x @ weights["dense_1"][0] + weights["dense_1"][1]
+    gm = gk.models.load_model(tmp_path / "tf2.h5")
+    assert rel_err(gm.predict(x, verbose=0), want) < 1e-6
+    assert isinstance(gm.optimizer, gk.optimizers.Adam) and gm.optimizer.learning_rate == 0.002
+    assert [type(m).__name__ for m in gm._compiled_metrics] == ["MeanAbsoluteError"]
+    km = keras.models.load_model(tmp_path / "tf2.h5", compile=False)     # Keras 3 agrees
+    assert rel_err(kpredict(km, x), want) < 1e-6
