@@ -47,15 +47,19 @@ def seeds_gan():
 
 
 # ------------------------------------------------------------------ import surface
-def test_tensorflow_style_import_surface():
+def test_tensorflow_style_import_surface(tmp_path, monkeypatch):
     assert tf.keras.layers.Dense is layers.Dense
     for name in ("models", "layers", "optimizers", "losses", "metrics", "callbacks",
                  "initializers", "utils", "Sequential", "Model", "Input", "mixed_precision"):
         assert hasattr(tf.keras, name), name
     from gpucmp.keras.models import Model, Sequential as S  # noqa: F401  (the GAN seed's import)
     from gpucmp.keras.optimizers import Adam  # noqa: F401
-    with pytest.raises(NotImplementedError, match="load_digits_mnist"):
-        tf.keras.datasets.mnist.load_data()       # no download: a pointer to the real digits
+    from gpucmp.keras.datasets import _fetch
+    from gpucmp.keras.utils.file_utils import DownloadError
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))             # nothing cached, and offline:
+    monkeypatch.setattr(_fetch, "TF_KERAS_DATASETS", "http://127.0.0.1:9/")
+    with pytest.raises(DownloadError, match="load_digits_mnist"):
+        tf.keras.datasets.mnist.load_data()       # a pointer to the real digits
 
 
 # ------------------------------------------------------------------ weights and shapes

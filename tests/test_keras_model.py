@@ -467,9 +467,10 @@ def test_failed_save_leaves_the_old_file(tmp_path, monkeypatch):
 
 
 def test_corrupt_truncated_or_mismatched_files_raise_value_error(tmp_path):
+    """gpucmp's own format (save_format="gpucmp"; Keras' formats: test_keras_files.py)."""
     model = small_model()
     path = tmp_path / "m.keras"
-    model.save(path)
+    model.save(path, save_format="gpucmp")
     blob = path.read_bytes()
     cases = {
         "truncated.keras": blob[: len(blob) // 2],
@@ -497,7 +498,7 @@ def test_corrupt_truncated_or_mismatched_files_raise_value_error(tmp_path):
         load_model(tmp_path / "missing.keras")
     # weights of another architecture
     other = Sequential([layers.Input((4,)), layers.Dense(3, activation="softmax")])
-    other.save_weights(tmp_path / "other.weights.h5")
+    other.save_weights(tmp_path / "other.weights.h5", save_format="gpucmp")
     before = model.get_weights()
     with pytest.raises(ValueError, match="weight"):
         model.load_weights(tmp_path / "other.weights.h5")

@@ -11,7 +11,7 @@ Layers keep their weights in ``gpucmp._core.Buffer``s on the current device;
 into it (see KERAS_SEMANTICS.md for the exact Keras behaviour reproduced).
 """
 from . import (activations, applications, backend, callbacks, datasets, initializers, layers,
-               losses, metrics, mixed_precision, models, optimizers, utils)
+               losses, metrics, mixed_precision, models, optimizers, saving, utils)
 from .layers import Input, InputLayer, Layer
 from .models import Model, Sequential, load_model
 from .variables import Variable

@@ -49,11 +49,12 @@ def deserialize(config):
         raise ValueError(f"Not a layer config: {config!r}")
     name = config["class_name"]
     if name in ("Sequential", "Functional", "Model"):
-        from .. import models
-        return models.model_from_config(config)
+        from .. import saving
+        return saving.build_model(config)
     cls = _REGISTRY.get(name)
     if cls is None:
-        raise ValueError(f"Unknown layer class {name!r} in config")
+        raise NotImplementedError(f"Layer class {name!r} is not implemented by gpucmp; it has "
+                                  f"{', '.join(sorted(_REGISTRY))}")
     return cls.from_config(dict(config.get("config", {})))
 
 

@@ -11,7 +11,12 @@ Shapes include the batch axis (``None``); a layer with several inputs is given a
 shapes (``build([(None, 4), (None, 4)])``), as in Keras.
 
 Names are auto-numbered per class across the session (dense, dense_1, ...), as in Keras.
+
+``weight_budget(n)`` bounds the weight elements layers may create meanwhile: loading a file
+builds its model under the number of values the file really holds, so a config declaring
+absurd sizes fails with a ValueError before anything that size is allocated.
 """
+import contextlib
 import math
 
 import numpy as np
@@ -45,6 +50,31 @@ def normalize_shape(shape):
     if is_shape_list(shape):
         return [tuple(s) for s in shape]
     return tuple(shape)
+
+
+_budget = []      # the remaining element counts of the active weight_budget()s
+
+
+@contextlib.contextmanager
+def weight_budget(elements, source):
+    """Within the block, layers may create at most ``elements`` weight values in all;
+    more is a ValueError naming ``source`` (the file being loaded) and the layer."""
+    _budget.append([int(elements), source])
+    try:
+        yield
+    finally:
+        _budget.pop()
+
+
+def _charge(shape, layer_name, weight_name):
+    n = math.prod(int(d) for d in shape)
+    for entry in _budget:
+        if n > entry[0]:
+            raise ValueError(
+                f"{entry[1]}: layer '{layer_name}' declares a weight '{weight_name}' of shape "
+                f"{tuple(shape)} ({n} values), more than the {entry[0]} values the file still "
+                "holds; refusing to allocate it (corrupt or crafted file?)")
+        entry[0] -= n
 
 
 class Layer:
@@ -161,6 +191,8 @@ class Layer:
     def add_weight(self, shape, initializer, name, trainable=True):
         """Creates a Variable initialised by ``initializer`` (a name or an Initializer)."""
         init = initializers.get(initializer)
+        if _budget:
+            _charge(shape, self.name, name)
         value = np.asarray(init(tuple(shape)), dtype=np.float32)
         if value.shape != tuple(shape):
             raise ValueError(f"Layer '{self.name}': the initializer of '{name}' returned shape "

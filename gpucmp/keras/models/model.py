@@ -261,17 +261,18 @@ class Model(Trainer, Layer):
         print_summary(self, line_length, positions, print_fn, expand_nested, show_trainable)
 
     def save(self, filepath, overwrite=True, **kwargs):
-        """Saves config, weights and compile state to one file, atomically (see saving.py)."""
-        from . import saving
+        """Saves config, weights and compile state to one file, atomically: Keras 3's
+        ``.keras`` zip, a legacy ``.h5`` file, or gpucmp's format (see keras/saving/)."""
+        from .. import saving
         saving.save_model(self, filepath, overwrite=overwrite, **kwargs)
 
-    def save_weights(self, filepath, overwrite=True):
-        from . import saving
-        saving.save_weights(self, filepath, overwrite=overwrite)
+    def save_weights(self, filepath, overwrite=True, save_format=None):
+        from .. import saving
+        saving.save_weights(self, filepath, overwrite=overwrite, save_format=save_format)
 
     def load_weights(self, filepath, skip_mismatch=False):
-        from . import saving
-        saving.load_weights(self, filepath)
+        from .. import saving
+        saving.load_weights(self, filepath, skip_mismatch=skip_mismatch)
 
     def get_config(self):
         from .. import layers as layers_mod

@@ -1,7 +1,8 @@
-"""gpucmp.keras.utils: set_random_seed, to_categorical, normalize, Progbar."""
+"""gpucmp.keras.utils: set_random_seed, to_categorical, normalize, Progbar, get_file."""
 import numpy as np
 
 from ..backend import set_random_seed
+from .file_utils import get_file
 from .progbar import Progbar
 
 
@@ -30,4 +31,4 @@ def normalize(x, axis=-1, order=2):
     return (x / norm).astype(np.float32)
 
 
-__all__ = ["set_random_seed", "to_categorical", "normalize", "Progbar"]
+__all__ = ["set_random_seed", "to_categorical", "normalize", "Progbar", "get_file"]

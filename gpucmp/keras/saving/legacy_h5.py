@@ -1,0 +1,192 @@
+"""Legacy HDF5 files: tf.keras 2's ``model.save('x.h5')`` / ``save_weights('x.h5')`` (which
+Keras 3 still writes for a ``.h5`` path).
+
+A whole-model file has root attributes ``model_config`` (the model's JSON config),
+``training_config`` (compile arguments), ``keras_version``, ``backend``, and a group
+``model_weights``; a weights-only file has that group's content at its root. Either way
+the group has a ``layer_names`` attribute (the model's top-level layers in order) and, per
+layer, a group whose ``weight_names`` attribute lists its datasets in Keras' legacy weight
+order -- ``layer.trainable_weights + layer.non_trainable_weights``, which for a nested
+model differs from its leaf order -- at paths like ``dense/dense/kernel:0`` (tf.keras 2) or
+``dense/dense/kernel`` (Keras 3).
+
+Loading matches the file's layers to the model's by name when every weighted layer of the
+model is in the file (always so for a whole-model file), else by order, as Keras' own
+``load_weights`` does; counts and shapes are checked for all layers before anything is
+assigned. tf.keras 2's ``optimizer_weights`` are not restored (a warning says so).
+"""
+import json
+import warnings
+
+import numpy as np
+
+from .. import backend
+from ..variables import assign_all
+from . import h5, keras_config
+
+KERAS_VERSION = "3.15.1"      # the Keras release whose file layout is written
+
+
+def _legacy_order(layer):
+    return list(layer.trainable_weights) + list(layer.non_trainable_weights)
+
+
+def _weight_names(layer):
+    from ..models import lowering
+    from ..models.model import Model
+    if isinstance(layer, Model):
+        owners = {id(w): leaf for leaf, _ in lowering.leaf_layers(layer._chain()) for w in leaf.weights}
+        return [f"{owners[id(w)].name}/{w.name}" for w in _legacy_order(layer)]
+    cls = type(layer).__name__
+    prefix = f"{layer.name}/{backend.to_snake_case(cls)}_cell/" \
+        if cls in ("SimpleRNN", "LSTM", "GRU") else f"{layer.name}/"
+    return [prefix + w.name for w in _legacy_order(layer)]
+
+
+# --------------------------------------------------------------------- writing
+def write_weights_group(group, model):
+    group.attrs["backend"] = "jax"
+    group.attrs["keras_version"] = KERAS_VERSION
+    layers = model.layers
+    group.attrs["layer_names"] = np.array([l.name.encode("utf-8") for l in layers])
+    for layer in layers:
+        g = group.create_group(layer.name)
+        names = _weight_names(layer)
+        g.attrs["weight_names"] = np.array([n.encode("utf-8") for n in names])
+        for name, var in zip(names, _legacy_order(layer)):
+            h5.write_array(g, name, var.numpy())
+
+
+def write_model(f, model, include_optimizer=True):
+    config = keras_config.model_to_keras(model)
+    f.attrs["keras_version"] = KERAS_VERSION
+    f.attrs["backend"] = "jax"
+    f.attrs["model_config"] = json.dumps({"class_name": config["class_name"],
+                                          "config": config["config"]}).encode("utf-8")
+    cc = keras_config.compile_to_keras(model) if include_optimizer else None
+    if cc:
+        f.attrs["training_config"] = json.dumps({
+            "loss": cc["loss"], "metrics": cc["metrics"], "weighted_metrics": None,
+            "loss_weights": None, "optimizer_config": {
+                "class_name": cc["optimizer"]["class_name"],
+                "config": cc["optimizer"]["config"]}}).encode("utf-8")
+    write_weights_group(f.create_group("model_weights"), model)
+
+
+# --------------------------------------------------------------------- reading
+def is_legacy(f):
+    root = f["model_weights"] if "model_weights" in f else f
+    return "layer_names" in root.attrs
+
+
+def _json_attr(f, key, label):
+    raw = f.attrs.get(key)
+    if raw is None:
+        return None
+    try:
+        return json.loads(h5.text(raw))
+    except ValueError as exc:
+        raise ValueError(f"{label}: the '{key}' attribute is not valid JSON ({exc})") from None
+
+
+def read_weights_group(group, model, label):
+    """Assigns the legacy weights in ``group`` to ``model`` (all or nothing)."""
+    h5py = h5.h5py_module()
+    try:
+        names = [h5.text(n) for n in group.attrs["layer_names"]]
+    except KeyError:
+        raise ValueError(f"{label}: no 'layer_names' attribute: not a Keras HDF5 weights "
+                         "file") from None
+    stored = {}
+    for name in names:
+        g = group.get(name)
+        if not isinstance(g, h5py.Group):
+            raise ValueError(f"{label}: layer '{name}' is listed but has no group")
+        wnames = [h5.text(w) for w in g.attrs.get("weight_names", [])]
+        if wnames:
+            datasets = []
+            for w in wnames:
+                ds = g.get(w)
+                if not isinstance(ds, h5py.Dataset):
+                    raise ValueError(f"{label}: layer '{name}' lists weight '{w}', which is missing")
+                datasets.append(ds)
+            stored[name] = datasets
+    targets = [layer for layer in model.layers if layer.weights]
+    by_name = all(layer.name in stored for layer in targets)
+    if by_name:
+        pairs = [(layer, stored[layer.name]) for layer in targets]
+    else:
+        missing = [layer.name for layer in targets if layer.name not in stored]
+        in_file = list(stored.values())
+        if len(in_file) != len(targets):
+            raise ValueError(f"{label} has no weights for the layer(s) {missing} of model "
+                             f"'{model.name}', and loading by order is impossible: the file has "
+                             f"{len(in_file)} layers with weights, the model {len(targets)} "
+                             f"(file layers: {list(stored)[:20]})")
+        pairs = list(zip(targets, in_file))
+    variables, arrays = [], []
+    for layer, datasets in pairs:
+        weights = _legacy_order(layer)
+        how = "" if by_name else " (matched by order: the file's names differ)"
+        if len(datasets) != len(weights):
+            raise ValueError(f"{label}: layer '{layer.name}' has {len(weights)} weights "
+                             f"({', '.join(f'{w.name} {w.shape}' for w in weights)}) but the "
+                             f"file has {len(datasets)}{how}")
+        for ds, var in zip(datasets, weights):
+            arrays.append(h5.read_array(ds, var.shape, f"{label}: layer '{layer.name}' weight "
+                                                       f"'{var.name}'{how}"))
+            variables.append(var)
+    assign_all(variables, arrays, f"{label} -> model '{model.name}'")
+
+
+def read_model(f, label, custom_objects=None, compile=True, safe_mode=True):
+    from ..layers.layer import weight_budget
+    from . import build_model
+    config = _json_attr(f, "model_config", label)
+    if not isinstance(config, dict):
+        raise ValueError(f"{label}: no model_config attribute: this HDF5 file holds weights "
+                         "only; build the model and call model.load_weights()")
+    budget = h5.inspect(f, label)
+    keras_config.check_safe(config, label, safe_mode, custom_objects)
+    keras_config.register_custom_objects(custom_objects)
+    gconfig = keras_config.from_keras(config, label)
+    with weight_budget(budget, label):
+        model = build_model(gconfig)
+    if "model_weights" not in f:
+        raise ValueError(f"{label}: no 'model_weights' group")
+    read_weights_group(f["model_weights"], model, label)
+    training = _json_attr(f, "training_config", label)
+    if compile and isinstance(training, dict) and training.get("optimizer_config"):
+        keras_config.check_safe(training, label, safe_mode, custom_objects)
+        cc = _compile_config(training)
+        keras_config.compile_from_keras(model, cc, label)
+        if "optimizer_weights" in f:
+            warnings.warn(f"{label}: the optimizer state of a legacy .h5 file is not restored; "
+                          "the optimizer starts fresh", stacklevel=3)
+    return model
+
+
+def _metric_name(m):
+    """tf.keras 2 writes a metric as its name or a MeanMetricWrapper around a function."""
+    if isinstance(m, dict) and m.get("class_name") == "MeanMetricWrapper":
+        cfg = m.get("config") or {}
+        return cfg.get("name") if cfg.get("name") in ("accuracy", "acc") else cfg.get("fn", cfg.get("name"))
+    return m
+
+
+def _compile_config(training):
+    """tf.keras 2's training_config as a compile config: ``Custom>Adam`` (TF 2.11+) is Adam,
+    its ``jit_compile`` / ``is_legacy_optimizer`` keys dropped, single-output metric lists
+    unnested."""
+    opt = dict(training["optimizer_config"])
+    if isinstance(opt.get("class_name"), str) and opt["class_name"].startswith("Custom>"):
+        opt["class_name"] = opt["class_name"][len("Custom>"):]
+    opt["config"] = {k: v for k, v in (opt.get("config") or {}).items()
+                     if k not in ("jit_compile", "is_legacy_optimizer")}
+    metrics = training.get("metrics") or []
+    if len(metrics) == 1 and isinstance(metrics[0], list):
+        metrics = metrics[0]
+    return {"optimizer": opt, "loss": training.get("loss"),
+            "metrics": [_metric_name(m) for m in metrics],
+            "loss_weights": training.get("loss_weights"),
+            "weighted_metrics": training.get("weighted_metrics")}
