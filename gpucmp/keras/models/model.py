@@ -335,7 +335,9 @@ class Functional(Model):
                 continue
             args = [known[id(t)] for t in node.input_tensors]
             arg = args[0] if not isinstance(node.arguments, (list, tuple)) else args
-            known[id(node.outputs[0])] = normalize_shape(node.operation.compute_output_shape(arg))
+            out = normalize_shape(node.operation.compute_output_shape(arg))
+            for t, shape in zip(node.outputs, out if len(node.outputs) > 1 else [out]):
+                known[id(t)] = shape
         return known[id(self._graph.outputs[0])]
 
     @property
