@@ -229,7 +229,8 @@ static gc_status rnn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mo
     if (mode == MODE_TRAIN && rnn_dropout_on(l)) { /* one mask for every step of this pass */
         gc_dropout_params dp = rnn_dropout_params(p, l, seed);
         gc_tensor ones = gc_t2(l->priv[RNN_ONES], GC_F32, rows, in), m = gc_t2(l->priv[RNN_DPM], GC_F32, rows, in);
-        TRY(gc_plan_run(p, GC_OP_DROPOUT_FWD, &dp, &ones, NULL, NULL, &m, NULL, NULL));
+        if (l->d.dropout_rate < 1.0f) /* rate 1 (SimpleRNN): the mask stays the zeros it was made as */
+            TRY(gc_plan_run(p, GC_OP_DROPOUT_FWD, &dp, &ones, NULL, NULL, &m, NULL, NULL));
         TRY(rnn_apply_dropout(p, l, rows, gc_node_input(p, l, 0), l->priv[RNN_XD]));
     }
     /* xw = x W + b_x for every step at once */

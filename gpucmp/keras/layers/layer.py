@@ -250,7 +250,7 @@ class Layer:
         if is_shape_list(out_shape):      # several outputs (a recurrent layer's return_state)
             outs = [KerasTensor(s, name=f"{self.name}_{k}" if k else self.name) for k, s in enumerate(out_shape)]
             Node(self, inputs, outs)
-            return outs
+            return tuple(outs)        # as Keras 3 returns them
         out = KerasTensor(out_shape, name=self.name)
         Node(self, inputs, [out])
         return out

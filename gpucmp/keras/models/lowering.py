@@ -30,7 +30,7 @@ Plans are cached per (training configuration, input shapes, max_batch): a plan b
 
 Keras masks (Embedding(mask_zero=True), Masking; RECURRENT_SPEC 1.8) are values of the
 flat graph too: a layer that makes one adds a mask step (``MaskStep``: a "seq_mask" plan
-node) reading the same input, and each value ref carries the ref of its mask
+node, made when a layer first reads the mask) on the same input, and each value ref carries the ref of its mask
 (``FlatGraph.masks``), propagated as Keras does -- a layer with ``supports_masking``
 passes it on (``Layer.output_mask``), a recurrent layer takes it as a plan input and
 passes it on only with return_sequences, any other layer drops it with Keras' warning.
@@ -114,6 +114,7 @@ class FlatGraph:
         self.output = None
         self.masks = {}        # value ref -> the ref of its mask
         self.selects = {}      # output ref of a multi-output step -> (packed ref, offset)
+        self.lazy_masks = {}   # mask ref -> its mask step
         self._next = len(self.input_shapes)
 
     def _new_ref(self, shape):
@@ -123,10 +124,11 @@ class FlatGraph:
         return ref
 
     def add_mask(self, layer, ref, value, over_features):
-        """A mask step on value ``ref``; returns the mask's ref."""
+        """A mask of value ``ref``; returns the mask's ref (its plan node is made when a
+        layer first reads it: an unused mask costs nothing)."""
         ms = MaskStep(layer, value, over_features)
         mref = self._new_ref(ms.compute_output_shape(self.shapes[ref]))
-        self.steps.append(Step(ms, [ref], self.shapes[ref], mref))
+        self.lazy_masks[mref] = Step(ms, [ref], self.shapes[ref], mref)
         return mref
 
     def add(self, layer, refs, as_list):
@@ -232,7 +234,13 @@ def describe(flat, trainable_of):
     seen = set()
 
     def node_of(r):
-        """The plan node of value ref r (a select node made on first use)."""
+        """The plan node of value ref r (a select or mask node made on first use)."""
+        if r not in index and r in flat.lazy_masks:
+            step = flat.lazy_masks[r]
+            d = step.layer.plan_layers(step.input_shape)[0]
+            d["inputs"], d["trainable"] = [node_of(step.inputs[0])], False
+            nodes.append(d)
+            index[r] = len(nodes) - 1
         if r not in index:
             src, off = flat.selects[r]
             shape = tuple(flat.shapes[r][1:])
@@ -244,12 +252,6 @@ def describe(flat, trainable_of):
 
     for step in flat.steps:
         layer = step.layer
-        if getattr(layer, "_pseudo", False):    # a mask step
-            d = layer.plan_layers(step.input_shape)[0]
-            d["inputs"], d["trainable"] = [node_of(step.inputs[0])], False
-            nodes.append(d)
-            index[step.out] = len(nodes) - 1
-            continue
         if id(layer) in seen and has_weights(layer):
             raise NotImplementedError(
                 f"Layer '{layer.name}' appears twice in the model: a layer with weights shared "
@@ -321,7 +323,7 @@ def trainable_variables_in_plan_order(flat, trainable_of):
     out, seen = [], set()
     for step in flat.steps:
         layer = step.layer
-        if getattr(layer, "_pseudo", False) or id(layer) in seen or not trainable_of(layer):
+        if id(layer) in seen or not trainable_of(layer):
             continue
         seen.add(id(layer))
         out.extend(w for w in layer.weights if not w.always_non_trainable)

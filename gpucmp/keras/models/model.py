@@ -123,7 +123,7 @@ class Model(Trainer, Layer):
             input_shape = self._input_batch_shape
         if input_shape is None:
             raise ValueError(f"Model '{self.name}': build() needs an input shape")
-        input_shape = (None,) + tuple(input_shape)[1:]
+        input_shape = tuple(input_shape)      # a declared batch size is kept (stateful layers need it)
         if len(input_shape) < 2:
             raise ValueError(f"Model '{self.name}': the input shape must have a batch axis and "
                              f"at least one more, received {format_shape(input_shape)}")
