@@ -193,6 +193,7 @@ def test_return_state_values_are_the_oracle_final_states(rng, name, cell):
     got = [m.predict(x, verbose=0) for m in models]
     want = [ref["y"], ref["h"]] + ([ref["c"]] if cell == "lstm" else [])
     assert len(got) == len(want)
+    assert layer.output_shape == [(None, u)] * len(want)          # summary's Output Shape: one per output
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
     assert not np.allclose(got[-1], got[0]) or cell != "lstm"      # c is not h

@@ -144,8 +144,9 @@ class Layer:
 
     @property
     def output_shape(self):
-        if self._inbound_nodes:          # as Keras: the shape of the last call's output
-            return tuple(self._inbound_nodes[-1].outputs[0].shape)
+        if self._inbound_nodes:          # as Keras: the shape of the last call's output(s)
+            outs = self._inbound_nodes[-1].outputs
+            return [tuple(t.shape) for t in outs] if len(outs) > 1 else tuple(outs[0].shape)
         return normalize_shape(self.compute_output_shape(self.input_shape))
 
     @property
