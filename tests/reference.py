@@ -805,6 +805,17 @@ def _rnn_cell(cell, act, ract, x, h, c, U, bh, u):
     raise ValueError(cell)
 
 
+def seq_mask(x, value=0.0):
+    """Keras' step mask: 1.0 where some x[..., f] != value over the last axis (NaN
+    differs), else 0.0; x's shape without its last axis."""
+    return np.any(np.asarray(x, np.float64) != value, axis=-1).astype(np.float64)
+
+
+def mul_bcast(x, m):
+    """x (A, M, C) times m (A, C) repeated along M, in float64."""
+    return _f64(x) * _f64(m)[:, None, :]
+
+
 def rnn_forward(xw, U, h0=None, c0=None, mask=None, bh=None, cell="lstm", activation="tanh",
                 recurrent_activation="sigmoid", go_backwards=False, sequences=False,
                 zero_output_for_mask=False):

@@ -6,7 +6,8 @@ predictions, and the gradients one SGD step applies to every weight (kernel, rec
 kernel, bias -- GRU's two bias rows -- and the embeddings). Also: Keras' weight shapes
 and initial values, the seeds' two recurrent programs (parameter counts, training on a
 learnable task), mixed precision, the CUDA backend (skipped without a GPU), and the
-arguments the plan does not carry yet, each a clear error.
+argument the plan does not carry yet (recurrent_dropout), a clear error. Masks, states,
+stateful layers and dropout: test_keras_recurrent_features.py.
 """
 import numpy as np
 import pytest
@@ -212,8 +213,7 @@ def test_cuda_training_step_matches_the_cpu(rng, name, kw, cell, gates):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("arg,value", [("dropout", 0.2), ("recurrent_dropout", 0.3), ("return_state", True),
-                                       ("stateful", True)])
+@pytest.mark.parametrize("arg,value", [("recurrent_dropout", 0.3)])
 def test_arguments_the_plan_lacks_are_refused(arg, value):
     with pytest.raises(NotImplementedError, match=arg):
         keras.layers.LSTM(4, **{arg: value})

@@ -1509,6 +1509,45 @@ def case_slice_cols(c):
         c.check("concat of the slices", ops.concat(parts, axis=ax, **c.kw), x, tol=0.0)
 
 
+def case_seq_mask(c):
+    r = c.rng
+    for shape in [(1, 1, 1), (3, 7, 1), (2, 5, 4), (int(r.integers(1, 5)), int(r.integers(1, 40)), 6), (64, 33, 3)]:
+        value = float(c.round(np.array([r.choice([0.0, 0.5, -1.25])]))[0])
+        x = c.normal(shape)
+        hit = r.random(shape[:-1]) < 0.4           # whole steps equal to value ...
+        x[hit] = value
+        one = r.random(shape) < 0.2                # ... and single features equal to it
+        x[one] = value
+        c.what = f"x {shape} value={value}"
+        m = np.full(shape[:-1], np.nan, np.float32)
+        _core.run_op("seq_mask", c.backend, (c.arg(x),), (m,), {"value": value})
+        c.check_values("mask", m, ref.seq_mask(x, value), tol=0.0)
+    x = np.array([[[np.nan, 0.0], [0.0, 0.0]]])    # NaN differs from every value
+    m = np.zeros((1, 2), np.float32)
+    _core.run_op("seq_mask", c.backend, (c.arg(x),), (m,), {"value": 0.0})
+    np.testing.assert_array_equal(m, [[1.0, 0.0]], err_msg=c.msg("NaN"))
+    with pytest.raises(ValueError, match="mask"):
+        _core.run_op("seq_mask", c.backend, (c.arg(np.zeros((2, 3, 4))),), (np.zeros((2, 4), np.float32),), {})
+
+
+def case_mul_bcast(c):
+    r = c.rng
+    for shape in [(1, 1, 1), (4, 9, 1), (3, 5, 7), (int(r.integers(1, 9)), int(r.integers(1, 30)),
+                                                     int(r.integers(1, 20))), (16, 100, 64)]:
+        x = c.normal(shape)
+        m = np.where(r.random((shape[0], shape[2])) < 0.3, 0.0, 1.0 / 0.7).astype(np.float32)
+        c.what = f"x {shape}"
+        y = np.full(shape, np.nan, c.out_dtype())
+        _core.run_op("mul_bcast", c.backend, (c.arg(x), m), (y,), {})
+        c.check("y", y, ref.mul_bcast(x, m))
+        xa = c.arg(x).copy()                      # in place
+        _core.run_op("mul_bcast", c.backend, (xa, m), (xa,), {})
+        c.check("y in place", xa, ref.mul_bcast(x, m))
+    with pytest.raises(ValueError, match="'m' has shape"):
+        _core.run_op("mul_bcast", c.backend, (c.arg(np.zeros((2, 3, 4))), np.zeros((2, 3), np.float32)),
+                     (np.zeros((2, 3, 4), c.out_dtype()),), {})
+
+
 # The registry: op name -> case. test_every_op_has_a_case fails when an op of
 # GC_OP_LIST has none, so a new op cannot skip its tests.
 OP_CASES = {
@@ -1547,6 +1586,8 @@ OP_CASES = {
     "pad2d_bwd": case_pad2d_bwd,
     "concat": case_concat,
     "slice_cols": case_slice_cols,
+    "seq_mask": case_seq_mask,
+    "mul_bcast": case_mul_bcast,
 }
 # the recurrent ops' cases (rnn_fwd, rnn_bwd) live in tests/test_rnn_ops.py
 from test_rnn_ops import OP_CASES as _RNN_CASES  # noqa: E402
@@ -1605,7 +1646,7 @@ def test_arity_matches_the_header():
             "embedding_bwd": (2, 1), "reduce_sum": (1, 1), "scale_cast": (1, 2),
             "loss_scale_update": (0, 3), "add": (8, 1), "mul": (2, 1), "batchnorm_fwd": (4, 4),
             "batchnorm_bwd": (5, 4), "pad2d_fwd": (1, 1), "pad2d_bwd": (1, 1), "concat": (8, 1),
-            "slice_cols": (1, 1)}
+            "slice_cols": (1, 1), "seq_mask": (1, 1), "mul_bcast": (2, 1)}
     for op, arity in want.items():
         if op in _core.op_names():
             assert tuple(_core.op_arity(op)) == arity, op

@@ -914,6 +914,43 @@ static gc_status v_rnn_bwd(const gc_op_call *c)
     return GC_OK;
 }
 
+/* seq_mask: x (..., F) float, rank >= 2 -> mask (...) float32 */
+static gc_status v_seq_mask(const gc_op_call *c)
+{
+    const gc_tensor *x = c->in[0], *m = c->out[0];
+    TRY(need(c, x, "x")); TRY(need(c, m, "mask"));
+    if (x->ndim < 2)
+        return gc_fail(GC_ERR_INVALID_ARG, "seq_mask: 'x' must have rank >= 2 (..., features), got shape %s",
+                       shp(x).s);
+    if ((unsigned)x->dtype >= GC_DTYPE_COUNT || !is_float(x->dtype))
+        return gc_fail(GC_ERR_DTYPE, "seq_mask: 'x' must be a float tensor");
+    int ok = m->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < m->ndim; i++) ok = m->shape[i] == x->shape[i];
+    if (!ok)
+        return gc_fail(GC_ERR_INVALID_ARG, "seq_mask: 'mask' has shape %s, expected the shape of 'x' %s without "
+                       "its last axis", shp(m).s, shp(x).s);
+    return want_f32(c, m, "mask");
+}
+
+/* mul_bcast: x (A, M, C), m (A, C) float32 -> y (x's shape and dtype) */
+static gc_status v_mul_bcast(const gc_op_call *c)
+{
+    const gc_tensor *x = c->in[0], *m = c->in[1], *y = c->out[0];
+    TRY(need(c, x, "x")); TRY(need(c, m, "m")); TRY(need(c, y, "y"));
+    TRY(rank(c, x, "x", 3));
+    if ((unsigned)x->dtype >= GC_DTYPE_COUNT || !is_float(x->dtype))
+        return gc_fail(GC_ERR_DTYPE, "mul_bcast: 'x' must be a float tensor");
+    if (m->ndim != 2 || m->shape[0] != x->shape[0] || m->shape[1] != x->shape[2])
+        return gc_fail(GC_ERR_INVALID_ARG, "mul_bcast: 'm' has shape %s, expected (%lld, %lld) for 'x' %s", shp(m).s,
+                       (long long)x->shape[0], (long long)x->shape[2], shp(x).s);
+    TRY(want_f32(c, m, "m"));
+    TRY(match(c, y, "y", x, "x"));
+    if (y->dtype != x->dtype)
+        return gc_fail(GC_ERR_DTYPE, "mul_bcast: 'y' must have the dtype of 'x' (%s), got %s", gc_dtype_name(x->dtype),
+                       gc_dtype_name(y->dtype));
+    return GC_OK;
+}
+
 /* the shared rules, one name per op */
 static gc_status v_maxpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
 static gc_status v_avgpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }

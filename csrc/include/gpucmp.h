@@ -251,6 +251,17 @@ typedef struct { int64_t offset; } gc_slice_params;
  *          dU = hprev^T . dxw   (gru reset_after: hprev^T . dm; gru_reset_before: the z, r
  *               blocks hprev^T . dxw[..., :2u] and the h block save[4]^T . dxw[..., 2u:])
  *          dW = x^T . dxw, db = sum dxw, dbh = sum dm, dx = dxw . W^T. */
+/* ---- sequence masks (Keras masking, RECURRENT_SPEC.md 1.8; recurrent dropout, 1.7)
+ * seq_mask: in x (..., F) of any float dtype, rank >= 2; out mask (x's shape without the
+ *        last axis) float32 = 1 where some x[..., f] != value (NaN counts as different),
+ *        else 0: Embedding(mask_zero=True)'s mask ids != 0 (F = 1) and Masking(mask_value)'s
+ *        any(x != mask_value, axis=-1).
+ * mul_bcast: in x (A, M, C) of any float dtype, m (A, C) float32; out y (x's shape and
+ *        dtype) = x * m[:, None, :], y may alias x: Masking's output x * mask (C = 1) and
+ *        its gradient, and a variational dropout mask (B, F) applied at every step of a
+ *        (B, T, F) sequence (M = T) and to its gradient. */
+typedef struct { float value; } gc_seq_mask_params;
+
 typedef enum { GC_RNN_SIMPLE = 0, GC_RNN_LSTM, GC_RNN_GRU /* reset_after=True */, GC_RNN_GRU_RESET_BEFORE } gc_rnn_cell;
 typedef enum { GC_RNN_TANH = 0, GC_RNN_SIGMOID, GC_RNN_RELU, GC_RNN_LINEAR,
                GC_RNN_HARD_SIGMOID /* Keras 3: clip(x/6 + 0.5, 0, 1) */ } gc_rnn_act;
@@ -299,7 +310,10 @@ int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2
     X(SLICE_COLS, slice_cols, gc_slice_params, 1, 1)                         \
     /* recurrent layers: {cpu,cuda}/rnn */                                   \
     X(RNN_FWD, rnn_fwd, gc_rnn_params, 6, 4)                                 \
-    X(RNN_BWD, rnn_bwd, gc_rnn_params, 6, 4)
+    X(RNN_BWD, rnn_bwd, gc_rnn_params, 6, 4)                                 \
+    /* sequence masks: {cpu,cuda}/seq_mask */                                \
+    X(SEQ_MASK, seq_mask, gc_seq_mask_params, 1, 1)                          \
+    X(MUL_BCAST, mul_bcast, gc_no_params, 2, 1)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,

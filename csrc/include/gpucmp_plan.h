@@ -37,7 +37,16 @@ typedef enum {
     GC_LAYER_PAD2D,       /* zero padding of (H, W, C): pad = {top, bottom, left, right} */
     GC_LAYER_EMBEDDING,   /* weights: embeddings (input_dim, D); input ids as float32 (T,) */
     GC_LAYER_RNN,         /* SimpleRNN / LSTM / GRU over (T, in): weights kernel (in, G*u),
-                           * recurrent_kernel (u, G*u), bias (G*u,) -- GRU reset_after (2, 3u) */
+                           * recurrent_kernel (u, G*u), bias (G*u,) -- GRU reset_after (2, 3u);
+                           * optional non-trainable state_h, state_c (stateful_batch, u):
+                           * inputs x, then rnn_state_inputs initial states (u,), then a
+                           * (T,) float32 mask when rnn_mask_input; with return_state the
+                           * output is [y | h_T | c_T] side by side per sample            */
+    GC_LAYER_SEQ_MASK,    /* Keras step mask of x (T,) or (T, F): any(x != mask_value) over
+                           * F, float32 (T,), read as stored by every consumer            */
+    GC_LAYER_MASKING,     /* Keras Masking: inputs x (T, F) and its mask (T,): x * mask   */
+    GC_LAYER_SELECT,      /* one output of a node with several: elements [select_offset,
+                           * select_offset + out_numel) of each sample of its input      */
     GC_LAYER_COUNT
 } gc_layer_kind;
 
@@ -47,7 +56,7 @@ typedef enum {
 enum { GC_W_KERNEL = 0, GC_W_BIAS = 1 };
 enum { GC_W_GAMMA = 0, GC_W_BETA = 1, GC_W_MOVING_MEAN = 2, GC_W_MOVING_VAR = 3 };
 enum { GC_W_EMBEDDINGS = 0 };
-enum { GC_W_RNN_KERNEL = 0, GC_W_RNN_RECURRENT = 1, GC_W_RNN_BIAS = 2 };
+enum { GC_W_RNN_KERNEL = 0, GC_W_RNN_RECURRENT = 1, GC_W_RNN_BIAS = 2, GC_W_RNN_STATE_H = 3, GC_W_RNN_STATE_C = 4 };
 
 typedef struct {
     gc_layer_kind kind;
@@ -71,6 +80,15 @@ typedef struct {
     int rnn_cell;                          /* rnn: a gc_rnn_cell */
     int rnn_act, rnn_recurrent_act;        /* rnn: gc_rnn_act of the candidate and the gates */
     int go_backwards, return_sequences;    /* rnn */
+    int zero_output_for_mask, return_state; /* rnn (RECURRENT_SPEC 1.6, 1.8) */
+    int rnn_state_inputs, rnn_mask_input;  /* rnn: initial states among the inputs (0, 1: h0,
+                                            * 2: h0 and c0), and a mask input after them */
+    int64_t stateful_batch;                /* rnn: > 0 for a stateful layer (its batch size):
+                                            * state_h / state_c are the initial states when no
+                                            * state input is given, and take h_T / c_T after
+                                            * every pass; dropout_rate: its input dropout */
+    float mask_value;                      /* seq_mask */
+    int64_t select_offset;                 /* select */
     int trainable;                         /* snapshot taken at compile() */
     void *weights[GC_LAYER_MAX_WEIGHTS];   /* backend memory, float32; owned by caller */
     gc_dtype dtype;                        /* compute dtype (Keras' policy): activations and

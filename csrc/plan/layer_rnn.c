@@ -9,30 +9,89 @@
  * backward needs in `save`, whose first block is the state entering each step (hprev),
  * laid out (rows*T, u) for the dU GEMM. GRU with reset_after has a recurrent bias (row 1
  * of Keras' (2, 3u) bias): its gradient is the column sums of rnn_bwd's dm.
- * Not yet here: masks, initial_state, return_state, stateful, dropout (the Python layer
- * refuses them with a clear error). */
+ *
+ * Keras' layer arguments (RECURRENT_SPEC 1.6-1.8), all through the one rnn_fwd / rnn_bwd:
+ * - inputs after x: rnn_state_inputs initial states (h0 [, c0], tensors of the graph that
+ *   get their gradients dh0 / dc0), then a (T,) float32 step mask (a seq_mask node) when
+ *   rnn_mask_input, read as stored; zero_output_for_mask passes through to the op;
+ * - return_state: the node's sample is [y | h_T | c_T] (select nodes pick the outputs,
+ *   layer_select.c): y, h_T and c_T are computed into the node's own buffers and joined,
+ *   the gradient is split back into dy, dh_T and dc_T before rnn_bwd;
+ * - stateful: the non-trainable weight slots state_h / state_c (stateful_batch, u) are
+ *   the initial states unless a state input is given, and take h_T / c_T (cast to float32)
+ *   after every pass; no gradient flows into earlier batches (Keras' truncated BPTT);
+ * - dropout (training only): one inverted-dropout mask (rows, in) per pass, drawn with
+ *   dropout_fwd on ones (a counter-based seed per node and step) and applied to x at every
+ *   step (mul_bcast); the GEMMs read the masked x, dx gets the same mask.
+ * Not here yet: recurrent_dropout (the Python layer refuses it with a clear error). */
 #include "plan_internal.h"
 
-/* priv buffers; the last four are GRU reset_before's dU column blocks (below) */
-enum { RNN_XW = 0, RNN_SAVE, RNN_HT, RNN_CT, RNN_DXW, RNN_DM, RNN_DZR, RNN_DH, RNN_DUZR, RNN_DUH };
+#include <stdlib.h>
 
-static int64_t rnn_units(const gc_layer_desc *d) { return d->out_shape[d->out_ndim - 1]; }
+/* priv buffers; the last four are GRU reset_before's dU column blocks (below) */
+enum { RNN_XW = 0, RNN_SAVE, RNN_HT, RNN_CT, RNN_DXW, RNN_DM, RNN_DZR, RNN_DH, RNN_DUZR, RNN_DUH,
+       RNN_Y, RNN_DY, RNN_DHT, RNN_DCT, RNN_DH0, RNN_DC0, /* return_state, state inputs */
+       RNN_ONES, RNN_DPM, RNN_XD };                        /* input dropout */
+
+/* u: the last extent of the output, or with return_state (a packed (Ty*u + S*u,) sample,
+ * S = 1 state, 2 for LSTM) solved from its length */
+static int64_t rnn_units(const gc_layer_desc *d)
+{
+    if (!d->return_state) return d->out_shape[d->out_ndim - 1];
+    const int64_t per = (d->return_sequences ? d->in_shape[0] : 1) + (d->rnn_cell == GC_RNN_LSTM ? 2 : 1);
+    return d->out_shape[0] / per;
+}
 static int64_t rnn_steps(const int64_t *in_shape) { return in_shape[0]; }
+static int rnn_lstm(const plan_node *l) { return l->d.rnn_cell == GC_RNN_LSTM; }
+/* elements of y per sample */
+static int64_t rnn_ylen(const plan_node *l) { return (l->d.return_sequences ? rnn_steps(l->d.in_shape) : 1) * rnn_units(&l->d); }
+static int rnn_dropout_on(const plan_node *l) { return l->d.dropout_rate > 0.0f; }
 
 static gc_status rnn_check(const gc_layer_desc *d, int idx, int n_in, const int64_t (*in)[GC_MAX_DIMS - 1],
                            const int *nd)
 {
-    (void)n_in;
     if (nd[0] != 2)
         return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d needs (timesteps, features) samples, got rank %d", idx,
                        nd[0]);
     if ((unsigned)d->rnn_cell > GC_RNN_GRU_RESET_BEFORE)
         return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d has an unknown cell %d", idx, d->rnn_cell);
-    int want = d->return_sequences ? 2 : 1;
-    if (d->out_ndim != want || (d->return_sequences && d->out_shape[0] != in[0][0]))
-        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: output shape does not match return_sequences=%d", idx,
-                       d->return_sequences);
-    if (in[0][0] < 1) return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d has no timesteps", idx);
+    const int lstm = d->rnn_cell == GC_RNN_LSTM, nstates = lstm ? 2 : 1;
+    const int64_t T = in[0][0], u = rnn_units(d);
+    if (T < 1) return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d has no timesteps", idx);
+    if (d->return_state) {
+        const int64_t want = ((d->return_sequences ? T : 1) + nstates) * u;
+        if (d->out_ndim != 1 || u < 1 || d->out_shape[0] != want)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d with return_state: the sample must be [y | states] "
+                           "side by side", idx);
+    } else {
+        int want = d->return_sequences ? 2 : 1;
+        if (d->out_ndim != want || (d->return_sequences && d->out_shape[0] != T))
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: output shape does not match return_sequences=%d",
+                           idx, d->return_sequences);
+    }
+    if (d->rnn_state_inputs < 0 || d->rnn_state_inputs > nstates ||
+        (d->rnn_state_inputs && d->rnn_state_inputs != nstates))
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: %d initial states given, the cell has %d", idx,
+                       d->rnn_state_inputs, nstates);
+    if (n_in != 1 + d->rnn_state_inputs + (d->rnn_mask_input != 0))
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d has %d inputs, expected x, %d states%s", idx, n_in,
+                       d->rnn_state_inputs, d->rnn_mask_input ? " and a mask" : "");
+    for (int k = 1; k <= d->rnn_state_inputs; k++)
+        if (nd[k] != 1 || in[k][0] != u)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: initial state %d must be (%lld,) per sample", idx,
+                           k - 1, (long long)u);
+    if (d->rnn_mask_input) {
+        const int k = 1 + d->rnn_state_inputs;
+        if (nd[k] != 1 || in[k][0] != T)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: the mask must be (%lld,) per sample", idx,
+                           (long long)T);
+    }
+    if (d->stateful_batch < 0 || (d->stateful_batch > 0 && (!d->weights[GC_W_RNN_STATE_H] ||
+                                                            (lstm && !d->weights[GC_W_RNN_STATE_C]))))
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: a stateful layer needs its state buffers", idx);
+    if (d->dropout_rate < 0.0f || d->dropout_rate > 1.0f)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: dropout rate %g outside [0, 1]", idx,
+                       (double)d->dropout_rate);
     if (!d->weights[GC_W_RNN_KERNEL] || !d->weights[GC_W_RNN_RECURRENT])
         return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d needs a kernel and a recurrent_kernel", idx);
     return GC_OK;
@@ -45,16 +104,21 @@ static void rnn_weights(const gc_layer_desc *d, const int64_t *in, int64_t *n, i
     n[GC_W_RNN_RECURRENT] = u * G * u;
     n[GC_W_RNN_BIAS] = (d->rnn_cell == GC_RNN_GRU ? 2 : 1) * G * u;
     tr[GC_W_RNN_KERNEL] = tr[GC_W_RNN_RECURRENT] = tr[GC_W_RNN_BIAS] = 1;
+    if (d->stateful_batch > 0) { /* the carried states: buffers, never trained */
+        n[GC_W_RNN_STATE_H] = d->stateful_batch * u;
+        if (d->rnn_cell == GC_RNN_LSTM) n[GC_W_RNN_STATE_C] = d->stateful_batch * u;
+    }
 }
 
 static gc_status rnn_setup(gc_plan *p, plan_node *l)
 {
-    const int64_t B = p->max_batch, T = rnn_steps(l->d.in_shape), u = rnn_units(&l->d);
+    const int64_t B = p->max_batch, T = rnn_steps(l->d.in_shape), u = rnn_units(&l->d), in = l->d.in_shape[1];
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;
     const int64_t S = gc_rnn_save_blocks((gc_rnn_cell)l->d.rnn_cell);
     TRY(gc_plan_alloc(p, B * T * Gu, l->dt, &l->priv[RNN_XW]));
     TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_HT]));
-    if (l->d.rnn_cell == GC_RNN_LSTM) TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_CT]));
+    if (rnn_lstm(l)) TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_CT]));
+    if (l->d.return_state) TRY(gc_plan_alloc(p, B * rnn_ylen(l), l->dt, &l->priv[RNN_Y]));
     if (!p->training) return GC_OK; /* inference saves nothing */
     TRY(gc_plan_alloc(p, S * B * T * u, l->dt, &l->priv[RNN_SAVE]));
     TRY(gc_plan_alloc(p, B * T * Gu, l->dt, &l->priv[RNN_DXW]));
@@ -64,6 +128,24 @@ static gc_status rnn_setup(gc_plan *p, plan_node *l)
         TRY(gc_plan_alloc(p, B * T * u, l->dt, &l->priv[RNN_DH]));
         TRY(gc_plan_alloc(p, u * 2 * u, l->dt, &l->priv[RNN_DUZR]));
         TRY(gc_plan_alloc(p, u * u, l->dt, &l->priv[RNN_DUH]));
+    }
+    if (l->d.return_state) {
+        TRY(gc_plan_alloc(p, B * rnn_ylen(l), l->dt, &l->priv[RNN_DY]));
+        TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_DHT]));
+        if (rnn_lstm(l)) TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_DCT]));
+    }
+    if (l->d.rnn_state_inputs >= 1 && l->in_grad[1]) TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_DH0]));
+    if (l->d.rnn_state_inputs >= 2 && l->in_grad[2]) TRY(gc_plan_alloc(p, B * u, l->dt, &l->priv[RNN_DC0]));
+    if (rnn_dropout_on(l)) {
+        TRY(gc_plan_alloc(p, B * in, GC_F32, &l->priv[RNN_ONES]));
+        TRY(gc_plan_alloc(p, B * in, GC_F32, &l->priv[RNN_DPM]));
+        TRY(gc_plan_alloc(p, B * T * in, l->dt, &l->priv[RNN_XD]));
+        float *ones = malloc((size_t)(B * in) * sizeof *ones);
+        if (!ones) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+        for (int64_t i = 0; i < B * in; i++) ones[i] = 1.0f;
+        gc_status s = p->be->upload(p->be, l->priv[RNN_ONES], ones, (size_t)(B * in) * sizeof *ones);
+        free(ones);
+        TRY(s);
     }
     return GC_OK;
 }
@@ -77,6 +159,7 @@ static gc_rnn_params rnn_params(const plan_node *l)
     rp.recurrent_act = (gc_rnn_act)l->d.rnn_recurrent_act;
     rp.go_backwards = l->d.go_backwards;
     rp.sequences = l->d.return_sequences;
+    rp.zero_output_for_mask = l->d.zero_output_for_mask;
     return rp;
 }
 
@@ -92,16 +175,67 @@ static gc_tensor rnn_y(const plan_node *l, void *data, int64_t rows)
     return l->d.return_sequences ? t3(data, l->dt, rows, T, u) : gc_t2(data, l->dt, rows, u);
 }
 
+/* the (rows, T) float32 mask input, or none */
+static gc_tensor rnn_mask(const gc_plan *p, const plan_node *l, int64_t rows)
+{
+    if (!l->d.rnn_mask_input) return gc_none();
+    return gc_t2(p->L[l->in[1 + l->d.rnn_state_inputs]].out, GC_F32, rows, rnn_steps(l->d.in_shape));
+}
+
+/* the initial state k (0 h, 1 c): a state input, the stateful layer's carried state, or none (zeros) */
+static gc_tensor rnn_state0(const gc_plan *p, const plan_node *l, int k, int64_t rows)
+{
+    const int64_t u = rnn_units(&l->d);
+    if (k == 1 && !rnn_lstm(l)) return gc_none();
+    if (l->d.rnn_state_inputs > k) return gc_t2(gc_node_input(p, l, 1 + k), l->dt, rows, u);
+    if (l->d.stateful_batch > 0) return gc_t2(gc_node_weight(l, GC_W_RNN_STATE_H + k), l->dt, rows, u);
+    return gc_none();
+}
+
+/* the input dropout mask's seed: the step's seed XOR a per-node constant (as dropout nodes do) */
+static gc_dropout_params rnn_dropout_params(const gc_plan *p, const plan_node *l, uint64_t seed)
+{
+    gc_dropout_params dp = {l->d.dropout_rate, 0xD1B54A32D192ED03ull ^ (0x9E37ull * (uint64_t)l->idx), NULL};
+    if (p->device_mode) dp.dyn_seed = p->dyn_seed;
+    else dp.seed ^= seed;
+    return dp;
+}
+
+/* x (rows, T, in) times the pass's dropout mask (rows, in) at every step, into y */
+static gc_status rnn_apply_dropout(gc_plan *p, const plan_node *l, int64_t rows, void *x, void *y)
+{
+    const int64_t T = rnn_steps(l->d.in_shape), in = l->d.in_shape[1];
+    gc_tensor tx = t3(x, l->dt, rows, T, in), ty = t3(y, l->dt, rows, T, in);
+    gc_tensor m = gc_t2(l->priv[RNN_DPM], GC_F32, rows, in);
+    return gc_plan_run(p, GC_OP_MUL_BCAST, &(gc_no_params){0}, &tx, &m, NULL, &ty, NULL, NULL);
+}
+
+/* what the projection GEMMs read: x, or x with this pass's dropout mask */
+static void *rnn_x(const gc_plan *p, const plan_node *l, run_mode mode)
+{
+    return mode == MODE_TRAIN && rnn_dropout_on(l) ? l->priv[RNN_XD] : gc_node_input(p, l, 0);
+}
+
 static gc_status rnn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
 {
-    (void)mode, (void)seed;
     const gc_dtype dt = l->dt;
     const int64_t T = rnn_steps(l->d.in_shape), in = l->d.in_shape[1], u = rnn_units(&l->d);
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;
     const int gru = l->d.rnn_cell == GC_RNN_GRU;
+    if (l->d.stateful_batch > 0 && rows != l->d.stateful_batch && !p->checking)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d is stateful with a batch size of %lld, but a batch of "
+                       "%lld rows was given (every batch of a stateful layer must have that size)", l->idx,
+                       (long long)l->d.stateful_batch, (long long)rows);
+    if (mode == MODE_TRAIN && rnn_dropout_on(l)) { /* one mask for every step of this pass */
+        gc_dropout_params dp = rnn_dropout_params(p, l, seed);
+        gc_tensor ones = gc_t2(l->priv[RNN_ONES], GC_F32, rows, in), m = gc_t2(l->priv[RNN_DPM], GC_F32, rows, in);
+        if (l->d.dropout_rate < 1.0f) /* rate 1 (SimpleRNN): the mask stays the zeros it was made as */
+            TRY(gc_plan_run(p, GC_OP_DROPOUT_FWD, &dp, &ones, NULL, NULL, &m, NULL, NULL));
+        TRY(rnn_apply_dropout(p, l, rows, gc_node_input(p, l, 0), l->priv[RNN_XD]));
+    }
     /* xw = x W + b_x for every step at once */
     gc_gemm_params gp = {0, 0, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
-    gc_tensor x = gc_t2(gc_node_input(p, l, 0), dt, rows * T, in);
+    gc_tensor x = gc_t2(rnn_x(p, l, mode), dt, rows * T, in);
     gc_tensor w = gc_t2(gc_node_weight(l, GC_W_RNN_KERNEL), dt, in, Gu);
     void *bias = l->w[GC_W_RNN_BIAS].w ? gc_node_weight(l, GC_W_RNN_BIAS) : NULL;
     gc_tensor b = bias ? gc_t1(bias, dt, Gu) : gc_none();
@@ -111,17 +245,26 @@ static gc_status rnn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mo
     gc_rnn_params rp = rnn_params(l);
     gc_tensor xw3 = t3(l->priv[RNN_XW], dt, rows, T, Gu);
     gc_tensor U = gc_t2(gc_node_weight(l, GC_W_RNN_RECURRENT), dt, u, Gu);
-    gc_tensor none = gc_none();
+    gc_tensor h0 = rnn_state0(p, l, 0, rows), c0 = rnn_state0(p, l, 1, rows), mask = rnn_mask(p, l, rows);
     gc_tensor bh = gru && bias ? gc_t1((char *)bias + (size_t)Gu * gc_dtype_size(dt), dt, Gu) : gc_none();
     const int64_t S = gc_rnn_save_blocks(rp.cell);
     int64_t sshape[4] = {S, rows, T, u};
     gc_tensor save = l->priv[RNN_SAVE] ? gc_tensor_make(l->priv[RNN_SAVE], dt, 4, sshape) : gc_none();
-    gc_tensor y = rnn_y(l, l->out, rows);
+    gc_tensor y = rnn_y(l, l->d.return_state ? l->priv[RNN_Y] : l->out, rows);
     gc_tensor hT = gc_t2(l->priv[RNN_HT], dt, rows, u);
     gc_tensor cT = l->priv[RNN_CT] ? gc_t2(l->priv[RNN_CT], dt, rows, u) : gc_none();
-    const gc_tensor *ins[6] = {&xw3, &U, &none, &none, &none, &bh};
+    const gc_tensor *ins[6] = {&xw3, &U, &h0, &c0, &mask, &bh};
     gc_tensor *outs[4] = {&y, &save, &hT, &cT};
-    return gc_plan_run_n(p, GC_OP_RNN_FWD, &rp, ins, 6, outs, 4);
+    TRY(gc_plan_run_n(p, GC_OP_RNN_FWD, &rp, ins, 6, outs, 4));
+    if (l->d.stateful_batch > 0) { /* the states the next batch starts from */
+        TRY(gc_plan_cast(p, l->priv[RNN_HT], dt, l->w[GC_W_RNN_STATE_H].w, GC_F32, rows * u));
+        if (rnn_lstm(l)) TRY(gc_plan_cast(p, l->priv[RNN_CT], dt, l->w[GC_W_RNN_STATE_C].w, GC_F32, rows * u));
+    }
+    if (!l->d.return_state) return GC_OK;
+    gc_tensor y2 = gc_t2(l->priv[RNN_Y], dt, rows, rnn_ylen(l)), out = gc_t2(l->out, dt, rows, l->out_numel);
+    const gc_tensor *parts[3] = {&y2, &hT, &cT};
+    gc_tensor *o[1] = {&out};
+    return gc_plan_run_n(p, GC_OP_CONCAT, &(gc_no_params){0}, parts, rnn_lstm(l) ? 3 : 2, o, 1);
 }
 
 /* dU = hprev^T dm, hprev = save block 0. GRU reset_before multiplies U_h by r * hprev
@@ -155,26 +298,46 @@ static gc_status rnn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t s
     const gc_dtype dt = l->dt;
     const int64_t T = rnn_steps(l->d.in_shape), in = l->d.in_shape[1], u = rnn_units(&l->d);
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;
-    const int gru = l->d.rnn_cell == GC_RNN_GRU;
+    const int gru = l->d.rnn_cell == GC_RNN_GRU, lstm = rnn_lstm(l);
     gc_rnn_params rp = rnn_params(l);
     const int64_t S = gc_rnn_save_blocks(rp.cell);
     int64_t sshape[4] = {S, rows, T, u};
     gc_tensor save = gc_tensor_make(l->priv[RNN_SAVE], dt, 4, sshape);
-    gc_tensor dy = rnn_y(l, l->gout, rows);
-    gc_tensor U = gc_t2(gc_node_weight(l, GC_W_RNN_RECURRENT), dt, u, Gu);
     gc_tensor none = gc_none();
+    gc_tensor dy = rnn_y(l, l->gout, rows), dhT = gc_none(), dcT = gc_none();
+    if (l->d.return_state) { /* [dy | dh_T | dc_T] back apart */
+        const int64_t yl = rnn_ylen(l);
+        gc_tensor g = gc_t2(l->gout, dt, rows, l->out_numel);
+        gc_tensor dy2 = gc_t2(l->priv[RNN_DY], dt, rows, yl);
+        dhT = gc_t2(l->priv[RNN_DHT], dt, rows, u);
+        gc_slice_params s0 = {0}, s1 = {yl}, s2 = {yl + u};
+        TRY(gc_plan_run(p, GC_OP_SLICE_COLS, &s0, &g, NULL, NULL, &dy2, NULL, NULL));
+        TRY(gc_plan_run(p, GC_OP_SLICE_COLS, &s1, &g, NULL, NULL, &dhT, NULL, NULL));
+        if (lstm) {
+            dcT = gc_t2(l->priv[RNN_DCT], dt, rows, u);
+            TRY(gc_plan_run(p, GC_OP_SLICE_COLS, &s2, &g, NULL, NULL, &dcT, NULL, NULL));
+        }
+        dy = rnn_y(l, l->priv[RNN_DY], rows);
+    }
+    gc_tensor U = gc_t2(gc_node_weight(l, GC_W_RNN_RECURRENT), dt, u, Gu);
+    gc_tensor mask = rnn_mask(p, l, rows);
     gc_tensor dxw = t3(l->priv[RNN_DXW], dt, rows, T, Gu);
     gc_tensor dm = gru ? t3(l->priv[RNN_DM], dt, rows, T, Gu) : gc_none();
-    const gc_tensor *ins[6] = {&dy, &none, &none, &U, &save, &none};
-    gc_tensor *outs[4] = {&dxw, &dm, &none, &none};
+    gc_tensor dh0 = l->priv[RNN_DH0] ? gc_t2(l->priv[RNN_DH0], dt, rows, u) : gc_none();
+    gc_tensor dc0 = l->priv[RNN_DC0] ? gc_t2(l->priv[RNN_DC0], dt, rows, u) : gc_none();
+    const gc_tensor *ins[6] = {&dy, &dhT, &dcT, &U, &save, &mask};
+    gc_tensor *outs[4] = {&dxw, &dm, &dh0, &dc0};
     TRY(gc_plan_run_n(p, GC_OP_RNN_BWD, &rp, ins, 6, outs, 4));
+    if (l->priv[RNN_DH0]) TRY(gc_node_pass_grad(p, l, 1, l->priv[RNN_DH0], rows));
+    if (l->priv[RNN_DC0]) TRY(gc_node_pass_grad(p, l, 2, l->priv[RNN_DC0], rows));
+    (void)none;
 
     gc_tensor nob = gc_none();
     gc_tensor dz = gc_t2(l->priv[RNN_DXW], dt, rows * T, Gu);           /* d(x W + b_x) */
     gc_tensor dmz = gc_t2(gru ? l->priv[RNN_DM] : l->priv[RNN_DXW], dt, rows * T, Gu); /* d(hprev U [+ b_h]) */
-    if (l->w[GC_W_RNN_KERNEL].trains) { /* dW = x^T dz */
+    if (l->w[GC_W_RNN_KERNEL].trains) { /* dW = x^T dz (x as the GEMM read it: with its dropout mask) */
         gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
-        gc_tensor x = gc_t2(gc_node_input(p, l, 0), dt, rows * T, in);
+        gc_tensor x = gc_t2(rnn_x(p, l, MODE_TRAIN), dt, rows * T, in);
         gc_tensor dw = gc_t2(l->w[GC_W_RNN_KERNEL].dw, dt, in, Gu);
         TRY(gc_plan_run(p, GC_OP_GEMM, &gp, &x, &dz, &nob, &dw, NULL, NULL));
     }
@@ -187,16 +350,17 @@ static gc_status rnn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t s
             TRY(gc_plan_run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dmz, NULL, NULL, &dbh, NULL, NULL));
         }
     }
-    if (l->in_grad[0]) { /* dx = dz W^T */
+    if (l->in_grad[0]) { /* dx = dz W^T (times the dropout mask) */
         gc_gemm_params gp = {0, 1, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
         gc_tensor w = gc_t2(gc_node_weight(l, GC_W_RNN_KERNEL), dt, in, Gu);
         gc_tensor gin = gc_node_gin_tensor(p, l, 0, rows);
         gc_tensor gx = gc_t2(gin.data, dt, rows * T, in);
         TRY(gc_plan_run(p, GC_OP_GEMM, &gp, &dz, &w, &nob, &gx, NULL, NULL));
+        if (rnn_dropout_on(l)) TRY(rnn_apply_dropout(p, l, rows, gin.data, gin.data));
         TRY(gc_node_deliver(p, l, 0, rows));
     }
     return GC_OK;
 }
 
-const gc_layer_ops gc_layer_rnn = {"rnn", 1, 1, rnn_check, rnn_weights, rnn_forward, rnn_backward,
+const gc_layer_ops gc_layer_rnn = {"rnn", 1, 4, rnn_check, rnn_weights, rnn_forward, rnn_backward,
                                    0, 0, 0, rnn_setup, 0};

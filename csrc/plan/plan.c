@@ -707,7 +707,8 @@ static gc_status analyse_gradients(gc_plan *p)
         }
         int g = l->trains;
         for (int k = 0; k < l->n_in; k++) {
-            l->in_grad[k] = !l->ops->raw_inputs && p->L[l->in[k]].grad_needed; /* ids: none */
+            l->in_grad[k] = !l->ops->raw_inputs && !p->L[l->in[k]].ops->raw_output && /* ids, masks: none */
+                            p->L[l->in[k]].grad_needed;
             g |= l->in_grad[k];
         }
         l->grad_needed = g;
@@ -860,7 +861,7 @@ static gc_status alloc_casts_and_scratch(gc_plan *p)
         plan_node *l = &p->L[i];
         for (int k = 0; k < l->n_in; k++) {
             plan_node *src = &p->L[l->in[k]];
-            if (src->dt != l->dt && !l->ops->is_view && !l->ops->raw_inputs)
+            if (src->dt != l->dt && !l->ops->is_view && !l->ops->raw_inputs && !src->ops->raw_output)
                 TRY(gc_plan_alloc(p, p->max_batch * l->in_numel[k], l->dt, &l->xc[k]));
         }
     }

@@ -29,7 +29,7 @@ typedef struct {
 
 typedef struct plan_node plan_node;
 typedef struct gc_plan gc_plan;
-#define GC_NODE_MAX_PRIV 12
+#define GC_NODE_MAX_PRIV 24
 
 /* What a layer kind provides. `check` validates the descriptor against its inputs'
  * shapes (in_shapes[k], in_nds[k]) at creation; `weights` fills the element count of
@@ -50,6 +50,8 @@ typedef struct {
      * known, with gc_plan_alloc (recurrent layers: the input projections, the saved steps) */
     gc_status (*setup)(gc_plan *p, plan_node *l);
     int raw_inputs;   /* reads its inputs as their producers store them (embedding ids): no cast */
+    int raw_output;   /* every consumer reads its output as stored, with no gradient (a
+                       * float32 step mask): no cast on the way in, nothing on the way back */
 } gc_layer_ops;
 
 const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind);

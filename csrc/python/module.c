@@ -244,6 +244,7 @@ typedef union {
     gc_pad2d_params pad;
     gc_slice_params slice;
     gc_rnn_params rnn;
+    gc_seq_mask_params smask;
     gc_no_params none;
 } any_params;
 
@@ -392,6 +393,9 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
         P->rnn.recurrent_act = (gc_rnn_act)ra;
         return 0;
     }
+    case GC_OP_SEQ_MASK:
+        return p_float(d, "value", 0.0, &P->smask.value) ? -1 : 0;
+    case GC_OP_MUL_BCAST:
     case GC_OP_MUL:
     case GC_OP_CONCAT:
     case GC_OP_BIAS_GRAD:
@@ -854,7 +858,8 @@ static int get_buffer(PyObject *d, const char *k, int idx, PyObject *keep, const
 
 static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense",   "conv2d",   "maxpool2d", "avgpool2d", "reshape",
                                                         "dropout", "activation", "input", "add",      "multiply",
-                                                        "concat",  "batchnorm", "pad2d",   "embedding", "rnn"};
+                                                        "concat",  "batchnorm", "pad2d",   "embedding", "rnn",
+                                                        "seq_mask", "masking", "select"};
 /* rnn nodes: "cell" and the activations, as gc_rnn_cell / gc_rnn_act number them */
 static const char *const rnn_cell_names[] = {"simple", "lstm", "gru", "gru_reset_before"};
 static const char *const rnn_act_names[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
@@ -945,7 +950,7 @@ static const char *const *weight_names(gc_layer_kind kind)
     static const char *const dense[] = {"kernel", "bias", NULL};
     static const char *const bn[] = {"gamma", "beta", "moving_mean", "moving_variance", NULL};
     static const char *const emb[] = {"embeddings", NULL};
-    static const char *const rnn[] = {"kernel", "recurrent_kernel", "bias", NULL};
+    static const char *const rnn[] = {"kernel", "recurrent_kernel", "bias", "state_h", "state_c", NULL};
     static const char *const none[] = {NULL};
     switch (kind) {
     case GC_LAYER_EMBEDDING: return emb;
@@ -965,6 +970,7 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
         return -1;
     }
     int kind = 0, act = 0, pad = 0, tr = 1, dt = 0;
+    long long sb = 0, si = 0;
     PyObject *k = item(d, "kind");
     if (!k) {
         PyErr_Format(PyExc_ValueError, "Plan: layer %d is missing 'kind'", idx);
@@ -1030,8 +1036,19 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
         (p_enum(d, "cell", rnn_cell_names, 4, 0, &L->rnn_cell) ||
          p_enum(d, "rnn_activation", rnn_act_names, 5, 0, &L->rnn_act) ||
          p_enum(d, "recurrent_activation", rnn_act_names, 5, 1, &L->rnn_recurrent_act) ||
-         p_bool(d, "go_backwards", 0, &L->go_backwards) || p_bool(d, "return_sequences", 0, &L->return_sequences)))
+         p_bool(d, "go_backwards", 0, &L->go_backwards) || p_bool(d, "return_sequences", 0, &L->return_sequences) ||
+         p_bool(d, "zero_output_for_mask", 0, &L->zero_output_for_mask) ||
+         p_bool(d, "return_state", 0, &L->return_state) || p_long(d, "state_inputs", 0, &si) ||
+         p_bool(d, "mask_input", 0, &L->rnn_mask_input) || p_long(d, "stateful_batch", 0, &sb)))
         return -1;
+    L->stateful_batch = sb;
+    L->rnn_state_inputs = (int)si;
+    if (L->kind == GC_LAYER_SEQ_MASK && p_float(d, "mask_value", 0.0, &L->mask_value)) return -1;
+    if (L->kind == GC_LAYER_SELECT) {
+        long long off = 0;
+        if (p_long(d, "offset", 0, &off)) return -1;
+        L->select_offset = off;
+    }
     if (L->kind == GC_LAYER_BATCHNORM &&
         (p_float(d, "epsilon", 1e-3, &L->epsilon) || p_float(d, "momentum", 0.99, &L->momentum)))
         return -1;

@@ -21,6 +21,7 @@ from .gru import GRU
 from .input_layer import Input, InputLayer
 from .layer import Layer
 from .lstm import LSTM
+from .masking import Masking
 from .max_pooling2d import MaxPool2D, MaxPooling2D
 from .multiply import Multiply
 from .reshape import Reshape
@@ -29,7 +30,7 @@ from .zero_padding2d import ZeroPadding2D
 
 _REGISTRY = {cls.__name__: cls for cls in (
     Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense, Dropout,
-    Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, GRU, InputLayer, LSTM, MaxPooling2D,
+    Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, GRU, InputLayer, LSTM, Masking, MaxPooling2D,
     Multiply, Reshape, SimpleRNN, ZeroPadding2D)}
 
 
@@ -78,6 +79,6 @@ def concatenate(inputs, axis=-1, **kwargs):
 __all__ = ["Activation", "Add", "AveragePooling2D", "AvgPool2D", "BatchNormalization",
            "Concatenate", "Conv2D", "Convolution2D", "Dense", "Dropout", "Flatten",
            "GlobalAveragePooling2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "GlobalMaxPooling2D",
-           "Input", "InputLayer", "Layer", "MaxPool2D", "MaxPooling2D", "Multiply", "Reshape",
+           "Input", "InputLayer", "Layer", "Masking", "MaxPool2D", "MaxPooling2D", "Multiply", "Reshape",
            "ZeroPadding2D", "add", "concatenate", "multiply", "serialize", "deserialize",
            "register"]

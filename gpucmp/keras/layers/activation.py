@@ -4,6 +4,7 @@ from .layer import Layer
 
 
 class Activation(Layer):
+    supports_masking = True     # passes a Keras mask on (Keras 3 does)
     def __init__(self, activation, **kwargs):
         self.activation = activations.get(activation)
         super().__init__(**kwargs)

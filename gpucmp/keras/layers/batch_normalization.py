@@ -23,6 +23,7 @@ from .layer import Layer, format_shape
 
 
 class BatchNormalization(Layer):
+    supports_masking = True     # passes a Keras mask on (Keras 3 does)
     _training_matters = True
 
     def __init__(self, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True,

@@ -10,6 +10,7 @@ from .layer import Layer, format_shape
 
 
 class Dense(Layer):
+    supports_masking = True     # passes a Keras mask on (Keras 3 does)
     def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,

@@ -16,6 +16,7 @@ from .layer import Layer
 
 
 class Dropout(Layer):
+    supports_masking = True     # passes a Keras mask on (Keras 3 does)
     _training_matters = True
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):

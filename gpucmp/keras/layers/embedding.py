@@ -5,9 +5,9 @@ arrive in the plan as float32 (exact below 2**24) and are truncated to int32 as 
 casts them; an id outside ``[0, input_dim)`` -- negatives included, never wrapped -- is an
 IndexError naming it, on every backend. ``input_length`` is used as tf.keras 2 uses it:
 the layer's input shape ``(input_length,)``, so a Sequential starting with it is built at
-construction. ``mask_zero=True`` is accepted but the plan does not carry masks to the
-recurrent layers yet, so a model that would use the mask says so instead of running
-without it.
+construction. ``mask_zero=True`` attaches Keras' mask ``ids != 0`` (computed from the
+uncast ids) to the output: a "seq_mask" plan node that the next recurrent layer reads
+(models/lowering.py propagates it as Keras does).
 """
 from .. import initializers
 from . import argument_checks as check
@@ -57,6 +57,10 @@ class Embedding(Layer):
     def compute_output_shape(self, input_shape):
         self._check_input(input_shape)
         return tuple(input_shape) + (self.output_dim,)
+
+    def makes_mask(self, input_shape):
+        """(mask_value, over_features) of the mask this layer attaches: ids != 0."""
+        return (0.0, False) if self.mask_zero else None
 
     def plan_layers(self, input_shape):
         return [{"kind": "embedding", "in_shape": tuple(input_shape[1:]),

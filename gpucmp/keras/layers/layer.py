@@ -82,6 +82,11 @@ class Layer:
     ``plan_layers`` and ``get_config``."""
 
     _training_matters = False   # True where training/inference differ (Dropout, BatchNormalization)
+    # Keras masks (models/lowering.py): a layer that supports masking passes the mask of its
+    # input on; one that does not drops it (with Keras' warning); takes_mask: the mask is an
+    # input of the layer's plan node (plan_layers(shape, mask=True))
+    supports_masking = False
+    takes_mask = False
 
     def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
                  batch_input_shape=None, batch_size=None, input_dim=None, **kwargs):
@@ -169,8 +174,9 @@ class Layer:
 
     @property
     def output_shape(self):
-        if self._inbound_nodes:          # as Keras: the shape of the last call's output
-            return tuple(self._inbound_nodes[-1].outputs[0].shape)
+        if self._inbound_nodes:          # as Keras: the shape of the last call's output(s)
+            outs = self._inbound_nodes[-1].outputs
+            return [tuple(t.shape) for t in outs] if len(outs) > 1 else tuple(outs[0].shape)
         return normalize_shape(self.compute_output_shape(self.input_shape))
 
     @property
@@ -274,8 +280,10 @@ class Layer:
             inputs = list(inputs)
             shape = [t.shape for t in inputs]
         out_shape = self.build_for(shape)
-        if is_shape_list(out_shape):
-            raise NotImplementedError(f"Layer '{self.name}' has several outputs: not supported")
+        if is_shape_list(out_shape):      # several outputs (a recurrent layer's return_state)
+            outs = [KerasTensor(s, name=f"{self.name}_{k}" if k else self.name) for k, s in enumerate(out_shape)]
+            Node(self, inputs, outs)
+            return tuple(outs)        # as Keras 3 returns them
         out = KerasTensor(out_shape, name=self.name)
         Node(self, inputs, [out])
         return out

@@ -8,16 +8,28 @@ their order are Keras' (``get_weights() == [kernel, recurrent_kernel, bias]``): 
 gate column blocks in Keras' order (LSTM i, f, c, o; GRU z, r, h), so weights copied from
 Keras give Keras' outputs (RECURRENT_SPEC.md section 1).
 
-Arguments the plan does not carry yet -- dropout and recurrent_dropout above 0,
-return_state, stateful, initial_state, masks -- raise NotImplementedError naming them,
-never run as something else. ``unroll`` is accepted and has no effect (one kernel either
-way), as RECURRENT_SPEC 1.6 suggests.
+Keras' arguments, as RECURRENT_SPEC 1.6-1.8 give them:
+- masks: a mask attached to the input (Embedding(mask_zero=True), Masking) is a plan
+  input of the node (models/lowering.py propagates it); it is passed on only with
+  return_sequences; ``zero_output_for_mask`` as Keras; any padding pattern, go_backwards
+  reverses it with the input;
+- ``initial_state=[h0]`` / ``[h0, c0]`` (symbolic tensors, functional API; gradients flow
+  into them) and ``return_state=True``: outputs ``[output, h]`` / ``[output, h, c]``;
+- ``stateful=True``: a static batch size (ValueError otherwise); the states are carried
+  from batch to batch and call to call in two non-trainable buffers (not in
+  ``get_weights()``), zeroed by ``reset_states()``;
+- ``dropout`` in training: one inverted-dropout mask per batch, reused at every step;
+  LSTM / GRU ignore rate 1 as Keras does, SimpleRNN drops everything.
+``recurrent_dropout`` above 0 raises NotImplementedError naming it, never runs as
+something else. ``unroll`` is accepted and has no effect (one kernel either way).
 """
 import numpy as np
 
 from .. import initializers
+from ..keras_tensor import KerasTensor, is_symbolic
+from ..variables import Variable
 from . import argument_checks as check
-from .layer import Layer, format_shape
+from .layer import Layer, format_shape, is_shape_list
 
 RNN_ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "hard_sigmoid")
 
@@ -68,18 +80,83 @@ class RecurrentLayer(Layer):
         self.stateful = bool(stateful)
         self.unroll = bool(unroll)
         self.zero_output_for_mask = bool(zero_output_for_mask)
-        for arg, on in (("dropout", self._applies(self.dropout)),
-                        ("recurrent_dropout", self._applies(self.recurrent_dropout)),
-                        ("return_state", self.return_state), ("stateful", self.stateful)):
-            if on:
-                raise NotImplementedError(f"{name}: `{arg}` is not supported by gpucmp's plan yet "
-                                          f"(received {arg}={getattr(self, arg)!r})")
+        if self._applies(self.recurrent_dropout):
+            raise NotImplementedError(f"{name}: `recurrent_dropout` is not supported by gpucmp's plan yet "
+                                      f"(received recurrent_dropout={self.recurrent_dropout!r})")
         super().__init__(**kwargs)
         self.kernel = self.recurrent_kernel = self.bias = None
+        self._states = None          # stateful: the carried (batch, units) states
+        self._stateful_batch = None
+
+    # a mask on the input is taken (a plan input) and passed on with return_sequences
+    supports_masking = True
+    takes_mask = True
+
+    @property
+    def _training_matters(self):
+        return self._applies(self.dropout)
+
+    @property
+    def draws_dropout_mask(self):     # the trainer seeds the masks of each step
+        return self._applies(self.dropout)
+
+    @property
+    def n_states(self):
+        return 2 if self.cell == "lstm" else 1
+
+    def output_mask(self, mask):
+        return mask if self.return_sequences else None
 
     def _applies(self, rate):
         """Whether a dropout rate does anything (LSTM / GRU ignore rate 1, SimpleRNN does not)."""
         return 0.0 < rate < 1.0
+
+    # ------------------------------------------------------------ calling
+    def __call__(self, inputs, initial_state=None, training=None, mask=None, **kwargs):
+        if mask is not None:
+            raise NotImplementedError(
+                f"Layer '{self.name}': an explicit `mask=` argument is not supported; attach the mask "
+                "with Embedding(mask_zero=True) or a Masking layer before this layer")
+        if initial_state is None:
+            return super().__call__(inputs, training=training, **kwargs)
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        if not isinstance(inputs, KerasTensor) or not is_symbolic(states):
+            raise NotImplementedError(
+                f"Layer '{self.name}': `initial_state` is supported in the functional API (symbolic "
+                "tensors, e.g. keras.Input or another layer's states), not on arrays")
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}.__call__ got unexpected arguments {sorted(kwargs)}")
+        if training is not None and self._training_matters:
+            return super().__call__(inputs, training=training)    # the base class's clear error
+        return self._call_symbolic([inputs] + states)
+
+    def _check_states(self, state_shapes):
+        want = "[h, c]" if self.n_states == 2 else "[h]"
+        if len(state_shapes) != self.n_states:
+            raise ValueError(f"Layer '{self.name}' ({type(self).__name__}) expects {self.n_states} initial "
+                             f"state(s) {want}, but received {len(state_shapes)}: initial_state shapes "
+                             f"{[format_shape(s) for s in state_shapes]}")
+        for k, s in enumerate(state_shapes):
+            if len(s) != 2 or s[1] != self.units:
+                raise ValueError(f"Layer '{self.name}': initial_state[{k}] must have shape (batch, "
+                                 f"{self.units}) (rank 2, units={self.units}), received shape "
+                                 f"{format_shape(s)}")
+
+    def _split(self, input_shape):
+        """(x shape, [state shapes]) of a call's input shape (a list with initial states)."""
+        if is_shape_list(input_shape):
+            x, states = tuple(input_shape[0]), [tuple(s) for s in input_shape[1:]]
+            self._check_states(states)
+            return x, states
+        return tuple(input_shape), []
+
+    def build_for(self, input_shape):
+        x, states = self._split(input_shape)
+        out = super().build_for(x)
+        if self.stateful and states and x[0] is not None and states[0][0] not in (None, x[0]):
+            raise ValueError(f"Layer '{self.name}': initial_state batch {states[0][0]} differs from the "
+                             f"input's {x[0]}")
+        return out
 
     def _check_input(self, input_shape):
         if len(input_shape) != 3:
@@ -98,7 +175,18 @@ class RecurrentLayer(Layer):
         return self.bias_initializer(shape)
 
     def build(self, input_shape):
+        input_shape, _ = self._split(input_shape)
         self._check_input(input_shape)
+        if self.stateful:
+            if input_shape[0] is None:
+                raise ValueError(
+                    f"Layer '{self.name}': when using `stateful=True` in a RNN, the batch size must be "
+                    f"static. Found dynamic batch size: sequence.shape={format_shape(input_shape)}; give "
+                    "it with keras.Input(shape, batch_size=...) or batch_input_shape=(batch, T, F)")
+            self._stateful_batch = int(input_shape[0])
+            self._states = [Variable(np.zeros((self._stateful_batch, self.units), np.float32), name,
+                                     trainable=False, layer=self)
+                            for name in ("state_h", "state_c")[:self.n_states]]
         gu = self.gates * self.units
         self.kernel = self.add_weight((int(input_shape[2]), gu), self.kernel_initializer, "kernel")
         self.recurrent_kernel = self.add_weight((self.units, gu), self.recurrent_initializer, "recurrent_kernel")
@@ -109,19 +197,67 @@ class RecurrentLayer(Layer):
         super().build(input_shape)
 
     def compute_output_shape(self, input_shape):
+        input_shape, _ = self._split(input_shape)
         self._check_input(input_shape)
         if self.return_sequences:
-            return (input_shape[0], input_shape[1], self.units)
-        return (input_shape[0], self.units)
+            out = (input_shape[0], input_shape[1], self.units)
+        else:
+            out = (input_shape[0], self.units)
+        if self.return_state:       # Keras: [output, *states], h before c
+            return [out] + [(input_shape[0], self.units)] * self.n_states
+        return out
 
-    def plan_layers(self, input_shape):
-        return [{"kind": "rnn", "in_shape": tuple(input_shape[1:]),
-                 "out_shape": (input_shape[1], self.units) if self.return_sequences else (self.units,),
-                 "cell": self.cell, "rnn_activation": self.activation,
-                 "recurrent_activation": self.recurrent_activation, "go_backwards": self.go_backwards,
-                 "return_sequences": self.return_sequences, "kernel": self.kernel.buffer,
-                 "recurrent_kernel": self.recurrent_kernel.buffer,
-                 "bias": self.bias.buffer if self.bias is not None else None}]
+    def plan_layers(self, input_shape, mask=False):
+        x, states = self._split(input_shape)
+        T, u = x[1], self.units
+        y_len = (T * u) if self.return_sequences else u
+        if self.return_state:        # [y | h | c] per sample; select nodes pick each output
+            out_shape = (y_len + self.n_states * u,)
+        else:
+            out_shape = (T, u) if self.return_sequences else (u,)
+        d = {"kind": "rnn", "in_shape": tuple(x[1:]), "out_shape": out_shape,
+             "cell": self.cell, "rnn_activation": self.activation,
+             "recurrent_activation": self.recurrent_activation, "go_backwards": self.go_backwards,
+             "return_sequences": self.return_sequences, "return_state": self.return_state,
+             "zero_output_for_mask": self.zero_output_for_mask, "state_inputs": len(states),
+             "mask_input": bool(mask), "rate": self.dropout if self._applies(self.dropout) else 0.0,
+             "kernel": self.kernel.buffer, "recurrent_kernel": self.recurrent_kernel.buffer,
+             "bias": self.bias.buffer if self.bias is not None else None}
+        if self.stateful:
+            d["stateful_batch"] = self._stateful_batch
+            d["state_h"] = self._states[0].buffer
+            if self.n_states == 2:
+                d["state_c"] = self._states[1].buffer
+        return [d]
+
+    def _forward_numpy(self, x, out_shape):
+        if self.return_state:
+            raise NotImplementedError(f"Layer '{self.name}': return_state=True on arrays is not supported; "
+                                      "use it in a model (functional API)")
+        return super()._forward_numpy(x, out_shape)
+
+    # ------------------------------------------------------------ stateful
+    @property
+    def states(self):
+        """The carried states of a stateful layer (Variables, (batch, units)), else None."""
+        return list(self._states) if self._states is not None else None
+
+    def reset_states(self, states=None):
+        """Zeroes the carried states (or sets them to ``states``, a list of (batch, units)
+        arrays), as Keras' ``reset_state(s)``."""
+        if not self.stateful:
+            raise AttributeError(f"Layer '{self.name}' is not stateful: it has no states to reset")
+        if self._states is None:
+            return                  # not built yet: the states start at zero anyway
+        if states is None:
+            states = [np.zeros(v.shape, np.float32) for v in self._states]
+        states = list(states) if isinstance(states, (list, tuple)) else [states]
+        if len(states) != len(self._states):
+            raise ValueError(f"Layer '{self.name}' has {len(self._states)} states, received {len(states)}")
+        for v, value in zip(self._states, states):
+            v.assign(value)
+
+    reset_state = reset_states
 
     def get_config(self):
         config = super().get_config()

@@ -27,7 +27,19 @@ not trainable runs in inference mode.
 
 Plans are cached per (training configuration, input shapes, max_batch): a plan built for
 128 rows serves every call of <= 128 rows; a larger batch builds a larger plan.
+
+Keras masks (Embedding(mask_zero=True), Masking; RECURRENT_SPEC 1.8) are values of the
+flat graph too: a layer that makes one adds a mask step (``MaskStep``: a "seq_mask" plan
+node, made when a layer first reads the mask) on the same input, and each value ref carries the ref of its mask
+(``FlatGraph.masks``), propagated as Keras does -- a layer with ``supports_masking``
+passes it on (``Layer.output_mask``), a recurrent layer takes it as a plan input and
+passes it on only with return_sequences, any other layer drops it with Keras' warning.
+A layer call with several outputs (return_state) is one packed plan node; each output
+is a ref whose plan node -- a "select" of the packed sample -- is made when a later step
+(or the model output) first reads it.
 """
+import warnings
+
 import numpy as np
 
 from .. import backend
@@ -63,13 +75,35 @@ def leaf_layers(layers, trainable=True):
 class Step:
     """One call of a leaf layer: ``inputs`` are value references (0..n_inputs-1: the
     model inputs, then one per earlier step), ``input_shape`` the batch shape it is
-    called on (a list of shapes for several inputs), ``out`` its own reference."""
+    called on (a list of shapes for several inputs), ``out`` its own reference (the
+    packed one for several outputs), ``mask`` the ref of the mask it takes (or None)."""
 
-    def __init__(self, layer, inputs, input_shape, out):
+    def __init__(self, layer, inputs, input_shape, out, mask=None):
         self.layer, self.inputs, self.input_shape, self.out = layer, inputs, input_shape, out
+        self.mask = mask
 
     def __repr__(self):
         return f"<Step {self.layer.name} {self.inputs} -> {self.out}>"
+
+
+class MaskStep:
+    """The pseudo-layer of a mask step: Keras' step mask any(x != value) over the last
+    axis of a (T, F) input, or x != value of a (T,) one (ids), as float32 (T,)."""
+    _pseudo = True
+    weights = []
+    compute_dtype = "float32"
+
+    def __init__(self, owner, value, over_features):
+        self.name = f"{owner.name}/mask"
+        self.value, self.over_features = float(value), bool(over_features)
+
+    def compute_output_shape(self, shape):
+        return tuple(shape[:-1]) if self.over_features else tuple(shape)
+
+    def plan_layers(self, shape):
+        return [{"kind": "seq_mask", "in_shape": tuple(shape[1:]),
+                 "out_shape": tuple(self.compute_output_shape(shape)[1:]), "mask_value": self.value,
+                 "dtype": "float32"}]
 
 
 class FlatGraph:
@@ -78,17 +112,79 @@ class FlatGraph:
         self.shapes = {i: s for i, s in enumerate(self.input_shapes)}
         self.steps = []
         self.output = None
+        self.masks = {}        # value ref -> the ref of its mask
+        self.selects = {}      # output ref of a multi-output step -> (packed ref, offset)
+        self.lazy_masks = {}   # mask ref -> its mask step
+        self._next = len(self.input_shapes)
+
+    def _new_ref(self, shape):
+        ref = self._next
+        self._next += 1
+        self.shapes[ref] = tuple(shape)
+        return ref
+
+    def add_mask(self, layer, ref, value, over_features):
+        """A mask of value ``ref``; returns the mask's ref (its plan node is made when a
+        layer first reads it: an unused mask costs nothing)."""
+        ms = MaskStep(layer, value, over_features)
+        mref = self._new_ref(ms.compute_output_shape(self.shapes[ref]))
+        self.lazy_masks[mref] = Step(ms, [ref], self.shapes[ref], mref)
+        return mref
 
     def add(self, layer, refs, as_list):
+        """Adds a call of ``layer`` on value refs; returns its output ref, or a list of refs
+        for a layer with several outputs."""
         shape_in = [self.shapes[r] for r in refs] if as_list else self.shapes[refs[0]]
-        ref = len(self.shapes)
-        self.shapes[ref] = tuple(layer.compute_output_shape(shape_in))
-        self.steps.append(Step(layer, list(refs), shape_in, ref))
-        return ref
+        in_masks = [self.masks.get(r) for r in refs]
+        made = layer.makes_mask(shape_in) if hasattr(layer, "makes_mask") else None
+        made_ref = self.add_mask(layer, refs[0], *made) if made is not None else None
+        takes = getattr(layer, "takes_mask", False)
+        mask = made_ref if made_ref is not None and takes else (in_masks[0] if takes else None)
+        out_shape = layer.compute_output_shape(shape_in)
+        outs = [tuple(s) for s in out_shape] if isinstance(out_shape, list) else None
+        if outs is None:
+            ref = self._new_ref(out_shape)
+        else:                                  # several outputs: one packed sample
+            ref = self._new_ref((None, sum(int(np.prod(s[1:])) for s in outs)))
+        self.steps.append(Step(layer, list(refs), shape_in, ref, mask))
+        out_mask = made_ref if made_ref is not None else _output_mask(layer, in_masks, as_list)
+        if outs is None:
+            if out_mask is not None:
+                self.masks[ref] = out_mask
+            return ref
+        result, off = [], 0
+        for k, s in enumerate(outs):
+            r = self._new_ref(s)
+            self.selects[r] = (ref, off)
+            off += int(np.prod(s[1:]))
+            if k == 0 and out_mask is not None:
+                self.masks[r] = out_mask
+            result.append(r)
+        return result
 
     @property
     def output_shape(self):
         return self.shapes[self.output]
+
+
+def _output_mask(layer, in_masks, as_list):
+    """The mask of a layer's (first) output, Keras' propagation (layers/layer.py
+    _set_mask_metadata): a layer that supports masking passes the mask of its first input
+    on (``output_mask`` may change it), one that does not drops it with Keras' warning."""
+    if all(m is None for m in in_masks):
+        return None
+    if as_list and getattr(layer, "supports_masking", False):
+        raise NotImplementedError(
+            f"Layer '{layer.name}': masks reaching a layer with several inputs are not supported "
+            "by gpucmp's plan yet")
+    if not getattr(layer, "supports_masking", False):
+        warnings.warn(f"Layer '{layer.name}' (of type {type(layer).__name__}) was passed an input "
+                      "with a mask attached to it. However, this layer does not support masking and "
+                      "will therefore destroy the mask information. Downstream layers will not see "
+                      "the mask.")
+        return None
+    out = getattr(layer, "output_mask", None)
+    return out(in_masks[0]) if out is not None else in_masks[0]
 
 
 def flatten(model, input_shapes=None):
@@ -123,7 +219,8 @@ def _inline(model, in_refs, g):
             out = _inline(layer, args, g)
         else:
             out = g.add(layer, args, isinstance(node.arguments, (list, tuple)))
-        refs[id(node.outputs[0])] = out
+        for t, r in zip(node.outputs, out if isinstance(out, list) else [out]):
+            refs[id(t)] = r
     return refs[id(graph.outputs[0])]
 
 
@@ -135,6 +232,24 @@ def describe(flat, trainable_of):
     nodes = [{"kind": "input", "out_shape": tuple(s[1:])} for s in flat.input_shapes]
     index = {r: r for r in range(len(flat.input_shapes))}
     seen = set()
+
+    def node_of(r):
+        """The plan node of value ref r (a select or mask node made on first use)."""
+        if r not in index and r in flat.lazy_masks:
+            step = flat.lazy_masks[r]
+            d = step.layer.plan_layers(step.input_shape)[0]
+            d["inputs"], d["trainable"] = [node_of(step.inputs[0])], False
+            nodes.append(d)
+            index[r] = len(nodes) - 1
+        if r not in index:
+            src, off = flat.selects[r]
+            shape = tuple(flat.shapes[r][1:])
+            nodes.append({"kind": "select", "inputs": [node_of(src)], "in_shape": tuple(flat.shapes[src][1:]),
+                          "out_shape": shape, "offset": off, "trainable": False,
+                          "dtype": nodes[index[src]]["dtype"]})
+            index[r] = len(nodes) - 1
+        return index[r]
+
     for step in flat.steps:
         layer = step.layer
         if id(layer) in seen and has_weights(layer):
@@ -142,8 +257,11 @@ def describe(flat, trainable_of):
                 f"Layer '{layer.name}' appears twice in the model: a layer with weights shared "
                 "within one model is not supported by the plan yet")
         seen.add(id(layer))
-        descs = layer.plan_layers(step.input_shape)
-        args = [index[r] for r in step.inputs]
+        descs = layer.plan_layers(step.input_shape, mask=True) if step.mask is not None \
+            else layer.plan_layers(step.input_shape)
+        args = [node_of(r) for r in step.inputs]
+        if step.mask is not None:           # a layer that takes the mask: its last input
+            args.append(node_of(step.mask))
         if not descs:                       # the identity (e.g. a one-input merge)
             index[step.out] = args[0]
             continue
@@ -161,7 +279,7 @@ def describe(flat, trainable_of):
             nodes.append(d)
             prev = [len(nodes) - 1]
         index[step.out] = prev[0]
-    out = index[flat.output]
+    out = node_of(flat.output)
     if out != len(nodes) - 1 or len(nodes) == len(flat.input_shapes):
         # the output is not the last node (an identity at the end, or no computing layer at
         # all): a same-shape reshape makes it so

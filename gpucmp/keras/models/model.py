@@ -123,7 +123,7 @@ class Model(Trainer, Layer):
             input_shape = self._input_batch_shape
         if input_shape is None:
             raise ValueError(f"Model '{self.name}': build() needs an input shape")
-        input_shape = (None,) + tuple(input_shape)[1:]
+        input_shape = tuple(input_shape)      # a declared batch size is kept (stateful layers need it)
         if len(input_shape) < 2:
             raise ValueError(f"Model '{self.name}': the input shape must have a batch axis and "
                              f"at least one more, received {format_shape(input_shape)}")
@@ -336,7 +336,9 @@ class Functional(Model):
                 continue
             args = [known[id(t)] for t in node.input_tensors]
             arg = args[0] if not isinstance(node.arguments, (list, tuple)) else args
-            known[id(node.outputs[0])] = normalize_shape(node.operation.compute_output_shape(arg))
+            out = normalize_shape(node.operation.compute_output_shape(arg))
+            for t, shape in zip(node.outputs, out if len(node.outputs) > 1 else [out]):
+                known[id(t)] = shape
         return known[id(self._graph.outputs[0])]
 
     @property

@@ -169,6 +169,11 @@ class Trainer:
 
         def make(max_batch):
             flat = lowering.flatten(self, shapes)
+            if flat.masks.get(flat.output) is not None:
+                raise NotImplementedError(
+                    f"Model '{self.name}': its output carries a Keras mask (e.g. Embedding(mask_zero=True) "
+                    "feeding a recurrent layer with return_sequences=True), which Keras applies to the loss; "
+                    "a masked loss is not supported by gpucmp's plan yet (predict works)")
             nodes = lowering.as_plan_list(lowering.describe(flat, self._trainable_of))
             train = {
                 "loss": cfg.loss.plan_kind, "from_logits": cfg.loss.from_logits,
@@ -194,7 +199,8 @@ class Trainer:
 
     def _dropout_seeder(self):
         """A function of the step giving the dropout seed (0 when the model has no dropout)."""
-        drops = [l for l in self._leaf_list() if isinstance(l, Dropout) and l.rate > 0]
+        drops = [l for l in self._leaf_list() if (isinstance(l, Dropout) and l.rate > 0)
+                 or getattr(l, "draws_dropout_mask", False)]
         if not drops:
             return lambda: 0
         seeded = next((d.seed for d in drops if d.seed is not None), None)
@@ -473,6 +479,12 @@ class Trainer:
             acc[2][k] += stats[k]
         acc[3] += rows
         return self._format_results(cfg.logs(acc[1], acc[2], acc[3]), cfg, return_dict)
+
+    def reset_states(self):
+        """Zeroes the carried states of every stateful layer (Keras' ``reset_states``)."""
+        for layer in self._leaf_list():
+            if getattr(layer, "stateful", False):
+                layer.reset_states()
 
     def reset_metrics(self):
         self._batch_sums = None
