@@ -11,10 +11,10 @@ values come from; the numbers are copied, not recomputed. Inputs are the tests' 
 A = arange(24).reshape(2, 3, 4), B = arange(72).reshape(3, 6, 4),
 C = arange(24).reshape(2, 4, 3).
 
-Cases for arguments gpucmp does not carry yet are marked xfail(strict=True) with the
-reason: they turn into failures the day the feature lands (remove the mark then), and
-the masking ones also document that a mask passed to a layer call is silently ignored
-today (see the reason). rnn_test.py:360-386 (go_backwards / stateful with custom RNN
+Keras' tests pass masks, initial states and stateful calls to the layer called on
+arrays; gpucmp carries those in models (an explicit `mask=` or `initial_state=` on arrays
+is refused with a clear error), so those cases run through a functional model that
+computes the same thing (`_run`). rnn_test.py:360-386 (go_backwards / stateful with custom RNN
 cells) is not ported: gpucmp.keras has no generic `RNN(cell)` layer.
 """
 import numpy as np
@@ -32,22 +32,9 @@ MASK = np.array([[True, True, False, True], [True, False, False, True]])        
 LSTM_MASK = np.array([[True, True, True, False], [True, True, False, False]])  # lstm_test.py:257
 LSTM_BACK_MASK = np.array([[False, True, True, True], [False, False, True, True]])  # lstm_test.py:354
 
-NOT_YET = {
-    "stateful": pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                                  reason="stateful=True is refused (NotImplementedError) by "
-                                         "gpucmp/keras/layers/recurrent.py: not in the plan yet"),
-    "return_state": pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                                      reason="return_state=True is refused (NotImplementedError) by "
-                                             "gpucmp/keras/layers/recurrent.py: not in the plan yet"),
-    "initial_state": pytest.mark.xfail(strict=True, raises=TypeError,
-                                       reason="layer(x, initial_state=...) is a TypeError (unexpected "
-                                              "argument) in Layer.__call__: not supported yet"),
-    "mask": pytest.mark.xfail(strict=True, raises=AssertionError,
-                              reason="BUG: layer(x, mask=m) accepts the mask and silently ignores it "
-                                     "(Layer.__call__ drops `mask`; the recurrent layers compute the "
-                                     "unmasked result), so the values are Keras' unmasked ones"),
-}
-
+# masked steps' inputs become this value, which a Masking layer turns back into the mask
+# (the cases' inputs are aranges, never negative; a masked step's input is never read)
+SENTINEL = -1.0
 
 # (id, layer class, constructor kwargs, input, call: {"mask", "initial_state", "stateful",
 #  "return_state"}, expected (rows of values, or full arrays), source lines of the expectation)
@@ -158,14 +145,6 @@ CASES = [
 ]
 
 
-def _marks(kwargs, call):
-    """The xfail of the first unsupported feature a case uses (constructor before call)."""
-    for feature in ("stateful", "return_state", "initial_state", "mask"):
-        if kwargs.get(feature) or feature in call:
-            return [NOT_YET[feature]]
-    return []
-
-
 def _expected(want, units):
     want = np.asarray(want, np.float64)
     return np.repeat(want[:, None], units, axis=1) if want.ndim == 1 else want
@@ -178,15 +157,42 @@ def _build(cls, kwargs):
 
 
 def _run(layer, x, call):
-    kw = {k: call[k] for k in ("mask", "initial_state") if k in call}
+    """The layer's outputs as each case's Keras test takes them. A plain case calls the layer
+    on the array; a case with a mask, initial states, carried states or returned states goes
+    through a functional model, where gpucmp carries them: the mask as a Masking layer over
+    an input whose masked steps hold SENTINEL, the states as keras.Input tensors, a stateful
+    layer with the batch size declared."""
+    if not call:
+        return [layer(x)]
+    inp = keras.Input(shape=x.shape[1:], batch_size=x.shape[0] if call.get("stateful") else None)
+    inputs, feeds, seq = [inp], [x], inp
+    if "mask" in call:
+        m = np.asarray(call["mask"], bool)
+        feeds = [np.where(m[..., None], x, np.float32(SENTINEL)).astype("float32")]
+        seq = keras.layers.Masking(mask_value=SENTINEL)(inp)
+    if "initial_state" in call:
+        states = call["initial_state"]
+        states = [np.asarray(v, np.float32) for v in (states if isinstance(states, list) else [states])]
+        state_inputs = [keras.Input(shape=v.shape[1:]) for v in states]
+        out = layer(seq, initial_state=state_inputs)
+        inputs += state_inputs
+        feeds += states
+    else:
+        out = layer(seq)
+    # a model has one output in gpucmp: one model per returned tensor, sharing the layer
+    models = [keras.Model(inputs, t) for t in (out if isinstance(out, tuple) else [out])]
+
+    def predict():
+        got = [m.predict(feeds if len(feeds) > 1 else feeds[0], verbose=0) for m in models]
+        return got if len(got) > 1 else got[0]
     if call.get("stateful"):
-        layer(x)                                  # the first call leaves its final state
-        outs = [layer(x)]
+        predict()                                 # the first call leaves its final state
+        outs = [predict()]
         layer.reset_state()                       # ... which reset_state() zeroes
-        layer(x)
-        outs.append(layer(x))
+        predict()
+        outs.append(predict())
         return outs
-    out = layer(x, **kw)
+    out = predict()
     if call.get("return_state"):
         out, state = out
         np.testing.assert_allclose(np.asarray(state), np.asarray(out), rtol=1e-6, atol=1e-7)
@@ -194,7 +200,7 @@ def _run(layer, x, call):
 
 
 @pytest.mark.parametrize("cls,kwargs,inp,call,want", [
-    pytest.param(cls, kwargs, inp, call, want, id=f"{cid} [{src}]", marks=_marks(kwargs, call))
+    pytest.param(cls, kwargs, inp, call, want, id=f"{cid} [{src}]")
     for cid, cls, kwargs, inp, call, want, src in CASES])
 def test_keras_golden_values(cls, kwargs, inp, call, want):
     layer = _build(cls, kwargs)
