@@ -176,6 +176,11 @@ def from_keras(entry, label):
             cfg["dtype"] = dtype_name(cfg["dtype"], f"{label}: layer '{cfg.get('name')}'")
         if cls == "InputLayer" and "batch_input_shape" in cfg:
             cfg["batch_shape"] = cfg.pop("batch_input_shape")
+        if cls == "BatchNormalization" and isinstance(cfg.get("axis"), list) \
+                and len(cfg["axis"]) == 1:
+            # tf.keras 2 writes a built BatchNormalization's axis as the list of its positive
+            # axes ([3] for NHWC); Keras 3 writes the int it was given (-1)
+            cfg["axis"] = cfg["axis"][0]
         out = {"class_name": cls, "config": cfg}
     for key in ("name", "inbound_nodes"):
         if key in entry:
@@ -332,13 +337,25 @@ def compile_to_keras(model):
             "jit_compile": False}
 
 
+# tf.keras 2.11+ optimizers write these (in a .keras compile_config and an .h5
+# training_config alike); they choose XLA / the pre-2.11 implementation, not the math
+_TF2_OPTIMIZER_KEYS = ("jit_compile", "is_legacy_optimizer")
+
+
+def _tf2_optimizer_config(opt_cfg):
+    if isinstance(opt_cfg, dict) and isinstance(opt_cfg.get("config"), dict):
+        opt_cfg = dict(opt_cfg, config={k: v for k, v in opt_cfg["config"].items()
+                                        if k not in _TF2_OPTIMIZER_KEYS})
+    return opt_cfg
+
+
 def compile_from_keras(model, cc, label):
     """Compiles ``model`` from a Keras (or gpucmp) compile config."""
     from .. import losses, metrics, optimizers
     if not cc or not isinstance(cc, dict) or cc.get("optimizer") is None:
         return False
     cc = strip_keras(cc)
-    opt_cfg = cc["optimizer"]
+    opt_cfg = _tf2_optimizer_config(cc["optimizer"])
     try:
         opt = optimizers.get(opt_cfg)
     except (ValueError, NotImplementedError, TypeError) as exc:

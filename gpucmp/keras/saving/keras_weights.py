@@ -212,6 +212,16 @@ def read_optimizer(f, model, label):
         stored = _datasets(f["optimizer/inner_optimizer/vars"], label, "optimizer/inner_optimizer/vars")
     else:
         stored = outer
+    assign_optimizer_state(stored, model, label)
+
+
+def assign_optimizer_state(stored, model, label):
+    """Sets the optimizer's iterations and slots from ``stored``, the datasets of Keras'
+    optimizer variable list: iterations, (the learning rate,) then the slots of every
+    trainable weight in turn -- the order of a ``.keras`` file's ``optimizer/vars`` and of a
+    legacy ``.h5`` file's ``optimizer_weights``. Everything is read and checked first."""
+    opt = model.optimizer
+    inner = getattr(opt, "inner_optimizer", opt)
     trainable = model._plan_trainable_variables()
     keras_order = model.trainable_weights
     k = inner.slots_per_variable()

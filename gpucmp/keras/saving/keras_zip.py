@@ -12,6 +12,7 @@ budget, then assigns weights and optimizer state, all checked first.
 import datetime
 import io
 import json
+import warnings
 
 from ..._files import atomic_write
 from . import archive, h5, keras_config, keras_weights
@@ -72,6 +73,13 @@ def load(filepath, members, custom_objects=None, compile=True, safe_mode=True):
         with weight_budget(budget, label):
             model = build_model(gconfig)
         keras_weights.read(f, model, label)
+        cc = config.get("compile_config")
+        if compile and isinstance(cc, dict) and cc.get("loss") is not None \
+                and cc.get("optimizer") is None:
+            # Keras 3 itself writes this when a model was saved to .h5 before .keras (its
+            # .h5 writer pops the optimizer out of the model's compile config)
+            warnings.warn(f"{label}: the compile config has a loss but no optimizer; the "
+                          "model is not compiled: compile it yourself", stacklevel=3)
         if compile and keras_config.compile_from_keras(model, config.get("compile_config"), label):
             keras_weights.read_optimizer(f, model, label)
     return model

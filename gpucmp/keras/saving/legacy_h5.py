@@ -13,7 +13,17 @@ model differs from its leaf order -- at paths like ``dense/dense/kernel:0`` (tf.
 Loading matches the file's layers to the model's by name when every weighted layer of the
 model is in the file (always so for a whole-model file), else by order, as Keras' own
 ``load_weights`` does; counts and shapes are checked for all layers before anything is
-assigned. tf.keras 2's ``optimizer_weights`` are not restored (a warning says so).
+assigned.
+
+A compiled model's file may also hold ``optimizer_weights``: a group whose ``weight_names``
+attribute lists the optimizer's variables -- iterations, (the learning rate,) then the
+slots of each trainable weight in turn, the order of a ``.keras`` file's ``optimizer/vars``
+-- named ``Adam/m/dense/kernel:0`` (tf.keras 2.11+) or ``adam/dense_kernel_momentum``
+(Keras 3). tf.keras' pre-2.11 optimizers (``tf.keras.optimizers.legacy``, the default
+before TF 2.11) store all first slots, then all second ones (``Adam/dense/kernel/m:0``,
+``Adam/dense/bias/m:0``, ..., ``Adam/dense/kernel/v:0``, ...). Both layouts are recognized
+by the names and restored; any other (or a loss-scale optimizer's) is not, and a warning
+says that the optimizer starts fresh.
 """
 import json
 import warnings
@@ -161,9 +171,80 @@ def read_model(f, label, custom_objects=None, compile=True, safe_mode=True):
         cc = _compile_config(training)
         keras_config.compile_from_keras(model, cc, label)
         if "optimizer_weights" in f:
-            warnings.warn(f"{label}: the optimizer state of a legacy .h5 file is not restored; "
-                          "the optimizer starts fresh", stacklevel=3)
+            read_optimizer_weights(f["optimizer_weights"], model, label)
     return model
+
+
+_SLOT_WORDS = {"m", "v", "vhat", "momentum", "momentums", "velocity", "velocities",
+               "velocity_hat", "velocity_hats"}
+
+
+def _slot_of(name):
+    """(the weight a slot variable belongs to, the slot's kind) from its name: the forms
+    ``Adam/m/dense/kernel:0`` (tf.keras 2.11+), ``adam/dense_kernel_momentum`` (Keras 3)
+    and ``Adam/dense/kernel/m:0`` (tf.keras' legacy optimizers); (name, None) otherwise."""
+    parts = name.split(":")[0].split("/")[1:]
+    if len(parts) > 1 and parts[0] in _SLOT_WORDS:
+        return "/".join(parts[1:]), parts[0]
+    if len(parts) > 1 and parts[-1] in _SLOT_WORDS:
+        return "/".join(parts[:-1]), parts[-1]
+    if len(parts) == 1 and "_" in parts[0]:
+        for word in sorted(_SLOT_WORDS, key=len, reverse=True):
+            if parts[0].endswith("_" + word):
+                return parts[0][: -len(word) - 1], word
+    return name, None
+
+
+def read_optimizer_weights(group, model, label):
+    """Restores the optimizer state of ``optimizer_weights`` (see the module docstring),
+    or warns that the optimizer starts fresh when its layout is not one of Keras'."""
+    from . import keras_weights
+    h5py = h5.h5py_module()
+    opt = model.optimizer
+    names = [h5.text(n) for n in group.attrs.get("weight_names", [])]
+    datasets = []
+    for n in names:
+        ds = group.get(n)
+        if not isinstance(ds, h5py.Dataset):
+            raise ValueError(f"{label}: optimizer_weights lists '{n}', which is missing")
+        datasets.append(ds)
+    inner = getattr(opt, "inner_optimizer", opt)
+    k = inner.slots_per_variable()
+    head = 0
+    while head < len(names) and head < 2 and _slot_of(names[head])[1] is None:
+        head += 1                                 # iterations (and the learning rate)
+    slots = [_slot_of(n) for n in names[head:]]
+    order = _per_weight_order(slots, k) if opt is inner and names else None
+    if order is None:
+        why = "a loss-scale optimizer's" if opt is not inner else \
+            f"this layout of ({', '.join(names[:4])}, ...)"
+        warnings.warn(f"{label}: the optimizer state is not restored ({why} optimizer_weights "
+                      "is not supported); the optimizer starts fresh", stacklevel=4)
+        return
+    keras_weights.assign_optimizer_state(datasets[:head] + [datasets[head + i] for i in order],
+                                         model, label)
+
+
+def _per_weight_order(slots, k):
+    """Indices putting ``slots`` ([(weight, kind)]) weight by weight, k kinds each, in the
+    kind order of the first weight: the identity for the per-weight layout, a transpose for
+    the kind-major one of the legacy optimizers; None when the names fit neither."""
+    if k == 0 or not slots:
+        return [] if not slots else None
+    if len(slots) % k:
+        return None
+    n = len(slots) // k
+
+    def fits(index):
+        runs = [[slots[index(w, j)] for j in range(k)] for w in range(n)]
+        kinds = [s for _, s in runs[0]]
+        return None not in kinds and len(set(kinds)) == k and all(
+            len({w for w, _ in run}) == 1 and [s for _, s in run] == kinds for run in runs) \
+            and len({run[0][0] for run in runs}) == n
+    for index in (lambda w, j: w * k + j, lambda w, j: j * n + w):
+        if fits(index):
+            return [index(w, j) for w in range(n) for j in range(k)]
+    return None
 
 
 def _metric_name(m):
@@ -175,14 +256,12 @@ def _metric_name(m):
 
 
 def _compile_config(training):
-    """tf.keras 2's training_config as a compile config: ``Custom>Adam`` (TF 2.11+) is Adam,
-    its ``jit_compile`` / ``is_legacy_optimizer`` keys dropped, single-output metric lists
-    unnested."""
+    """tf.keras 2's training_config as a compile config: ``Custom>Adam`` (TF 2.11+) is Adam
+    (its ``jit_compile`` / ``is_legacy_optimizer`` keys are dropped by
+    keras_config.compile_from_keras), single-output metric lists unnested."""
     opt = dict(training["optimizer_config"])
     if isinstance(opt.get("class_name"), str) and opt["class_name"].startswith("Custom>"):
         opt["class_name"] = opt["class_name"][len("Custom>"):]
-    opt["config"] = {k: v for k, v in (opt.get("config") or {}).items()
-                     if k not in ("jit_compile", "is_legacy_optimizer")}
     metrics = training.get("metrics") or []
     if len(metrics) == 1 and isinstance(metrics[0], list):
         metrics = metrics[0]
