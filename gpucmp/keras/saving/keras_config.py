@@ -19,7 +19,9 @@ plan -- but the message says so instead.
 Writing (``to_keras``): gpucmp's get_config() trees become what Keras 3 writes, so that
 ``keras.models.load_model`` reads gpucmp's files: module and registered_name fields,
 DTypePolicy dicts, Keras 3 initializer dicts, an explicit InputLayer at the head of a
-Sequential, ``build_config`` per built layer, and the compile config.
+Sequential, ``build_config`` per built layer, and the compile config. ``model_to_tf2``
+turns that into tf.keras 2.15's legacy ``.h5`` layout, which tf.keras 2 and Keras 3 both
+read (tf.keras 2 cannot read Keras 3's configs).
 """
 import copy
 
@@ -307,6 +309,68 @@ def model_to_keras(model, nested=False):
     return {"module": "keras.src.models.functional", "class_name": "Functional",
             "config": config, "registered_name": "Functional",
             "build_config": {"input_shape": None}}
+
+
+# --------------------------------------------------------------------- Keras 3 -> tf.keras 2
+def _tf2_dtype(value):
+    """A Keras 3 DTypePolicy dict as tf.keras 2 writes a layer's dtype: the name of a plain
+    policy, a ``Policy`` dict for a mixed one."""
+    if isinstance(value, dict) and isinstance(value.get("config"), dict):
+        name = value["config"].get("name")
+        return name if not str(name).startswith("mixed_") else \
+            {"class_name": "Policy", "config": {"name": name}}
+    return value
+
+
+def _tf2_tensor_ref(value, where):
+    if isinstance(value, dict) and value.get("class_name") == "__keras_tensor__":
+        return list(value["config"]["keras_history"]) + [{}]
+    raise ValueError(f"{where}: cannot write the call argument {str(value)[:100]} in "
+                     "tf.keras 2's layout")
+
+
+def _tf2_layer(entry, functional):
+    cls = entry["class_name"]
+    cfg = dict(entry["config"])
+    where = f"layer '{cfg.get('name')}'"
+    if "dtype" in cfg:
+        cfg["dtype"] = _tf2_dtype(cfg["dtype"])
+    if cls == "InputLayer":
+        # tf.keras 2's InputLayer takes batch_input_shape and has no `optional`
+        cfg["batch_input_shape"] = cfg.pop("batch_shape")
+        cfg.pop("optional", None)
+    out = {"class_name": cls, "config": cfg}
+    if functional:
+        nodes = []
+        for node in entry.get("inbound_nodes", []):
+            args = node["args"]
+            refs = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+            nodes.append([_tf2_tensor_ref(a, where) for a in refs])
+        out["name"] = entry["name"]
+        out["inbound_nodes"] = nodes
+    return out
+
+
+def model_to_tf2(model):
+    """A gpucmp model's config in tf.keras 2.15's legacy ``.h5`` layout -- readable by
+    tf.keras 2 (which rejects Keras 3's configs: ``batch_shape``, ``optional``, dict
+    inbound nodes, DTypePolicy dicts) and by Keras 3, which reads tf.keras 2's files."""
+    config = model_to_keras(model)
+    cfg = config["config"]
+    functional = config["class_name"] == "Functional"
+    out = {"name": cfg["name"], "layers": []}
+    for entry in cfg["layers"]:
+        if entry["class_name"] in _MODEL_CLASSES:
+            raise NotImplementedError(f"a nested model ('{entry['config'].get('name')}') cannot "
+                                      "be written in tf.keras 2's .h5 layout by gpucmp; save "
+                                      "to a '.keras' path")
+        out["layers"].append(_tf2_layer(entry, functional))
+    if functional:
+        def refs(value):
+            return [value] if value and not isinstance(value[0], list) else value
+        out["input_layers"] = refs(cfg["input_layers"])
+        out["output_layers"] = refs(cfg["output_layers"])
+    return {"class_name": "Functional" if functional else "Sequential", "config": out}
 
 
 def compile_to_keras(model):

@@ -34,7 +34,10 @@ from .. import backend
 from ..variables import assign_all
 from . import h5, keras_config
 
-KERAS_VERSION = "3.15.1"      # the Keras release whose file layout is written
+# gpucmp writes tf.keras 2.15's layout (model config, ':0' weight names), which tf.keras 2
+# and Keras 3 both read -- Keras 3's own .h5 configs are unreadable by tf.keras 2
+KERAS_VERSION = "2.15.0"      # the tf.keras release whose file layout is written
+BACKEND = "tensorflow"        # kernels in TensorFlow's layout (only "theano" is converted)
 
 
 def _legacy_order(layer):
@@ -46,16 +49,16 @@ def _weight_names(layer):
     from ..models.model import Model
     if isinstance(layer, Model):
         owners = {id(w): leaf for leaf, _ in lowering.leaf_layers(layer._chain()) for w in leaf.weights}
-        return [f"{owners[id(w)].name}/{w.name}" for w in _legacy_order(layer)]
+        return [f"{owners[id(w)].name}/{w.name}:0" for w in _legacy_order(layer)]
     cls = type(layer).__name__
     prefix = f"{layer.name}/{backend.to_snake_case(cls)}_cell/" \
         if cls in ("SimpleRNN", "LSTM", "GRU") else f"{layer.name}/"
-    return [prefix + w.name for w in _legacy_order(layer)]
+    return [prefix + w.name + ":0" for w in _legacy_order(layer)]     # tf.keras 2's names
 
 
 # --------------------------------------------------------------------- writing
 def write_weights_group(group, model):
-    group.attrs["backend"] = "jax"
+    group.attrs["backend"] = BACKEND
     group.attrs["keras_version"] = KERAS_VERSION
     layers = model.layers
     group.attrs["layer_names"] = np.array([l.name.encode("utf-8") for l in layers])
@@ -68,11 +71,10 @@ def write_weights_group(group, model):
 
 
 def write_model(f, model, include_optimizer=True):
-    config = keras_config.model_to_keras(model)
+    config = keras_config.model_to_tf2(model)
     f.attrs["keras_version"] = KERAS_VERSION
-    f.attrs["backend"] = "jax"
-    f.attrs["model_config"] = json.dumps({"class_name": config["class_name"],
-                                          "config": config["config"]}).encode("utf-8")
+    f.attrs["backend"] = BACKEND
+    f.attrs["model_config"] = json.dumps(config).encode("utf-8")
     cc = keras_config.compile_to_keras(model) if include_optimizer else None
     if cc:
         f.attrs["training_config"] = json.dumps({
