@@ -286,8 +286,9 @@ def model_to_keras(model, nested=False):
         shape = _shape_list(model.input_shape)
         head = model._layers[0] if model._layers and isinstance(model._layers[0], InputLayer) else None
         layers.append({"module": "keras.layers", "class_name": "InputLayer",
-                       "config": {"batch_shape": shape, "dtype": "float32", "sparse": False,
-                                  "ragged": False, "optional": False,
+                       "config": {"batch_shape": shape,
+                                  "dtype": head.input_dtype if head else "float32",
+                                  "sparse": False, "ragged": False, "optional": False,
                                   "name": head.name if head else f"{model.name}_input"},
                        "registered_name": None})
         layers.extend(layer_to_keras(layer) for layer in model._chain())

@@ -181,6 +181,10 @@ _SLOT_WORDS = {"m", "v", "vhat", "momentum", "momentums", "velocity", "velocitie
                "velocity_hat", "velocity_hats"}
 
 
+# the slot order of gpucmp's optimizers with several slots (Adam: m, then v)
+_SLOT_KINDS = {2: (("m", "v"), ("momentum", "velocity"), ("momentums", "velocities"))}
+
+
 def _slot_of(name):
     """(the weight a slot variable belongs to, the slot's kind) from its name: the forms
     ``Adam/m/dense/kernel:0`` (tf.keras 2.11+), ``adam/dense_kernel_momentum`` (Keras 3)
@@ -223,8 +227,12 @@ def read_optimizer_weights(group, model, label):
         warnings.warn(f"{label}: the optimizer state is not restored ({why} optimizer_weights "
                       "is not supported); the optimizer starts fresh", stacklevel=4)
         return
-    keras_weights.assign_optimizer_state(datasets[:head] + [datasets[head + i] for i in order],
-                                         model, label)
+    try:
+        keras_weights.assign_optimizer_state(
+            datasets[:head] + [datasets[head + i] for i in order], model, label)
+    except ValueError as exc:                    # nothing was assigned: the model is fine
+        warnings.warn(f"{label}: the optimizer state is not restored ({exc}); the optimizer "
+                      "starts fresh", stacklevel=4)
 
 
 def _per_weight_order(slots, k):
@@ -240,7 +248,8 @@ def _per_weight_order(slots, k):
     def fits(index):
         runs = [[slots[index(w, j)] for j in range(k)] for w in range(n)]
         kinds = [s for _, s in runs[0]]
-        return None not in kinds and len(set(kinds)) == k and all(
+        return None not in kinds and len(set(kinds)) == k and \
+            tuple(kinds) in _SLOT_KINDS.get(k, (tuple(kinds),)) and all(
             len({w for w, _ in run}) == 1 and [s for _, s in run] == kinds for run in runs) \
             and len({run[0][0] for run in runs}) == n
     for index in (lambda w, j: w * k + j, lambda w, j: j * n + w):
