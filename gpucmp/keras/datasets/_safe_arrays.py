@@ -12,6 +12,8 @@ import zipfile
 
 import numpy as np
 
+from ..._npy import npy_header, read_plain_npy
+
 _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
             ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
             ("numpy._core.multiarray", "scalar")}
@@ -41,23 +43,14 @@ def load_npz(path):
                 if not info.filename.endswith(".npy"):
                     continue
                 data = zf.read(info)
-                fh = io.BytesIO(data)
-                version = np.lib.format.read_magic(fh)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-                    else np.lib.format.read_array_header_2_0
-                shape, fortran, dtype = read(fh)
                 key = info.filename[:-4]
+                shape, dtype, offset = npy_header(data)
                 if dtype.hasobject:
-                    arr = SafeUnpickler(fh, encoding="latin1").load()
+                    arr = SafeUnpickler(io.BytesIO(data[offset:]), encoding="latin1").load()
                     if not isinstance(arr, np.ndarray):
                         raise ValueError(f"{key} is not an array")
                 else:
-                    count = int(np.prod(shape, dtype=np.int64))
-                    if count * dtype.itemsize > len(data) - fh.tell():
-                        raise ValueError(f"{key} declares shape {shape} but holds "
-                                         f"{len(data) - fh.tell()} bytes")
-                    fh.seek(0)
-                    arr = np.lib.format.read_array(fh, allow_pickle=False)
+                    arr = read_plain_npy(data, key)
                 out[key] = arr
     except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, OSError, ValueError) as exc:
         raise ValueError(f"{path} is not a valid .npz data file: {exc}") from None

@@ -25,6 +25,7 @@ import zlib
 import numpy as np
 
 from ..._files import atomic_write
+from ..._npy import read_plain_npy
 from . import archive as zip_archive
 
 FORMAT = "gpucmp.keras"
@@ -178,22 +179,7 @@ class _Archive:
                 for info in inner.infolist():
                     if zip_archive.unsafe_name(info.filename) or not info.filename.endswith(".npy"):
                         raise ValueError(f"unexpected member {info.filename!r}")
-                    data = inner.read(info)
-                    fh = io.BytesIO(data)
-                    version = np.lib.format.read_magic(fh)
-                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-                        else np.lib.format.read_array_header_2_0
-                    shape, _, dtype = read_header(fh)
-                    if dtype.hasobject:
-                        raise ValueError(f"{info.filename} holds Python objects")
-                    count = 1
-                    for d in shape:
-                        count *= int(d)
-                    if count * dtype.itemsize > len(data) - fh.tell():
-                        raise ValueError(f"{info.filename} declares shape {shape} but holds only "
-                                         f"{len(data) - fh.tell()} bytes")
-                    fh.seek(0)
-                    out[info.filename[:-4]] = np.lib.format.read_array(fh, allow_pickle=False)
+                    out[info.filename[:-4]] = read_plain_npy(inner.read(info), info.filename)
         except (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
             raise ValueError(f"{self.path}: {name} is corrupt ({exc})") from None
         return out
