@@ -70,6 +70,11 @@ def cmd_compare(args):
     print(specs_mod.specs(gpus)[cols].to_string(index=False))
     print()
     print_compare(df)
+    if "note" in df:
+        noted = df[df["note"].notna() & (df["note"].astype(str) != "")]
+        for text, rows in noted.groupby("note", sort=False):
+            which = ", ".join(dict.fromkeys(f"{r.gpu} {r.workload} {r.precision}" for r in rows.itertuples()))
+            print(f"note ({which}): {text}")
     cal = df.attrs.get("calibration", {})
     print(f"\nprojected rows: scaled per op from measurements on {cal.get('gpu', '?')} "
           f"({cal.get('device', '?')}, {cal.get('date', '?')}); per W uses measured power, or TDP where "

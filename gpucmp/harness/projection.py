@@ -74,6 +74,8 @@ CALIBRATION_SCHEMA = "gpucmp-calibration/1"
 # a profiled call is used when its device part is at least this many graph launches
 # (~40 us on an H200): the host clock of one synchronised call scatters by ~15 us
 PROFILE_MIN_LAUNCHES = 20
+# a projected row whose ops are more than this share estimated (never timed) says so
+ESTIMATED_NOTE_SHARE = 0.5
 
 
 class Unsupported(ValueError):
@@ -641,8 +643,13 @@ def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
     siblings, anchor = siblings_and_anchor(w, p, config, origin, sub, tf32)
     if step_time_s is not None:
         anchor = None
+    elif anchor is None and w.kind == "model":
+        # a model step never measured on the origin: its ops as timed or estimated, plus the
+        # origin's host work for each plan call the step makes (Python, the graph launch)
+        host = host_overhead(cal, full_origin)
+        anchor = (1.0, (host or 0.0) * getattr(w, "host_calls", 1))
     try:
-        t, _, overhead = project_ops(ops, origin, target, sub, step_time_s, whole=w.kind == "kernel",
+        t, rows, overhead = project_ops(ops, origin, target, sub, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor,
                                      profile=find_profile(sub, w.name, p, config.batch_size, ops),
                                      host_s=host_overhead(cal, full_origin) if w.kind == "model" else None)
@@ -653,4 +660,8 @@ def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
                flops_per_step=sum(o.flops for o in ops), bytes_per_step=sum(o.bytes for o in ops),
                sms=target.sms, sm_clock_mhz=target.clock_mhz, avg_power_w=target.tdp_w,
                energy_per_step_j=target.tdp_w * t)
+    guessed = sum(r["target_s"] for r in rows if r["origin_time"].split(",")[0] == "estimated")
+    if t > 0 and guessed > ESTIMATED_NOTE_SHARE * t:
+        out["note"] = ("most of this step comes from ops the calibration never timed "
+                       "(estimated from timed ops of their kind): a rough figure")
     return out

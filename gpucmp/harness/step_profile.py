@@ -48,7 +48,10 @@ def _profile_ops(entries):
 def profile_run(run, repeats=3):
     """{signature: median host-clock seconds of one synchronised call} of the ops of one
     training step of a prepared ModelRun (it must have trained once, so its plan exists)."""
-    model = run.model
+    model = getattr(run, "model", None)
+    if model is None:
+        raise NotImplementedError(f"{type(run).__name__} runs several models per step; only a single "
+                                  "model's step can be profiled")
     x, y = run.x[:run.batch], run.y[:run.batch]
     cfg = model._train_config(y.shape)
     plan = model._train_plan(run.batch, cfg, [x])

@@ -367,3 +367,16 @@ def test_attach_partitions_checks_what_it_files(rng, tmp_path):
     unconfined = dict(sub, provenance={"date": "test"})
     with pytest.raises(ValueError, match="sm_limit None"):
         calibration.attach_partitions(cal, {24: unconfined})
+
+
+def test_an_uncalibrated_model_carries_host_work_per_call_and_says_it_is_rough():
+    """A model step the calibration never measured (the GAN: four plan calls per iteration)
+    keeps the origin's host work for each call, and its row says its ops were estimated;
+    a calibrated workload's row has no such note."""
+    cal = projection.load_calibration()
+    host = projection.host_overhead(cal, projection.origin_model(cal))
+    gan = projection.project(get("gan"), "H200 SXM", "float32", Config(128, "batch 128"), cal)
+    assert gan["host_overhead_s"] == pytest.approx(4 * host, rel=1e-9)
+    assert "never timed" in gan["note"]
+    cnn = projection.project(get("cnn"), "RTX A4000", "float32", Config(32, "batch 32"), cal)
+    assert not cnn.get("note")

@@ -129,3 +129,28 @@ def test_costs_of_an_op():
     assert op.bytes == 2 * (2 * 8 * 8 * 3 + 3 * 3 * 3 * 4 + 2 * 6 * 6 * 4)
     assert op.unit == "fp16" and math.isfinite(op.intensity)
     assert costs.copy("x", 1000).bytes == 2000
+
+
+def test_gan_workload_counts_the_loops_four_calls_and_runs():
+    """One GAN iteration: generator inference, two discriminator training steps (its first
+    Dense has no data gradient), and the combined step, where the frozen discriminator
+    passes data gradients only and the generator learns -- counted here layer by layer."""
+    import gpucmp
+    w = workloads.get("gan")
+    assert w.kind == "model" and "gan" in workloads.names()
+    b = int(np.random.default_rng().integers(8, 96))
+    gemm = sum(o.flops for o in w.ops(Config(b, ""), "float32") if o.kind == "gemm")
+    mm = lambda k, n, passes: 2 * b * k * n * passes          # noqa: E731
+    generator_fwd = mm(100, 128, 1) + mm(128, 784, 1)
+    discriminator_step = mm(784, 128, 2) + mm(128, 1, 3)
+    combined = mm(100, 128, 2) + mm(128, 784, 3) + mm(784, 128, 2) + mm(128, 1, 2)
+    assert gemm == generator_fwd + 2 * discriminator_step + combined
+    cap = 2e9
+    mb = w.max_batch(cap, "float32")
+    fits = lambda n: w.memory(Config(n, ""), "float32")["total"] + memory.CONTEXT_RESERVE_BYTES <= cap  # noqa
+    assert mb > 0 and fits(mb) and not fits(mb + 1)
+    df = gpucmp.benchmark(workloads=["gan"], devices=["cpu"], precisions=["float32"], batch_sizes=[b], repeats=1)
+    row = df.iloc[0]
+    assert row["workload"] == "gan" and row["step_time_s"] > 0 and row["throughput"] == pytest.approx(
+        b / row["step_time_s"])
+    assert abs(row["peak_memory_bytes"] / row["modeled_memory_bytes"] - 1) < 0.15

@@ -1,7 +1,8 @@
 """Workloads by name: `get(name_or_model)`, `names()`, `register(factory)`.
 
-Built in: cnn (the seeds' CNN), gemm, conv, bandwidth, resnet50, rnn and lstm (the seeds'
-recurrent programs; not in DEFAULT until their CUDA kernels are fast). A compiled
+Built in: cnn (the seeds' CNN), gemm, conv, bandwidth, resnet50, rnn, lstm and gan (the
+seeds' other programs; not in DEFAULT until their CUDA kernels are fast and the shipped
+calibration measures them). A compiled
 gpucmp.keras model is a workload too (its name is the model's). Adding one is a small
 file with a Workload subclass and one `register` line here. Names may carry a size:
 'gemm:4096' is a 4096^3 GEMM.
@@ -11,6 +12,7 @@ import difflib
 from .base import Config, NotMeasurable, Run, Workload, canonical_precision, PRECISIONS
 from .kernels import BandwidthWorkload, ConvWorkload, GemmWorkload
 from .models import ModelWorkload, seed_cnn_workload, seed_lstm_workload, seed_rnn_workload, user_model_workload
+from .gan import GanWorkload
 from .resnet50 import ResNet50Workload, resnet50_workload
 
 _FACTORIES = {}
@@ -44,6 +46,7 @@ register("bandwidth", lambda arg: BandwidthWorkload())
 register("resnet50", lambda arg: resnet50_workload())
 register("rnn", lambda arg: seed_rnn_workload())
 register("lstm", lambda arg: seed_lstm_workload())
+register("gan", lambda arg: GanWorkload())
 
 DEFAULT = ("cnn", "gemm", "conv", "bandwidth", "resnet50")
 
