@@ -16,8 +16,9 @@ its ops (step_profile.py: the batch norms, adds, casts and updates no bench func
 times alone), the same calibration measured again with the card confined to 8/24/48/96
 SMs ("partitions", one child process each: the projection onto a card with fewer SMs
 starts from the two that bracket its SM count, so grids, waves and per-SM contention
-are measured near that count rather than modelled from the whole card), and its provenance (device, date, driver, runtime, gpucmp version). `save(cal, path)` writes it
-atomically.
+are measured near that count rather than modelled from the whole card), and its
+provenance (device, date, driver, runtime, gpucmp version; each partition keeps its
+own). `save(cal, path)` writes it atomically.
 `python -m gpucmp calibrate` runs it; data/calibration.json is its output on an H200.
 
 Why it is built this way: a machine without a GPU must still project (the shipped file),

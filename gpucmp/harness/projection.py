@@ -581,8 +581,9 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
     A target with fewer SMs than the origin is projected from the origin's partitions
     that bracket its SM count (partition_weights), when the calibration has them: each
     partition is an origin whose grids, waves and per-SM contention were measured at
-    about the target's SM count, so only clocks, per-SM rates and bandwidth are scaled;
-    the per-unit efficiencies and the copy curve stay the whole card's."""
+    about the target's SM count, so only clocks, per-SM rates and bandwidth are scaled
+    (the units' efficiencies are the partition's, the memory efficiency and the copy
+    curve the whole card's)."""
     from .workloads import get
     w = get(workload)
     p = canonical_precision(precision)
