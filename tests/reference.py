@@ -722,6 +722,9 @@ def slice_cols(x, offset, width, axis=-1):
 # (BPTT). xw = x.W + b for every step (B, T, G*u), U the recurrent kernel (u, G*u) in
 # Keras layout (gate blocks: LSTM i, f, c, o; GRU z, r, h), bh GRU reset_after's recurrent
 # bias (row 1 of Keras' (2, 3u) bias). Everything float64, one step at a time.
+# rmask (B, G*u): recurrent dropout (1.7, Keras' implementation 1), one (B, u) block per
+# gate multiplying h_{t-1} in that gate's recurrent product only (GRU's z * h_{t-1} is
+# unmasked; reset_before's reset multiplies the masked copy).
 
 RNN_GATES = {"simple": 1, "lstm": 4, "gru": 3, "gru_reset_before": 3}
 RNN_ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "hard_sigmoid")
@@ -770,21 +773,34 @@ def _rnn_setup(xw, U, h0, c0, mask, bh, cell):
     return xw, U, h0, c0, used, bh, B, T, u
 
 
-def _rnn_cell(cell, act, ract, x, h, c, U, bh, u):
+def _rnn_gate_h(h, rmask, G, u):
+    """h_{t-1} as each gate's recurrent product reads it: [h * rmask_g for g < G]."""
+    if rmask is None:
+        return [h] * G
+    return [h * rmask[:, g * u:(g + 1) * u] for g in range(G)]
+
+
+def _rnn_rec(hg, U, u):
+    """The recurrent products side by side: [hg[g] . U_g for g]."""
+    return np.concatenate([hg[g] @ U[:, g * u:(g + 1) * u] for g in range(len(hg))], axis=1)
+
+
+def _rnn_cell(cell, act, ract, x, h, c, U, bh, u, rmask=None):
     """One step for all rows: (h_new, c_new, the values a backward needs)."""
+    hg = _rnn_gate_h(h, rmask, RNN_GATES[cell], u)
     if cell == "simple":
-        a = x + h @ U
+        a = x + _rnn_rec(hg, U, u)
         hn = _rnn_act(act, a)
         return hn, c, {"a": a, "hn": hn}
     if cell == "lstm":
-        zz = x + h @ U
+        zz = x + _rnn_rec(hg, U, u)
         zi, zf, zg, zo = (zz[:, k * u:(k + 1) * u] for k in range(4))
         i, f, g, o = _rnn_act(ract, zi), _rnn_act(ract, zf), _rnn_act(act, zg), _rnn_act(ract, zo)
         cn = f * c + i * g
         hn = o * _rnn_act(act, cn)
         return hn, cn, {"zi": zi, "zf": zf, "zg": zg, "zo": zo, "i": i, "f": f, "g": g, "o": o, "cn": cn, "cp": c}
     if cell == "gru":  # reset_after=True
-        m = h @ U + bh
+        m = _rnn_rec(hg, U, u) + bh
         xz, xr, xh = x[:, :u], x[:, u:2 * u], x[:, 2 * u:]
         mz, mr, mh = m[:, :u], m[:, u:2 * u], m[:, 2 * u:]
         az, ar = xz + mz, xr + mr
@@ -795,9 +811,9 @@ def _rnn_cell(cell, act, ract, x, h, c, U, bh, u):
         return hn, c, {"az": az, "ar": ar, "ah": ah, "z": z, "r": r, "hh": hh, "mh": mh}
     if cell == "gru_reset_before":
         xz, xr, xh = x[:, :u], x[:, u:2 * u], x[:, 2 * u:]
-        az, ar = xz + h @ U[:, :u], xr + h @ U[:, u:2 * u]
+        az, ar = xz + hg[0] @ U[:, :u], xr + hg[1] @ U[:, u:2 * u]
         z, r = _rnn_act(ract, az), _rnn_act(ract, ar)
-        rh = r * h
+        rh = r * hg[2]
         ah = xh + rh @ U[:, 2 * u:]
         hh = _rnn_act(act, ah)
         hn = z * h + (1.0 - z) * hh
@@ -818,12 +834,13 @@ def mul_bcast(x, m):
 
 def rnn_forward(xw, U, h0=None, c0=None, mask=None, bh=None, cell="lstm", activation="tanh",
                 recurrent_activation="sigmoid", go_backwards=False, sequences=False,
-                zero_output_for_mask=False):
+                zero_output_for_mask=False, rmask=None):
     """The recurrence of a Keras RNN layer after its input projection. Returns a dict:
     y ((B, T, u) in processing order when sequences, else (B, u): the last emitted output),
     h, c (the final states: after each row's last valid step), save (the list of the
     (B, T, u) blocks rnn_fwd documents for the cell, in input order; block 0 = hprev)."""
     xw, U, h, c, used, bh, B, T, u = _rnn_setup(xw, U, h0, c0, mask, bh, cell)
+    rmask = None if rmask is None else _f64(rmask)
     act, ract = activation, recurrent_activation
     names = {"simple": ["hp", "hn"], "lstm": ["hp", "cp", "i", "f", "g", "o", "cn"],
              "gru": ["hp", "z", "r", "hh", "mh"], "gru_reset_before": ["hp", "z", "r", "hh", "rh"]}[cell]
@@ -832,7 +849,7 @@ def rnn_forward(xw, U, h0=None, c0=None, mask=None, bh=None, cell="lstm", activa
     ys = np.zeros((B, T, u))
     for k in range(T):
         t = T - 1 - k if go_backwards else k  # the mask is reversed with the input
-        hn, cn, v = _rnn_cell(cell, act, ract, xw[:, t], h, c, U, bh, u)
+        hn, cn, v = _rnn_cell(cell, act, ract, xw[:, t], h, c, U, bh, u, rmask)
         v["hp"] = h
         for n in names:
             save[n][:, t] = v[n]
@@ -847,21 +864,32 @@ def rnn_forward(xw, U, h0=None, c0=None, mask=None, bh=None, cell="lstm", activa
 
 def rnn_backward(xw, U, h0=None, c0=None, mask=None, bh=None, dy=None, dh_T=None, dc_T=None,
                  cell="lstm", activation="tanh", recurrent_activation="sigmoid", go_backwards=False,
-                 sequences=False, zero_output_for_mask=False):
+                 sequences=False, zero_output_for_mask=False, rmask=None):
     """BPTT of rnn_forward for the loss sum(dy * y) + sum(dh_T * h_T) + sum(dc_T * c_T).
     Returns a dict: dxw (B, T, G*u) input order; dm (gru: the gradient of m = hprev.U + bh);
     dh0, dc0; and the weight gradients the plan derives from them: dU, dbh (gru)."""
     xw, U, h0_, c0_, used, bh_, B, T, u = _rnn_setup(xw, U, h0, c0, mask, bh, cell)
+    G = RNN_GATES[cell]
+    rm = np.ones((B, G * u)) if rmask is None else _f64(rmask)
+    rmb = [rm[:, g * u:(g + 1) * u] for g in range(G)]
     act, ract = activation, recurrent_activation
+
+    def rec_back(dz, hp, gates):
+        """(dhprev, dU) of the recurrent products of the listed gate blocks."""
+        dhp, dUk = np.zeros_like(hp), np.zeros_like(U)
+        for g in gates:
+            sl = slice(g * u, (g + 1) * u)
+            dhp += (dz[:, sl] @ U[:, sl].T) * rmb[g]
+            dUk[:, sl] = (hp * rmb[g]).T @ dz[:, sl]
+        return dhp, dUk
     # forward again, keeping each step's values
     h, c, steps = h0_, c0_, []
     for k in range(T):
         t = T - 1 - k if go_backwards else k
-        hn, cn, v = _rnn_cell(cell, act, ract, xw[:, t], h, c, U, bh_, u)
+        hn, cn, v = _rnn_cell(cell, act, ract, xw[:, t], h, c, U, bh_, u, rmask)
         steps.append((t, h, c, v))
         m = used[:, t][:, None]
         h, c = np.where(m, hn, h), np.where(m, cn, c)
-    G = RNN_GATES[cell]
     dxw = np.zeros((B, T, G * u))
     dm = np.zeros((B, T, G * u))
     dU = np.zeros_like(U)
@@ -885,9 +913,9 @@ def rnn_backward(xw, U, h0=None, c0=None, mask=None, bh=None, dy=None, dh_T=None
         if cell == "simple":
             da = g * _rnn_dact(act, v["a"])
             dz = da
-            dhp = da @ U.T
+            dhp, dUk = rec_back(dz, hp, range(G))
             dcp = np.zeros_like(dc)
-            dU += hp.T @ dz
+            dU += dUk
             dxw[:, t] = dz
         elif cell == "lstm":
             tc = _rnn_act(act, v["cn"])
@@ -897,8 +925,8 @@ def rnn_backward(xw, U, h0=None, c0=None, mask=None, bh=None, dy=None, dh_T=None
             dcp = dcn * v["f"]
             dz = np.concatenate([di * _rnn_dact(ract, v["zi"]), df * _rnn_dact(ract, v["zf"]),
                                  dg * _rnn_dact(act, v["zg"]), do * _rnn_dact(ract, v["zo"])], axis=1)
-            dhp = dz @ U.T
-            dU += hp.T @ dz
+            dhp, dUk = rec_back(dz, hp, range(G))
+            dU += dUk
             dxw[:, t] = dz
         elif cell == "gru":
             z, r, hh = v["z"], v["r"], v["hh"]
@@ -910,23 +938,25 @@ def rnn_backward(xw, U, h0=None, c0=None, mask=None, bh=None, dy=None, dh_T=None
             dmk = np.concatenate([daz, dar, dah * r], axis=1)
             dxw[:, t] = np.concatenate([daz, dar, dah], axis=1)
             dm[:, t] = dmk
-            dhp = g * z + dmk @ U.T
+            dhr, dUk = rec_back(dmk, hp, range(G))
+            dhp = g * z + dhr
             dcp = np.zeros_like(dc)
-            dU += hp.T @ dmk
+            dU += dUk
             dbh += dmk.sum(axis=0)
         else:  # gru_reset_before
             z, r, hh = v["z"], v["r"], v["hh"]
             dhh = g * (1.0 - z)
             dzv = g * (hp - hh)
             dah = dhh * _rnn_dact(act, v["ah"])
-            drh = dah @ U[:, 2 * u:].T
-            dr = drh * hp
+            drh = dah @ U[:, 2 * u:].T          # rh = r * (hp * rm_h)
+            dr = drh * hp * rmb[2]
             daz, dar = dzv * _rnn_dact(ract, v["az"]), dr * _rnn_dact(ract, v["ar"])
-            dzr = np.concatenate([daz, dar], axis=1)
+            dzr = np.concatenate([daz, dar, np.zeros_like(dah)], axis=1)
             dxw[:, t] = np.concatenate([daz, dar, dah], axis=1)
-            dhp = g * z + drh * r + dzr @ U[:, :2 * u].T
+            dhr, dUk = rec_back(dzr, hp, (0, 1))
+            dhp = g * z + drh * r * rmb[2] + dhr
             dcp = np.zeros_like(dc)
-            dU[:, :2 * u] += hp.T @ dzr
+            dU[:, :2 * u] += dUk[:, :2 * u]
             dU[:, 2 * u:] += v["rh"].T @ dah
         dh = dh_pass + np.where(m, dhp, 0.0)
         dc = dc_pass + np.where(m, dcp, 0.0)

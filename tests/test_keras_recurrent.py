@@ -5,9 +5,9 @@ oracle (tests/reference.py: rnn_forward / rnn_backward, written from Keras' form
 predictions, and the gradients one SGD step applies to every weight (kernel, recurrent
 kernel, bias -- GRU's two bias rows -- and the embeddings). Also: Keras' weight shapes
 and initial values, the seeds' two recurrent programs (parameter counts, training on a
-learnable task), mixed precision, the CUDA backend (skipped without a GPU), and the
-argument the plan does not carry yet (recurrent_dropout), a clear error. Masks, states,
-stateful layers and dropout: test_keras_recurrent_features.py.
+learnable task), mixed precision and the CUDA backend (skipped without a GPU). Masks,
+states, stateful layers and dropout: test_keras_recurrent_features.py; recurrent_dropout:
+test_keras_recurrent_dropout.py.
 """
 import numpy as np
 import pytest
@@ -211,12 +211,6 @@ def test_cuda_training_step_matches_the_cpu(rng, name, kw, cell, gates):
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-4, atol=1e-5)
     for a, b in zip(results[1][1], results[0][1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("arg,value", [("recurrent_dropout", 0.3)])
-def test_arguments_the_plan_lacks_are_refused(arg, value):
-    with pytest.raises(NotImplementedError, match=arg):
-        keras.layers.LSTM(4, **{arg: value})
 
 
 def test_bad_shapes_and_activations_are_clear_errors():

@@ -239,8 +239,6 @@ def test_bad_initial_states_are_clear_errors():
         gk.layers.LSTM(4)(x, initial_state=[gk.Input((4,))])
     with pytest.raises(ValueError, match=r"initial_state\[1\].*\(None, 3\)"):
         gk.layers.LSTM(4)(x, initial_state=[gk.Input((4,)), gk.Input((3,))])
-    with pytest.raises(NotImplementedError, match="recurrent_dropout"):
-        gk.layers.LSTM(4, recurrent_dropout=0.2)
 
 
 # ------------------------------------------------------------------ dropout

@@ -823,9 +823,9 @@ static gc_status rnn_want(const gc_op_call *c, const gc_tensor *t, const char *n
         return gc_fail(GC_ERR_DTYPE, "%s: '%s' is %s but must be %s%s", gc_op_name(c->op), name,
                        (unsigned)t->dtype < GC_DTYPE_COUNT ? gc_dtype_name(t->dtype) : "an unknown dtype",
                        gc_dtype_name(dt),
-                       dt == GC_F32 && strcmp(name, "mask") == 0 ? " (the mask is always float32)"
-                                                                 : " (every float tensor of the call but the mask "
-                                                                   "shares one dtype)");
+                       dt == GC_F32 && (strcmp(name, "mask") == 0 || strcmp(name, "rmask") == 0)
+                           ? " (the masks are always float32)"
+                           : " (every float tensor of the call but the masks shares one dtype)");
     return GC_OK;
 }
 
@@ -868,7 +868,7 @@ static gc_status v_rnn_fwd(const gc_op_call *c)
                        "rnn_fwd (%s): 'xw' has shape %s: its last dim must be G*u = %d*%lld = %lld (u from 'U' %s)",
                        rnn_cell_name(p->cell), shp(xw).s, G, (long long)u, (long long)(G * u), shp(U).s);
     const int64_t dU[2] = {u, G * u}, dBu[2] = {B, u}, dBT[2] = {B, T}, dbh[1] = {G * u};
-    const int64_t dseq[3] = {B, T, u}, dsave[4] = {S, B, T, u};
+    const int64_t dseq[3] = {B, T, u}, dsave[4] = {S, B, T, u}, dBG[2] = {B, G * u};
     TRY(rnn_want(c, U, "U", 2, dU, dt));
     TRY(rnn_only(c, c->in[3], "c0", lstm, "lstm"));
     TRY(rnn_only(c, c->in[5], "bh", p->cell == GC_RNN_GRU, "gru with reset_after"));
@@ -877,6 +877,7 @@ static gc_status v_rnn_fwd(const gc_op_call *c)
     if (present(c->in[3])) TRY(rnn_want(c, c->in[3], "c0", 2, dBu, dt));
     if (present(c->in[4])) TRY(rnn_want(c, c->in[4], "mask", 2, dBT, GC_F32));
     if (present(c->in[5])) TRY(rnn_want(c, c->in[5], "bh", 1, dbh, dt));
+    if (present(c->in[6])) TRY(rnn_want(c, c->in[6], "rmask", 2, dBG, GC_F32));
     TRY(rnn_want(c, c->out[0], "y", p->sequences ? 3 : 2, p->sequences ? dseq : dBu, dt));
     if (present(c->out[1])) TRY(rnn_want(c, c->out[1], "save", 4, dsave, dt));
     if (present(c->out[2])) TRY(rnn_want(c, c->out[2], "h_T", 2, dBu, dt));
@@ -898,7 +899,7 @@ static gc_status v_rnn_bwd(const gc_op_call *c)
     TRY(rnn_dims(c, save, "save", &B, &T, &u));
     const gc_dtype dt = save->dtype;
     const int64_t dU[2] = {u, G * u}, dBu[2] = {B, u}, dBT[2] = {B, T}, dseq[3] = {B, T, u};
-    const int64_t dxw[3] = {B, T, G * u};
+    const int64_t dxw[3] = {B, T, G * u}, dBG[2] = {B, G * u};
     TRY(rnn_want(c, U, "U", 2, dU, dt));
     TRY(rnn_only(c, c->in[2], "dc_T", lstm, "lstm"));
     TRY(rnn_only(c, c->out[1], "dm", p->cell == GC_RNN_GRU, "gru with reset_after"));
@@ -907,6 +908,7 @@ static gc_status v_rnn_bwd(const gc_op_call *c)
     if (present(c->in[1])) TRY(rnn_want(c, c->in[1], "dh_T", 2, dBu, dt));
     if (present(c->in[2])) TRY(rnn_want(c, c->in[2], "dc_T", 2, dBu, dt));
     if (present(c->in[5])) TRY(rnn_want(c, c->in[5], "mask", 2, dBT, GC_F32));
+    if (present(c->in[6])) TRY(rnn_want(c, c->in[6], "rmask", 2, dBG, GC_F32));
     TRY(rnn_want(c, c->out[0], "dxw", 3, dxw, dt));
     if (present(c->out[1])) TRY(rnn_want(c, c->out[1], "dm", 3, dxw, dt));
     if (present(c->out[2])) TRY(rnn_want(c, c->out[2], "dh0", 2, dBu, dt));

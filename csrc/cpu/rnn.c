@@ -9,6 +9,9 @@
  * enough to pay for it). Everything is float32 (core widens f16/bf16 storage at the
  * edges), with expf / tanhf; the states are carried in float32 scratch across steps, and
  * masking follows Keras' generic path: every row is computed, then `where(mask, new, old)`.
+ * With a recurrent dropout mask (rmask, one (B, u) block per gate) the recurrent GEMM is one
+ * per gate on hm = h * rmask (B, G*u), and backward one per gate of dz_g . U_g^T, each
+ * times its mask block before they are summed into dhprev.
  */
 #include "cpu_kernels.h"
 
@@ -42,7 +45,7 @@ static inline int used(const float *mask, int64_t T, int64_t b, int64_t t) { ret
 typedef struct {
     const gc_rnn_params *p;
     int64_t B, T, u;
-    const float *xw, *U, *h0, *c0, *mask, *bh;
+    const float *xw, *U, *h0, *c0, *mask, *bh, *rmask;
     float *y, *save, *hT, *cT;
 } rnn_fwd_args;
 
@@ -54,11 +57,14 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
     const int64_t Gu = G * u, blk = B * T * u;
     const gc_rnn_act act = p->act, ract = p->recurrent_act;
     const int lstm = p->cell == GC_RNN_LSTM, before = p->cell == GC_RNN_GRU_RESET_BEFORE;
-    /* scratch: h, c, e (the emitted output), m = h.U (B, Gu), rh (B, u); one save step */
-    size_t n = (size_t)(4 * B * u + B * Gu) + (size_t)S * (size_t)(B * u);
+    const float *rm = a->rmask;
+    /* scratch: h, c, e (the emitted output), m = h.U (B, Gu), rh (B, u); one save step;
+     * with rmask hm = h * rmask (B, Gu) */
+    size_t n = (size_t)(4 * B * u + (rm ? 2 : 1) * B * Gu) + (size_t)S * (size_t)(B * u);
     float *buf = (float *)malloc(n * sizeof(float));
     if (!buf) return gc_fail(GC_ERR_NOMEM, "rnn_fwd: no host memory for %zu floats of scratch", n);
     float *h = buf, *c = h + B * u, *e = c + B * u, *rh = e + B * u, *m = rh + B * u, *sv = m + B * Gu;
+    float *hm = sv + (size_t)S * (size_t)(B * u); /* used only with rmask */
     for (int64_t i = 0; i < B * u; i++) {
         h[i] = a->h0 ? a->h0[i] : 0.0f;
         c[i] = a->c0 ? a->c0[i] : 0.0f;
@@ -68,13 +74,22 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
     const int par = B > 1 && B * Gu >= RNN_PAR_MIN;
     for (int64_t k = 0; k < T && st == GC_OK; k++) {
         const int64_t t = p->go_backwards ? T - 1 - k : k;
-        /* the recurrent GEMM: m = h.U (reset_before: only the z, r blocks for now) */
-        st = mm(B, before ? 2 * u : Gu, u, h, u, a->U, Gu, 0, 0.0f, m, Gu);
+        /* the recurrent GEMM: m = h.U (reset_before: only the z, r blocks for now); with
+         * rmask one per gate block, m_g = (h * rmask_g) . U_g */
+        if (!rm) {
+            st = mm(B, before ? 2 * u : Gu, u, h, u, a->U, Gu, 0, 0.0f, m, Gu);
+        } else {
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t q = 0; q < Gu; q++) hm[b * Gu + q] = h[b * u + q % u] * rm[b * Gu + q];
+            for (int g = 0; g < (before ? 2 : G) && st == GC_OK; g++)
+                st = mm(B, u, u, hm + g * u, Gu, a->U + g * u, Gu, 0, 0.0f, m + g * u, Gu);
+        }
         if (st) break;
-        if (before) {
+        if (before) { /* rh = r * h (the masked copy of h with rmask) */
             for (int64_t b = 0; b < B; b++) {
                 const float *x = a->xw + (b * T + t) * Gu, *mr = m + b * Gu + u;
-                for (int64_t j = 0; j < u; j++) rh[b * u + j] = gc_rnn_act_apply(ract, x[u + j] + mr[j]) * h[b * u + j];
+                const float *hb = rm ? hm + b * Gu + 2 * u : h + b * u;
+                for (int64_t j = 0; j < u; j++) rh[b * u + j] = gc_rnn_act_apply(ract, x[u + j] + mr[j]) * hb[j];
             }
             st = mm(B, u, u, rh, u, a->U + 2 * u, Gu, 0, 0.0f, m + 2 * u, Gu);
             if (st) break;
@@ -151,7 +166,7 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
 typedef struct {
     const gc_rnn_params *p;
     int64_t B, T, u;
-    const float *dy, *dhT, *dcT, *U, *save, *mask;
+    const float *dy, *dhT, *dcT, *U, *save, *mask, *rmask;
     float *dxw, *dm, *dh0, *dc0;
 } rnn_bwd_args;
 
@@ -164,12 +179,14 @@ static gc_status rnn_backward(const rnn_bwd_args *a)
     const gc_rnn_act act = p->act, ract = p->recurrent_act;
     const int before = p->cell == GC_RNN_GRU_RESET_BEFORE, after = p->cell == GC_RNN_GRU;
     /* scratch: dh, dc, de, g (the gradient reaching the cell output), dd (the direct
-     * part of dhprev), drh (reset_before), dz (B, Gu): what the GEMM with U^T reads */
-    size_t n = (size_t)(6 * B * u + B * Gu);
+     * part of dhprev), drh (reset_before), dz (B, Gu): what the GEMM with U^T reads;
+     * with rmask dr (B, Gu): dz_g . U_g^T per gate block */
+    const float *rm = a->rmask;
+    size_t n = (size_t)(6 * B * u + (rm ? 2 : 1) * B * Gu);
     float *buf = (float *)malloc(n * sizeof(float));
     if (!buf) return gc_fail(GC_ERR_NOMEM, "rnn_bwd: no host memory for %zu floats of scratch", n);
     float *dh = buf, *dc = dh + B * u, *de = dc + B * u, *gb = de + B * u, *dd = gb + B * u, *drh = dd + B * u;
-    float *dz = drh + B * u;
+    float *dz = drh + B * u, *dr = dz + B * Gu; /* dr: only with rmask */
     for (int64_t i = 0; i < B * u; i++) {
         dh[i] = a->dhT ? a->dhT[i] : 0.0f;
         dc[i] = a->dcT ? a->dcT[i] : 0.0f;
@@ -263,17 +280,29 @@ static gc_status rnn_backward(const rnn_bwd_args *a)
                 const int64_t o = (b * T + t) * u;
                 const float *hp = sv + o, *rg = sv + 2 * blk + o;
                 float *dzb = dz + b * Gu, *dx = a->dxw + (b * T + t) * Gu, *ddb = dd + b * u;
-                const float *dr = drh + b * u;
-                for (int64_t j = 0; j < u; j++) {
-                    dzb[u + j] = dr[j] * hp[j] * gc_rnn_act_dout(ract, rg[j]);
-                    ddb[j] += dr[j] * rg[j];
+                const float *d = drh + b * u, *mh = rm ? rm + b * Gu + 2 * u : NULL;
+                for (int64_t j = 0; j < u; j++) { /* rh = r * (h * mh) */
+                    const float k = mh ? mh[j] : 1.0f;
+                    dzb[u + j] = d[j] * hp[j] * k * gc_rnn_act_dout(ract, rg[j]);
+                    ddb[j] += d[j] * rg[j] * k;
                 }
                 memcpy(dx, dzb, (size_t)Gu * sizeof(float));
             }
         }
-        /* dh = dd + dz . U^T (masked rows: dz = 0, dd = dh); reset_before: the z, r blocks */
+        /* dh = dd + dz . U^T (masked rows: dz = 0, dd = dh); reset_before: the z, r blocks;
+         * with rmask dh = dd + sum_g (dz_g . U_g^T) * rmask_g */
         for (int64_t i = 0; i < B * u; i++) dh[i] = dd[i];
-        st = mm(B, u, before ? 2 * u : Gu, dz, Gu, a->U, Gu, 1, 1.0f, dh, u);
+        if (!rm) {
+            st = mm(B, u, before ? 2 * u : Gu, dz, Gu, a->U, Gu, 1, 1.0f, dh, u);
+        } else {
+            const int ng = before ? 2 : G;
+            for (int g = 0; g < ng && st == GC_OK; g++)
+                st = mm(B, u, u, dz + g * u, Gu, a->U + g * u, Gu, 1, 0.0f, dr + g * u, Gu);
+            for (int64_t b = 0; b < B && st == GC_OK; b++)
+                for (int g = 0; g < ng; g++)
+                    for (int64_t j = 0; j < u; j++)
+                        dh[b * u + j] += dr[b * Gu + g * u + j] * rm[b * Gu + g * u + j];
+        }
     }
     if (st == GC_OK) {
         if (a->dh0) memcpy(a->dh0, dh, (size_t)(B * u) * sizeof(float));
@@ -294,7 +323,7 @@ gc_status gc_cpu_op_rnn_fwd(const gc_backend *be, const gc_op_call *call)
     const gc_tensor *xw = call->in[0], *U = call->in[1];
     rnn_fwd_args a = {call->params, xw->shape[0], xw->shape[1], U->shape[0],
                       xw->data, U->data, in_or_null(call->in[2]), in_or_null(call->in[3]),
-                      in_or_null(call->in[4]), in_or_null(call->in[5]),
+                      in_or_null(call->in[4]), in_or_null(call->in[5]), in_or_null(call->in[6]),
                       call->out[0]->data, out_or_null(call->out[1]), out_or_null(call->out[2]),
                       out_or_null(call->out[3])};
     return rnn_forward(&a);
@@ -306,7 +335,7 @@ gc_status gc_cpu_op_rnn_bwd(const gc_backend *be, const gc_op_call *call)
     const gc_tensor *save = call->in[4];
     rnn_bwd_args a = {call->params, save->shape[1], save->shape[2], save->shape[3],
                       in_or_null(call->in[0]), in_or_null(call->in[1]), in_or_null(call->in[2]),
-                      call->in[3]->data, save->data, in_or_null(call->in[5]),
+                      call->in[3]->data, save->data, in_or_null(call->in[5]), in_or_null(call->in[6]),
                       call->out[0]->data, out_or_null(call->out[1]), out_or_null(call->out[2]),
                       out_or_null(call->out[3])};
     return rnn_backward(&a);

@@ -228,7 +228,8 @@ typedef struct { int64_t offset; } gc_slice_params;
  * rnn_fwd: in xw (B, T, G*u); U (u, G*u) the recurrent kernel (Keras layout); h0 (B, u)
  *        optional (NULL = zeros); c0 (B, u) optional, LSTM only; mask (B, T) float32
  *        optional (nonzero = step used; NULL = all used); bh (G*u,) optional, GRU
- *        reset_after only: the recurrent bias b_h (row 1 of Keras' (2, 3u) bias).
+ *        reset_after only: the recurrent bias b_h (row 1 of Keras' (2, 3u) bias);
+ *        rmask (B, G*u) float32 optional (below).
  *        out y (B, T, u) when sequences else (B, u); save (S, B, T, u) optional (NULL:
  *        inference, nothing saved), S = gc_rnn_save_blocks(cell); h_T (B, u) optional;
  *        c_T (B, u) optional, LSTM only. Every element of every output is written
@@ -238,10 +239,15 @@ typedef struct { int64_t offset; } gc_slice_params;
  *          simple:           0 hprev, 1 hn = act(xw + hprev.U)  (the cell output)
  *          lstm:             0 hprev, 1 cprev, 2 i, 3 f, 4 g (candidate), 5 o, 6 c_t
  *          gru (reset_after):0 hprev, 1 z, 2 r, 3 hh (candidate), 4 m_h = hprev.U_h + bh_h
- *          gru_reset_before: 0 hprev, 1 z, 2 r, 3 hh, 4 rh = r * hprev
+ *          gru_reset_before: 0 hprev, 1 z, 2 r, 3 hh, 4 rh = r * (hprev * rmask_h)
+ *        rmask (B, G*u) float32 optional (NULL = none), the recurrent dropout masks of
+ *        Keras' implementation 1 (RECURRENT_SPEC 1.7): one (B, u) column block per gate,
+ *        the same at every step. Gate g's recurrent product is (hprev * rmask_g) . U_g
+ *        (U_g = U[:, g*u:(g+1)*u]); every other use of hprev is unmasked (GRU's
+ *        z * hprev, save block 0); reset_before's reset multiplies the masked copy.
  * rnn_bwd: in dy (y's shape, optional = zeros: the gradient of y in y's order); dh_T
  *        (B, u) optional; dc_T (B, u) optional, LSTM only; U; save (from rnn_fwd); mask
- *        (optional, as in the forward). out dxw (B, T, G*u) = d loss / d xw (the
+ *        (optional, as in the forward); rmask (optional, the forward's). out dxw (B, T, G*u) = d loss / d xw (the
  *        pre-activation input parts), zeros for masked (row, step); dm (B, T, 3u) optional,
  *        GRU reset_after only (NULL for the other cells, for which dm == dxw): d loss / d m
  *        with m = hprev.U + bh (differs from dxw in the h block by the factor r); dh0
@@ -250,7 +256,11 @@ typedef struct { int64_t offset; } gc_slice_params;
  *        The plan then does, with hprev = save[0] viewed as (B*T, u):
  *          dU = hprev^T . dxw   (gru reset_after: hprev^T . dm; gru_reset_before: the z, r
  *               blocks hprev^T . dxw[..., :2u] and the h block save[4]^T . dxw[..., 2u:])
- *          dW = x^T . dxw, db = sum dxw, dbh = sum dm, dx = dxw . W^T. */
+ *          dW = x^T . dxw, db = sum dxw, dbh = sum dm, dx = dxw . W^T.
+ *        With rmask, dh0 (and every dhprev inside) gets each gate's recurrent part
+ *        (dz_g . U_g^T) * rmask_g, and the plan's dU is per gate block with the masked
+ *        hprev: dU_g = (hprev * rmask_g)^T . dxw_g (or dm_g; reset_before's h block
+ *        stays save[4]^T . dxw_h, save[4] holding the masked product already). */
 /* ---- sequence masks (Keras masking, RECURRENT_SPEC.md 1.8; recurrent dropout, 1.7)
  * seq_mask: in x (..., F) of any float dtype, rank >= 2; out mask (x's shape without the
  *        last axis) float32 = 1 where some x[..., f] != value (NaN counts as different),
@@ -309,8 +319,8 @@ int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2
     X(CONCAT, concat, gc_no_params, 8, 1)                                    \
     X(SLICE_COLS, slice_cols, gc_slice_params, 1, 1)                         \
     /* recurrent layers: {cpu,cuda}/rnn */                                   \
-    X(RNN_FWD, rnn_fwd, gc_rnn_params, 6, 4)                                 \
-    X(RNN_BWD, rnn_bwd, gc_rnn_params, 6, 4)                                 \
+    X(RNN_FWD, rnn_fwd, gc_rnn_params, 7, 4)                                 \
+    X(RNN_BWD, rnn_bwd, gc_rnn_params, 7, 4)                                 \
     /* sequence masks: {cpu,cuda}/seq_mask */                                \
     X(SEQ_MASK, seq_mask, gc_seq_mask_params, 1, 1)                          \
     X(MUL_BCAST, mul_bcast, gc_no_params, 2, 1)

@@ -87,6 +87,9 @@ typedef struct {
                                             * state_h / state_c are the initial states when no
                                             * state input is given, and take h_T / c_T after
                                             * every pass; dropout_rate: its input dropout */
+    float recurrent_dropout_rate;          /* rnn: the recurrent dropout applied (0 = none) */
+    int rnn_gate_dropout;                  /* rnn: one input dropout mask per gate (Keras'
+                                            * implementation 1: recurrent_dropout != 0) */
     float mask_value;                      /* seq_mask */
     int64_t select_offset;                 /* select */
     int trainable;                         /* snapshot taken at compile() */

@@ -29,7 +29,7 @@ typedef struct {
 
 typedef struct plan_node plan_node;
 typedef struct gc_plan gc_plan;
-#define GC_NODE_MAX_PRIV 24
+#define GC_NODE_MAX_PRIV 32
 
 /* What a layer kind provides. `check` validates the descriptor against its inputs'
  * shapes (in_shapes[k], in_nds[k]) at creation; `weights` fills the element count of

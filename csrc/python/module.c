@@ -1039,7 +1039,9 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
          p_bool(d, "go_backwards", 0, &L->go_backwards) || p_bool(d, "return_sequences", 0, &L->return_sequences) ||
          p_bool(d, "zero_output_for_mask", 0, &L->zero_output_for_mask) ||
          p_bool(d, "return_state", 0, &L->return_state) || p_long(d, "state_inputs", 0, &si) ||
-         p_bool(d, "mask_input", 0, &L->rnn_mask_input) || p_long(d, "stateful_batch", 0, &sb)))
+         p_bool(d, "mask_input", 0, &L->rnn_mask_input) || p_long(d, "stateful_batch", 0, &sb) ||
+         p_float(d, "recurrent_rate", 0.0, &L->recurrent_dropout_rate) ||
+         p_bool(d, "gate_dropout", 0, &L->rnn_gate_dropout)))
         return -1;
     L->stateful_batch = sb;
     L->rnn_state_inputs = (int)si;

@@ -19,9 +19,15 @@ Keras' arguments, as RECURRENT_SPEC 1.6-1.8 give them:
   from batch to batch and call to call in two non-trainable buffers (not in
   ``get_weights()``), zeroed by ``reset_states()``;
 - ``dropout`` in training: one inverted-dropout mask per batch, reused at every step;
-  LSTM / GRU ignore rate 1 as Keras does, SimpleRNN drops everything.
-``recurrent_dropout`` above 0 raises NotImplementedError naming it, never runs as
-something else. ``unroll`` is accepted and has no effect (one kernel either way).
+  LSTM / GRU ignore rate 1 as Keras does, SimpleRNN drops everything;
+- ``recurrent_dropout`` in training (Keras' implementation 1, RECURRENT_SPEC 1.7): masks
+  on h_{t-1} drawn once per batch and reused at every step, one per gate (SimpleRNN 1,
+  LSTM 4, GRU 3) in that gate's recurrent product only (c_{t-1} and GRU's z * h_{t-1}
+  unmasked); with recurrent_dropout != 0 an LSTM / GRU also draws its input dropout as one
+  mask per gate. The same rate-1 rules as ``dropout``. The masks are drawn and applied in
+  the plan (layer_rnn.c) and the core op (rnn_fwd / rnn_bwd's rmask).
+Not training, both dropouts are exactly the identity. ``unroll`` is accepted and has no
+effect (one kernel either way).
 """
 import numpy as np
 
@@ -80,9 +86,6 @@ class RecurrentLayer(Layer):
         self.stateful = bool(stateful)
         self.unroll = bool(unroll)
         self.zero_output_for_mask = bool(zero_output_for_mask)
-        if self._applies(self.recurrent_dropout):
-            raise NotImplementedError(f"{name}: `recurrent_dropout` is not supported by gpucmp's plan yet "
-                                      f"(received recurrent_dropout={self.recurrent_dropout!r})")
         super().__init__(**kwargs)
         self.kernel = self.recurrent_kernel = self.bias = None
         self._states = None          # stateful: the carried (batch, units) states
@@ -94,11 +97,17 @@ class RecurrentLayer(Layer):
 
     @property
     def _training_matters(self):
-        return self._applies(self.dropout)
+        return self._applies(self.dropout) or self._applies(self.recurrent_dropout)
 
     @property
     def draws_dropout_mask(self):     # the trainer seeds the masks of each step
-        return self._applies(self.dropout)
+        return self._training_matters
+
+    @property
+    def _gate_dropout(self):
+        """Keras' implementation 1 (forced by any recurrent_dropout != 0): one input
+        dropout mask per gate."""
+        return self.gates > 1 and self.recurrent_dropout != 0.0
 
     @property
     def n_states(self):
@@ -221,6 +230,8 @@ class RecurrentLayer(Layer):
              "return_sequences": self.return_sequences, "return_state": self.return_state,
              "zero_output_for_mask": self.zero_output_for_mask, "state_inputs": len(states),
              "mask_input": bool(mask), "rate": self.dropout if self._applies(self.dropout) else 0.0,
+             "recurrent_rate": self.recurrent_dropout if self._applies(self.recurrent_dropout) else 0.0,
+             "gate_dropout": self._gate_dropout,
              "kernel": self.kernel.buffer, "recurrent_kernel": self.recurrent_kernel.buffer,
              "bias": self.bias.buffer if self.bias is not None else None}
         if self.stateful:
