@@ -273,26 +273,22 @@ def test_rate_one_drops_simple_rnn_state_and_is_ignored_by_lstm_gru(rng):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name,kw,cell", CELLS, ids=IDS)
-def test_cuda_recurrent_dropout_training_matches_the_cpu(rng, name, kw, cell):
-    """The masks are counter-based (the same on every backend): one seeded training step
-    on CUDA and on the CPU, the same loss and weight changes."""
+def test_cuda_refuses_recurrent_dropout_clearly_and_the_model_stays_usable(rng, name, kw, cell):
+    """Recurrent dropout is the CPU backend's only for now (its CUDA kernels have not run on
+    a GPU yet): training with it on CUDA is a NotImplementedError naming it, and the model
+    still predicts afterwards."""
     import gpucmp
     if not any(d.startswith("cuda") for d in gpucmp.available_devices()):
         pytest.skip("no CUDA device")
     u, T, F, B = 33, 7, 5, 9
     x = rng.standard_normal((B, T, F)).astype(np.float32)
     t = rng.standard_normal((B, T, u)).astype(np.float32)
-    w, out = None, []
-    for dev in ("cpu", "cuda:0"):
-        gpucmp.set_device(dev)
-        try:
-            layer, model = _model(gk, name, kw, u, T, F, dropout=0.25, recurrent_dropout=0.4, seed=9)
-            model.compile(optimizer=gk.optimizers.SGD(1.0), loss="mse")
-            if w is None:
-                w = _rand_weights(layer, rng)
-            out.append(_sgd_grads(model, layer, w, x, t, 1.0))
-        finally:
-            gpucmp.set_device("cpu")
-    assert abs(out[0][0] - out[1][0]) <= 1e-5 * abs(out[0][0])
-    for a, b in zip(out[1][1], out[0][1]):
-        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+    gpucmp.set_device("cuda:0")
+    try:
+        layer, model = _model(gk, name, kw, u, T, F, dropout=0.25, recurrent_dropout=0.4, seed=9)
+        model.compile(optimizer=gk.optimizers.SGD(1.0), loss="mse")
+        with pytest.raises(NotImplementedError, match="recurrent dropout"):
+            model.train_on_batch(x, t)
+        assert np.isfinite(model.predict(x, verbose=0)).all()
+    finally:
+        gpucmp.set_device("cpu")
