@@ -17,7 +17,7 @@ from gpucmp import keras
 from gpucmp.keras import backend, initializers, layers
 from gpucmp.keras.models import Sequential
 from gpucmp.keras.utils.progbar import Progbar
-from gpucmp.harness.workloads.seeds import build_seed_gan
+from gpucmp.harness.workloads.seeds import build_seed_cnn, build_seed_gan
 
 
 @pytest.fixture(autouse=True)
@@ -28,17 +28,8 @@ def _fresh_names():
 
 
 def seeds_cnn():
-    """The CNN of the seed article (shared/seeds/002_...), written out."""
-    model = Sequential()
-    model.add(layers.Conv2D(32, (3, 3), activation="relu", input_shape=(28, 28, 1)))
-    model.add(layers.MaxPooling2D((2, 2)))
-    model.add(layers.Conv2D(64, (3, 3), activation="relu"))
-    model.add(layers.MaxPooling2D((2, 2)))
-    model.add(layers.Conv2D(64, (3, 3), activation="relu"))
-    model.add(layers.Flatten())
-    model.add(layers.Dense(64, activation="relu"))
-    model.add(layers.Dense(10, activation="softmax"))
-    return model
+    """The CNN of the seed article, uncompiled (the package's one definition of it)."""
+    return build_seed_cnn(keras, compile=False)
 
 
 def seeds_gan():
