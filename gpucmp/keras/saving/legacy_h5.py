@@ -40,6 +40,18 @@ KERAS_VERSION = "2.15.0"      # the tf.keras release whose file layout is writte
 BACKEND = "tensorflow"        # kernels in TensorFlow's layout (only "theano" is converted)
 
 
+def _listed_datasets(group, names, what):
+    """The datasets of `group` a weight_names attribute lists, in its order; a name without
+    one is a ValueError (`what` says who listed it)."""
+    h5py = h5.h5py_module()
+    out = []
+    for n in names:
+        ds = group.get(n)
+        if not isinstance(ds, h5py.Dataset):
+            raise ValueError(f"{what} '{n}', which is missing")
+        out.append(ds)
+    return out
+
 def _legacy_order(layer):
     return list(layer.trainable_weights) + list(layer.non_trainable_weights)
 
@@ -116,13 +128,7 @@ def read_weights_group(group, model, label):
             raise ValueError(f"{label}: layer '{name}' is listed but has no group")
         wnames = [h5.text(w) for w in g.attrs.get("weight_names", [])]
         if wnames:
-            datasets = []
-            for w in wnames:
-                ds = g.get(w)
-                if not isinstance(ds, h5py.Dataset):
-                    raise ValueError(f"{label}: layer '{name}' lists weight '{w}', which is missing")
-                datasets.append(ds)
-            stored[name] = datasets
+            stored[name] = _listed_datasets(g, wnames, f"{label}: layer '{name}' lists weight")
     targets = [layer for layer in model.layers if layer.weights]
     by_name = all(layer.name in stored for layer in targets)
     if by_name:
@@ -205,15 +211,9 @@ def read_optimizer_weights(group, model, label):
     """Restores the optimizer state of ``optimizer_weights`` (see the module docstring),
     or warns that the optimizer starts fresh when its layout is not one of Keras'."""
     from . import keras_weights
-    h5py = h5.h5py_module()
     opt = model.optimizer
     names = [h5.text(n) for n in group.attrs.get("weight_names", [])]
-    datasets = []
-    for n in names:
-        ds = group.get(n)
-        if not isinstance(ds, h5py.Dataset):
-            raise ValueError(f"{label}: optimizer_weights lists '{n}', which is missing")
-        datasets.append(ds)
+    datasets = _listed_datasets(group, names, f"{label}: optimizer_weights lists")
     inner = getattr(opt, "inner_optimizer", opt)
     k = inner.slots_per_variable()
     head = 0
