@@ -24,6 +24,8 @@ import urllib.parse
 import urllib.request
 import zipfile
 
+from ..._files import atomic_write
+
 CHUNK = 1 << 16
 
 
@@ -71,49 +73,40 @@ def _cache_folder(cache_dir, cache_subdir):
 
 
 def _download(origin, target, file_hash, algorithm, timeout):
-    """Streams ``origin`` into a temporary file beside ``target``; renames it there only
-    when complete and, if ``file_hash`` is given, when its hash matches."""
+    """Streams ``origin`` into ``target`` through _files.atomic_write: the file appears
+    only when complete and, if ``file_hash`` is given, when its hash matches; otherwise
+    the temporary file is removed and nothing is kept."""
     from tqdm.auto import tqdm
     hasher = resolve_hasher(algorithm, file_hash) if file_hash is not None else None
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".part",
-                               dir=os.path.dirname(target))
-    try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(origin, timeout=timeout) as resp:
-                    total = resp.headers.get("Content-Length")
-                    total = int(total) if total and total.isdigit() else None
-                    got = 0
-                    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                              desc=os.path.basename(target), leave=False) as bar:
-                        for chunk in iter(lambda: resp.read(CHUNK), b""):
-                            out.write(chunk)
-                            if hasher is not None:
-                                hasher.update(chunk)
-                            got += len(chunk)
-                            bar.update(len(chunk))
-            except urllib.error.HTTPError as exc:
-                raise DownloadError(f"URL fetch failure on {origin}: HTTP {exc.code} "
-                                    f"{exc.reason}") from None
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise DownloadError(f"URL fetch failure on {origin}: {reason}") from None
-            if total is not None and got != total:
-                raise DownloadError(f"URL fetch failure on {origin}: the transfer stopped after "
-                                    f"{got} of {total} bytes")
-            out.flush()
-            os.fsync(out.fileno())
+
+    def stream(out):
+        try:
+            with urllib.request.urlopen(origin, timeout=timeout) as resp:
+                total = resp.headers.get("Content-Length")
+                total = int(total) if total and total.isdigit() else None
+                got = 0
+                with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                          desc=os.path.basename(target), leave=False) as bar:
+                    for chunk in iter(lambda: resp.read(CHUNK), b""):
+                        out.write(chunk)
+                        if hasher is not None:
+                            hasher.update(chunk)
+                        got += len(chunk)
+                        bar.update(len(chunk))
+        except urllib.error.HTTPError as exc:
+            raise DownloadError(f"URL fetch failure on {origin}: HTTP {exc.code} "
+                                f"{exc.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise DownloadError(f"URL fetch failure on {origin}: {reason}") from None
+        if total is not None and got != total:
+            raise DownloadError(f"URL fetch failure on {origin}: the transfer stopped after "
+                                f"{got} of {total} bytes")
         if hasher is not None and hasher.hexdigest() != str(file_hash).lower():
             raise ValueError(f"Incomplete or corrupted file detected: the {hasher.name} hash of "
                              f"the file downloaded from {origin} is {hasher.hexdigest()}, not the "
                              f"expected {file_hash}; the file was not kept")
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(target, stream, binary=True)
 
 
 def _safe_member(name, root):
