@@ -118,6 +118,18 @@ def read_array(ds, shape, label, integer=False):
     return value
 
 
+
+def read_layer_weights(datasets, weights, layer, label, count_note="", read_note=""):
+    """The arrays of ``datasets`` for ``layer``'s ``weights`` (in the same order), after
+    checking there are as many and each has its weight's shape; the notes end the count
+    and the per-weight error messages (where in the file, how layers were matched)."""
+    if len(datasets) != len(weights):
+        raise ValueError(f"{label}: layer '{layer.name}' has {len(weights)} weights "
+                         f"({', '.join(f'{w.name} {w.shape}' for w in weights)}) but the file "
+                         f"has {len(datasets)}{count_note}")
+    return [read_array(ds, var.shape, f"{label}: layer '{layer.name}' weight '{var.name}'{read_note}")
+            for ds, var in zip(datasets, weights)]
+
 def write_array(group, name, value):
     value = np.asarray(value)
     return group.create_dataset(name, data=value)

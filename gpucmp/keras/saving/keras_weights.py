@@ -127,16 +127,10 @@ def _by_structure(f, model, label):
         if where not in f:
             raise ValueError(f"{label} has no weights for layer '{layer.name}' "
                              f"({type(layer).__name__}; expected at '{where}')")
-        stored = _datasets(f[where], label, where)
         weights = layer.weights
-        if len(stored) != len(weights):
-            raise ValueError(f"{label}: layer '{layer.name}' has {len(weights)} weights "
-                             f"({', '.join(f'{w.name} {w.shape}' for w in weights)}) but the file "
-                             f"has {len(stored)} at '{where}'")
-        for ds, var in zip(stored, weights):
-            arrays.append(h5.read_array(ds, var.shape, f"{label}: layer '{layer.name}' weight "
-                                                       f"'{var.name}'"))
-            variables.append(var)
+        arrays += h5.read_layer_weights(_datasets(f[where], label, where), weights, layer, label,
+                                        count_note=f" at '{where}'")
+        variables += weights
     return variables, arrays
 
 

@@ -146,14 +146,8 @@ def read_weights_group(group, model, label):
     for layer, datasets in pairs:
         weights = _legacy_order(layer)
         how = "" if by_name else " (matched by order: the file's names differ)"
-        if len(datasets) != len(weights):
-            raise ValueError(f"{label}: layer '{layer.name}' has {len(weights)} weights "
-                             f"({', '.join(f'{w.name} {w.shape}' for w in weights)}) but the "
-                             f"file has {len(datasets)}{how}")
-        for ds, var in zip(datasets, weights):
-            arrays.append(h5.read_array(ds, var.shape, f"{label}: layer '{layer.name}' weight "
-                                                       f"'{var.name}'{how}"))
-            variables.append(var)
+        arrays += h5.read_layer_weights(datasets, weights, layer, label, count_note=how, read_note=how)
+        variables += weights
     assign_all(variables, arrays, f"{label} -> model '{model.name}'")
 
 
