@@ -591,8 +591,6 @@ def project(workload, gpu, precision, config, cal=None, step_time_s=None, sms=No
     row = specs.spec(gpu)
     parts = [(1.0, cal)] if step_time_s is not None else partition_weights(cal, int(sms or row["sms"]))
     outs = [(wt, _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32)) for wt, sub in parts]
-    for _, o in outs:
-        o.setdefault("origin_sms", None)
     if len(outs) == 1:
         outs[0][1].pop("origin_sms")
         return outs[0][1]
