@@ -273,22 +273,35 @@ def test_rate_one_drops_simple_rnn_state_and_is_ignored_by_lstm_gru(rng):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name,kw,cell", CELLS, ids=IDS)
-def test_cuda_refuses_recurrent_dropout_clearly_and_the_model_stays_usable(rng, name, kw, cell):
-    """Recurrent dropout is the CPU backend's only for now (its CUDA kernels have not run on
-    a GPU yet): training with it on CUDA is a NotImplementedError naming it, and the model
-    still predicts afterwards."""
+def test_cuda_recurrent_dropout_matches_the_cpu(rng, name, kw, cell):
+    """Both dropouts on CUDA: the masks are the same pure function of (seed, index) on
+    both backends, so a training step's loss and every weight gradient match the CPU's
+    (float32, different summation orders: a tolerance, not bit equality), and the dropout
+    is exactly the identity in predict."""
     import gpucmp
     if not any(d.startswith("cuda") for d in gpucmp.available_devices()):
         pytest.skip("no CUDA device")
     u, T, F, B = 33, 7, 5, 9
     x = rng.standard_normal((B, T, F)).astype(np.float32)
     t = rng.standard_normal((B, T, u)).astype(np.float32)
-    gpucmp.set_device("cuda:0")
-    try:
-        layer, model = _model(gk, name, kw, u, T, F, dropout=0.25, recurrent_dropout=0.4, seed=9)
-        model.compile(optimizer=gk.optimizers.SGD(1.0), loss="mse")
-        with pytest.raises(NotImplementedError, match="recurrent dropout"):
-            model.train_on_batch(x, t)
-        assert np.isfinite(model.predict(x, verbose=0)).all()
-    finally:
-        gpucmp.set_device("cpu")
+    w = None
+    out = {}
+    for dev in ("cpu", "cuda:0"):
+        gpucmp.set_device(dev)
+        try:
+            layer, model = _model(gk, name, kw, u, T, F, dropout=0.25, recurrent_dropout=0.4, seed=9)
+            model.compile(optimizer=gk.optimizers.SGD(1.0), loss="mse")
+            if w is None:
+                w = _rand_weights(layer, rng)
+            out[dev] = _sgd_grads(model, layer, w, x, t, 1.0)
+            layer.set_weights(w)
+            plain_l, plain_m = _model(gk, name, kw, u, T, F)
+            plain_l.set_weights(w)
+            np.testing.assert_array_equal(model.predict(x, verbose=0), plain_m.predict(x, verbose=0))
+        finally:
+            gpucmp.set_device("cpu")
+    (lc, gc_), (lg, gg) = out["cpu"], out["cuda:0"]
+    assert abs(lc - lg) <= 1e-5 * max(1.0, abs(lc)), (lc, lg)
+    for a, b in zip(gc_, gg):
+        np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-5)
+    assert any(np.any(g != 0) for g in gg)

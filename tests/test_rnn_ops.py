@@ -92,17 +92,6 @@ def save_blocks(cell):
 
 # ------------------------------------------------------------------ calling the core
 
-def _skip_if_cuda_refuses_rmask(op, backend, rm, ins, outs, p):
-    """Recurrent dropout (rmask) is the CPU backend's only for now: on CUDA the op must
-    refuse it with a clear NotImplementedError, and the case stops there (skipped, with
-    the refusal checked)."""
-    if rm is None or not backend.startswith("cuda"):
-        return
-    with pytest.raises(NotImplementedError, match="rmask"):
-        _core.run_op(op, backend, ins, outs, p)
-    pytest.skip(f"{op} with rmask is CPU-only for now; {backend} refused it with a clear error")
-
-
 def core_forward(backend, dtype, xw, U, h0=None, c0=None, mask=None, bh=None, want_save=True,
                  want_h=True, want_c=None, rmask=None, **p):
     """rnn_fwd through run_op on storage-exact float64 inputs; returns float64 outputs."""
@@ -119,7 +108,6 @@ def core_forward(backend, dtype, xw, U, h0=None, c0=None, mask=None, bh=None, wa
     rm = None if rmask is None else np.ascontiguousarray(rmask, np.float32)
     ins = (to_store(xw, dtype), to_store(U, dtype), to_store(h0, dtype), to_store(c0, dtype), m,
            to_store(bh, dtype), rm)
-    _skip_if_cuda_refuses_rmask("rnn_fwd", backend, rm, ins, (y, save, hT, cT), p)
     _core.run_op("rnn_fwd", backend, ins, (y, save, hT, cT), p)
     return {"y": from_store(y, dtype), "save": from_store(save, dtype), "h": from_store(hT, dtype),
             "c": from_store(cT, dtype)}
@@ -142,7 +130,6 @@ def core_backward(backend, dtype, save, U, dy=None, dh_T=None, dc_T=None, mask=N
     rm = None if rmask is None else np.ascontiguousarray(rmask, np.float32)
     ins = (to_store(dy, dtype), to_store(dh_T, dtype), to_store(dc_T, dtype), to_store(U, dtype),
            to_store(save, dtype), m, rm)
-    _skip_if_cuda_refuses_rmask("rnn_bwd", backend, rm, ins, (dxw, dm, dh0, dc0), p)
     _core.run_op("rnn_bwd", backend, ins, (dxw, dm, dh0, dc0), p)
     return {"dxw": from_store(dxw, dtype), "dm": from_store(dm, dtype), "dh0": from_store(dh0, dtype),
             "dc0": from_store(dc0, dtype)}
@@ -243,9 +230,7 @@ def configs(rng, cell, n=10):
                         mask=str(rng.choice(["none", "right", "left", "middle", "mixed"])),
                         h0=bool(rng.integers(0, 2)), c0=bool(rng.integers(0, 2)), bh=bool(rng.integers(0, 2)),
                         rmask=bool(rng.integers(0, 2))))
-    # the rmask cases last: on CUDA the first one ends the test (recurrent dropout is
-    # CPU-only for now, _skip_if_cuda_refuses_rmask), after every other case has run
-    return sorted(out, key=lambda c: bool(c.get("rmask")))
+    return out
 
 
 def rel_check(name, got, want, tol, what, floor=1e-12, scale=0.0):
@@ -469,7 +454,7 @@ def test_half_storage(backend, dtype, cell):
     rng = np.random.default_rng(seed)
     for cfg in [dict(B=3, T=5, u=7, mask="mixed", sequences=True),
                 dict(B=4, T=3, u=1, mask="right", zero_output_for_mask=True, sequences=True),
-                dict(B=2, T=6, u=9, go_backwards=True, rmask=True)]:       # rmask last (see configs)
+                dict(B=2, T=6, u=9, go_backwards=True, rmask=True)]:
         pr = Problem(rng, dtype, cell, **cfg)
         what = f"[{backend} {dtype} seed={seed}] {pr.what}"
         check_forward(backend, dtype, pr, TOL[dtype], what)
@@ -525,7 +510,7 @@ def test_cuda_matches_cpu(cell):
     cuda = _CUDA[0]
     for cfg in [dict(B=64, T=20, u=128, mask="mixed", sequences=True), dict(B=7, T=33, u=65, go_backwards=True),
                 dict(B=130, T=3, u=40, mask="right", zero_output_for_mask=True, sequences=True),
-                dict(B=33, T=9, u=70, mask="mixed", sequences=True, rmask=True)]:   # rmask last (see above)
+                dict(B=33, T=9, u=70, mask="mixed", sequences=True, rmask=True)]:
         for dtype in DTYPES:
             pr = Problem(rng, dtype, cell, **cfg)
             what = f"[{cuda} vs cpu {dtype} seed={seed}] {pr.what}"

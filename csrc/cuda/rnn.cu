@@ -17,9 +17,10 @@
  * captured calls of the same shape find it big enough (growing during capture is refused
  * with a clear error, as for every other op that uses it). Accumulation is float32, in a
  * fixed order (deterministic). Gate math uses expf / tanhf (no fast-math).
- * Recurrent dropout (the rmask input, in[6] of both ops) is the CPU backend's only: here it
- * is refused as unsupported (NotImplementedError in Python) until a CUDA version has run
- * on a GPU. */
+ * Recurrent dropout (rmask, one (B, u) block per gate): forward hm = h * rmask (B, G*u)
+ * and one matmul per gate block, m_g = hm_g . U_g; backward one matmul per gate into dr
+ * (B, G*u), dr_g = dz_g . U_g^T, summed with the mask into dh = dd + sum_g dr_g * rmask_g
+ * (both in the workspace). */
 #include "common.cuh"
 #include "gpucmp_rnn_act.h"
 
@@ -95,15 +96,25 @@ __global__ void fwd_init(int64_t n, const T *h0, const T *c0, float *h, float *c
     }
 }
 
-/* reset_before, before the second matmul: rh = r * h */
+/* recurrent dropout: hm (B, Gu) = h (repeated per gate block) * rmask */
+__global__ void fwd_rmask(int64_t n, int64_t u, int64_t Gu, const float *h, const float *rm, float *hm)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / Gu, q = i - b * Gu;
+        hm[i] = h[b * u + q % u] * rm[i];
+    }
+}
+
+/* reset_before, before the second matmul: rh = r * h (hs: h, row stride ldh; with rmask
+ * the masked copy's h block) */
 template <typename T>
-__global__ void fwd_reset(rnn_dims d, int64_t t, const T *xw, const float *m, const float *h, float *rh)
+__global__ void fwd_reset(rnn_dims d, int64_t t, const T *xw, const float *m, const float *hs, int64_t ldh, float *rh)
 {
     const int64_t n = d.B * d.u, u = d.u;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = i / u, j = i - b * u;
         const T *x = xw + (b * d.T + t) * d.Gu;
-        rh[i] = gc_rnn_act_apply(d.ract, gc_to_f(x[u + j]) + m[b * d.Gu + u + j]) * h[i];
+        rh[i] = gc_rnn_act_apply(d.ract, gc_to_f(x[u + j]) + m[b * d.Gu + u + j]) * hs[b * ldh + j];
     }
 }
 
@@ -207,13 +218,13 @@ static gc_status rnn_fwd(const gc_backend *be, const gc_op_call *call)
     const int64_t B = d.B, u = d.u, Gu = d.Gu, Bu = B * u;
     const T *xw = (const T *)xw_t->data, *U = (const T *)call->in[1]->data;
     const T *h0 = in_ptr<T>(call->in[2]), *c0 = in_ptr<T>(call->in[3]), *bh = in_ptr<T>(call->in[5]);
-    const float *mask = in_ptr<float>(call->in[4]);
+    const float *mask = in_ptr<float>(call->in[4]), *rm = in_ptr<float>(call->in[6]);
     T *y = (T *)call->out[0]->data, *save = out_ptr<T>(call->out[1]);
     T *hT = out_ptr<T>(call->out[2]), *cT = out_ptr<T>(call->out[3]);
     void *ws = NULL;
-    gc_status st = gc_cuda_workspace(be, (size_t)(4 * Bu + B * Gu) * sizeof(float), &ws);
+    gc_status st = gc_cuda_workspace(be, (size_t)(4 * Bu + (rm ? 2 : 1) * B * Gu) * sizeof(float), &ws);
     if (st) return st;
-    float *h = (float *)ws, *c = h + Bu, *e = c + Bu, *rh = e + Bu, *m = rh + Bu;
+    float *h = (float *)ws, *c = h + Bu, *e = c + Bu, *rh = e + Bu, *m = rh + Bu, *hm = m + B * Gu;
     cudaStream_t s = gc_cuda_stream(be);
     const unsigned grid = gc_cuda_grid(Bu, GC_CUDA_THREADS);
     const int before = p->cell == GC_RNN_GRU_RESET_BEFORE;
@@ -221,9 +232,17 @@ static gc_status rnn_fwd(const gc_backend *be, const gc_op_call *call)
     if ((st = gc_cuda_launch_check("rnn_fwd: init"))) return st;
     for (int64_t k = 0; k < d.T; k++) {
         const int64_t t = d.gb ? d.T - 1 - k : k;
-        if ((st = launch_mm<T>(be, false, B, before ? 2 * u : Gu, u, h, u, U, Gu, 0, NULL, m, Gu))) return st;
+        if (!rm) {
+            if ((st = launch_mm<T>(be, false, B, before ? 2 * u : Gu, u, h, u, U, Gu, 0, NULL, m, Gu))) return st;
+        } else {
+            fwd_rmask<<<gc_cuda_grid(B * Gu, GC_CUDA_THREADS), GC_CUDA_THREADS, 0, s>>>(B * Gu, u, Gu, h, rm, hm);
+            if ((st = gc_cuda_launch_check("rnn_fwd: recurrent dropout"))) return st;
+            for (int g = 0; g < (before ? 2 : (int)(Gu / u)); g++)
+                if ((st = launch_mm<T>(be, false, B, u, u, hm + g * u, Gu, U, Gu, g * u, NULL, m + g * u, Gu)))
+                    return st;
+        }
         if (before) {
-            fwd_reset<T><<<grid, GC_CUDA_THREADS, 0, s>>>(d, t, xw, m, h, rh);
+            fwd_reset<T><<<grid, GC_CUDA_THREADS, 0, s>>>(d, t, xw, m, rm ? hm + 2 * u : h, rm ? Gu : u, rh);
             if ((st = gc_cuda_launch_check("rnn_fwd: reset gate"))) return st;
             if ((st = launch_mm<T>(be, false, B, u, u, rh, u, U, Gu, 2 * u, NULL, m + 2 * u, Gu))) return st;
         }
@@ -325,21 +344,35 @@ __global__ void bwd_gate(rnn_dims d, int64_t k, int64_t t, const T *dy, const T 
     }
 }
 
-/* reset_before phase B: with drh = da . U_h^T, the r gate and the r*h part of dd */
+/* reset_before phase B: with drh = da . U_h^T, the r gate and the r*h part of dd
+ * (rh = r * h * rm_h with recurrent dropout) */
 template <typename T>
-__global__ void bwd_reset(rnn_dims d, int64_t t, const T *save, const float *mask, const float *drh, float *dd,
-                          float *dz, T *dxw)
+__global__ void bwd_reset(rnn_dims d, int64_t t, const T *save, const float *mask, const float *rm,
+                          const float *drh, float *dd, float *dz, T *dxw)
 {
     const int64_t n = d.B * d.u, u = d.u, Gu = d.Gu;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = i / u, j = i - b * u;
         if (!used(mask, d.T, b, t)) continue;
         const int64_t o = (b * d.T + t) * u + j;
-        const float hp = gc_to_f(save[o]), rg = gc_to_f(save[2 * d.blk + o]);
+        const float km = rm ? rm[b * Gu + 2 * u + j] : 1.0f;
+        const float hp = gc_to_f(save[o]) * km, rg = gc_to_f(save[2 * d.blk + o]);
         const float vr = drh[i] * hp * gc_rnn_act_dout(d.ract, rg);
         dz[b * Gu + u + j] = vr;
         dxw[(b * d.T + t) * Gu + u + j] = gc_from_f<T>(vr);
-        dd[i] += drh[i] * rg;
+        dd[i] += drh[i] * rg * km;
+    }
+}
+
+/* recurrent dropout: dh = dd + sum over the first ng gate blocks of dr_g * rmask_g */
+__global__ void bwd_rsum(int64_t n, int64_t u, int64_t Gu, int ng, const float *dd, const float *dr,
+                         const float *rm, float *dh)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / u, j = i - b * u;
+        float acc = dd[i];
+        for (int g = 0; g < ng; g++) acc += dr[b * Gu + g * u + j] * rm[b * Gu + g * u + j];
+        dh[i] = acc;
     }
 }
 
@@ -361,13 +394,14 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
     const int64_t B = d.B, u = d.u, Gu = d.Gu, Bu = B * u;
     const T *dy = in_ptr<T>(call->in[0]), *dhT = in_ptr<T>(call->in[1]), *dcT = in_ptr<T>(call->in[2]);
     const T *U = (const T *)call->in[3]->data, *save = (const T *)save_t->data;
-    const float *mask = in_ptr<float>(call->in[5]);
+    const float *mask = in_ptr<float>(call->in[5]), *rm = in_ptr<float>(call->in[6]);
     T *dxw = (T *)call->out[0]->data, *dm = out_ptr<T>(call->out[1]);
     T *dh0 = out_ptr<T>(call->out[2]), *dc0 = out_ptr<T>(call->out[3]);
     void *ws = NULL;
-    gc_status st = gc_cuda_workspace(be, (size_t)(6 * Bu + B * Gu) * sizeof(float), &ws);
+    gc_status st = gc_cuda_workspace(be, (size_t)(6 * Bu + (rm ? 2 : 1) * B * Gu) * sizeof(float), &ws);
     if (st) return st;
     float *dh = (float *)ws, *dc = dh + Bu, *de = dc + Bu, *dd = de + Bu, *drh = dd + Bu, *dz = drh + Bu;
+    float *dr = dz + B * Gu; /* rmask only */
     cudaStream_t s = gc_cuda_stream(be);
     const unsigned grid = gc_cuda_grid(Bu, GC_CUDA_THREADS);
     const int before = p->cell == GC_RNN_GRU_RESET_BEFORE;
@@ -379,11 +413,20 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
         if ((st = gc_cuda_launch_check("rnn_bwd: gates"))) return st;
         if (before) {
             if ((st = launch_mm<T>(be, true, B, u, u, dz + 2 * u, Gu, U, Gu, 2 * u, NULL, drh, u))) return st;
-            bwd_reset<T><<<grid, GC_CUDA_THREADS, 0, s>>>(d, t, save, mask, drh, dd, dz, dxw);
+            bwd_reset<T><<<grid, GC_CUDA_THREADS, 0, s>>>(d, t, save, mask, rm, drh, dd, dz, dxw);
             if ((st = gc_cuda_launch_check("rnn_bwd: reset gate"))) return st;
         }
-        /* dh = dd + dz . U^T (reset_before: the z, r blocks) */
-        if ((st = launch_mm<T>(be, true, B, u, before ? 2 * u : Gu, dz, Gu, U, Gu, 0, dd, dh, u))) return st;
+        /* dh = dd + dz . U^T (reset_before: the z, r blocks); rmask: per gate, masked */
+        if (!rm) {
+            if ((st = launch_mm<T>(be, true, B, u, before ? 2 * u : Gu, dz, Gu, U, Gu, 0, dd, dh, u))) return st;
+        } else {
+            const int ng = before ? 2 : (int)(Gu / u);
+            for (int g = 0; g < ng; g++)
+                if ((st = launch_mm<T>(be, true, B, u, u, dz + g * u, Gu, U, Gu, g * u, NULL, dr + g * u, Gu)))
+                    return st;
+            bwd_rsum<<<grid, GC_CUDA_THREADS, 0, s>>>(Bu, u, Gu, ng, dd, dr, rm, dh);
+            if ((st = gc_cuda_launch_check("rnn_bwd: recurrent dropout"))) return st;
+        }
     }
     bwd_final<T><<<grid, GC_CUDA_THREADS, 0, s>>>(Bu, dh, dc, dh0, dc0);
     return gc_cuda_launch_check("rnn_bwd: initial-state gradients");
@@ -391,19 +434,9 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
 
 } // namespace
 
-static gc_status refuse_rmask(const gc_op_call *call, const char *op)
-{
-    if (call->in[6] && call->in[6]->data)
-        return gc_fail(GC_ERR_UNSUPPORTED, "%s: recurrent dropout (the rmask input) is not supported on CUDA "
-                       "yet; run recurrent_dropout on the CPU backend", op);
-    return GC_OK;
-}
-
 extern "C" gc_status gc_cuda_op_rnn_fwd(const gc_backend *be, const gc_op_call *call)
 {
-    gc_status st = refuse_rmask(call, "rnn_fwd");
-    if (st) return st;
-    st = gc_cuda_set_device(be);
+    gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = rnn_fwd<T>(be, call));
     return st;
@@ -411,9 +444,7 @@ extern "C" gc_status gc_cuda_op_rnn_fwd(const gc_backend *be, const gc_op_call *
 
 extern "C" gc_status gc_cuda_op_rnn_bwd(const gc_backend *be, const gc_op_call *call)
 {
-    gc_status st = refuse_rmask(call, "rnn_bwd");
-    if (st) return st;
-    st = gc_cuda_set_device(be);
+    gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[4]->dtype, T, st = rnn_bwd<T>(be, call));
     return st;

@@ -25,9 +25,8 @@ Keras' arguments, as RECURRENT_SPEC 1.6-1.8 give them:
   LSTM 4, GRU 3) in that gate's recurrent product only (c_{t-1} and GRU's z * h_{t-1}
   unmasked); with recurrent_dropout != 0 an LSTM / GRU also draws its input dropout as one
   mask per gate. The same rate-1 rules as ``dropout``. The masks are drawn and applied in
-  the plan (layer_rnn.c) and the core op (rnn_fwd / rnn_bwd's rmask), on the CPU backend
-  only for now: the CUDA backend refuses rmask (NotImplementedError at the first training
-  step) until its kernels have run on a GPU.
+  the plan (layer_rnn.c) and the core op (rnn_fwd / rnn_bwd's rmask), on every backend
+  (the masks are the same on the CPU and the GPU).
 Not training, both dropouts are exactly the identity. ``unroll`` is accepted and has no
 effect (one kernel either way).
 """
