@@ -67,6 +67,7 @@ class Trainer:
         self._snapshot = {}
         self._train_plans = lowering.PlanCache()
         self._infer_plans = lowering.PlanCache()
+        self._lowered = {}          # per input shapes: (output shape, output dtype), with the plans
         self._batch_sums = None
         self.stop_training = False
         self.history = None
@@ -74,6 +75,7 @@ class Trainer:
     def _invalidate_plans(self):
         self._train_plans.clear()
         self._infer_plans.clear()
+        self._lowered.clear()
 
     # ------------------------------------------------------------ compile
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
@@ -115,6 +117,7 @@ class Trainer:
         self._snapshot = {id(layer): (layer, eff)
                           for layer, eff in lowering.leaf_layers(self._chain(), self.trainable)}
         self._train_plans.clear()
+        self._lowered.clear()
         self.compiled = True
         self.stop_training = False
         if self.built:        # optimizer state lives on the device from compile on
@@ -194,8 +197,19 @@ class Trainer:
                                       max_batch)
         return self._infer_plans.get(("infer", tuple(shapes)), rows, make)
 
+    def _lowered_facts(self, shapes):
+        """(output shape, output compute dtype) of the model lowered for these input shapes,
+        kept while its plans are (single-batch calls would otherwise lower it per call)."""
+        key = tuple(shapes) if shapes is not None else None
+        facts = self._lowered.get(key)
+        if facts is None:
+            flat = lowering.flatten(self, shapes)
+            facts = (flat.output_shape, flat.steps[-1].layer.compute_dtype if flat.steps else "float32")
+            self._lowered[key] = facts
+        return facts
+
     def _output_shape_for(self, xs):
-        return lowering.flatten(self, self._data_shapes(xs)).output_shape
+        return self._lowered_facts(self._data_shapes(xs))[0]
 
     def _dropout_seeder(self):
         """A function of the step giving the dropout seed (0 when the model has no dropout)."""
@@ -434,8 +448,7 @@ class Trainer:
     def _in_output_dtype(self, out):
         """float32 results in the dtype Keras gives the model's output (exact: the plan
         computed them in that dtype)."""
-        steps = lowering.flatten(self).steps
-        dt = steps[-1].layer.compute_dtype if steps else "float32"
+        dt = self._lowered_facts(None)[1]
         if dt == "float16":
             return out.astype(np.float16)
         if dt == "bfloat16":
