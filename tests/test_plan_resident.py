@@ -227,3 +227,41 @@ def test_windows_shrink_until_the_device_takes_them():
     r = trainer._ResidentData.make(dev, [x], y, 16)
     r.indices(order, 0, 16)
     assert dev.sizes == [100, 48, 48]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", [b for b in _core.backends() if b.startswith("cuda")])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd", "rmsprop"])
+def test_one_batch_steps_replayed_from_a_graph_match_eager_steps(backend, optimizer):
+    """train_step from host arrays (train_on_batch) on a GPU replays a captured graph
+    (step_graph.c): the same weights and totals as the eager step, with the batch size,
+    the learning rate, Adam's t and the dropout seed changing between calls, and a
+    hyperparameter the graph holds (beta_1 / momentum / rho) changed half-way (recaptured)."""
+    seed = int(np.random.SeedSequence().entropy % (1 << 31))
+    rng = np.random.default_rng(seed)
+    rows = [16, 16, 16, 13, 16, 16, 16, 16, 7, 16, 16]
+    x, y = data(rng, sum(rows))
+    seeds = rng.integers(0, 2 ** 62, len(rows)).astype(np.uint64)
+    eager, eager_w = make_plan(backend, seed, optimizer)
+    eager.use_graphs(False)
+    graph, graph_w = make_plan(backend, seed, optimizer)
+    baked = {"adam": "beta_1", "sgd": "momentum", "rmsprop": "rho"}[optimizer]
+    lo = 0
+    for k, r in enumerate(rows):
+        hp = hparams(optimizer, 0.004 / (1 + k), 5 + k)
+        hp[baked] = 0.8 if k >= 6 else 0.9
+        xb, yb = x[lo:lo + r], y[lo:lo + r]
+        lo += r
+        a = eager.train_step(xb, yb, hp, int(seeds[k]))
+        b = graph.train_step(xb, yb, hp, int(seeds[k]))
+        assert set(a) == set(b)
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), f"{key} step {k} seed={seed}"
+        for name in eager_w:
+            np.testing.assert_allclose(graph_w[name].read(), eager_w[name].read(), rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{name} step {k} seed={seed}")
+    assert eager.graph_replays == 0
+    # full-size steps: 0 warm, 1 captured, 2 / 4 / 5 replayed (the 13-row step 3 runs
+    # beside the graph); 6 changes the baked value: warm again, 7 captured, 9-10 replayed
+    assert graph.graph_replays == 7, "single-batch steps were not replayed from a graph"
+    assert np.isfinite(graph.predict(x[:16])).all()

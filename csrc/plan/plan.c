@@ -467,7 +467,7 @@ static gc_status check_rows(const gc_plan *p, int64_t rows)
     return GC_OK;
 }
 
-static gc_status upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows)
+gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows)
 {
     if (p->checking) return GC_OK;
     if (!x) return gc_fail(GC_ERR_INVALID_ARG, "plan: no input arrays");
@@ -490,8 +490,9 @@ gc_status gc_plan_train_step(gc_plan *p, const float *const *x, const void *y, i
     if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
     TRY(check_rows(p, rows));
     memset(st, 0, sizeof *st);
+    if (gc_plan_batch_graph_eligible(p)) return gc_plan_batch_graph_step(p, x, y, rows, hp, seed, st);
     TRY(gc_plan_loss_scale_begin(p, hp));
-    TRY(upload_batch(p, x, y, rows));
+    TRY(gc_plan_upload_batch(p, x, y, rows));
     TRY(gc_plan_forward(p, rows, MODE_TRAIN, seed));
     TRY(gc_plan_loss_and_metrics(p, rows, 1, st));
     TRY(gc_plan_backward(p, rows, seed));
@@ -508,7 +509,7 @@ gc_status gc_plan_eval_step(gc_plan *p, const float *const *x, const void *y, in
     if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled with a loss");
     TRY(check_rows(p, rows));
     memset(st, 0, sizeof *st);
-    TRY(upload_batch(p, x, y, rows));
+    TRY(gc_plan_upload_batch(p, x, y, rows));
     TRY(gc_plan_forward(p, rows, MODE_EVAL, 0));
     return gc_plan_loss_and_metrics(p, rows, 0, st);
 }
@@ -517,7 +518,7 @@ gc_status gc_plan_predict(gc_plan *p, const float *const *x, int64_t rows, float
 {
     if (!p) return gc_fail(GC_ERR_INVALID_ARG, "plan: missing");
     TRY(check_rows(p, rows));
-    TRY(upload_batch(p, x, NULL, rows));
+    TRY(gc_plan_upload_batch(p, x, NULL, rows));
     TRY(gc_plan_forward(p, rows, MODE_PREDICT, 0));
     const plan_node *last = &p->L[p->n - 1];
     const void *res = last->out;
@@ -535,6 +536,7 @@ void gc_plan_destroy(gc_plan *p)
     const gc_backend *be = p->be;
     gc_plan_release_resident(p);
     if (p->graph && be->graph_destroy) be->graph_destroy(be, p->graph);
+    if (p->batch_graph && be->graph_destroy) be->graph_destroy(be, p->batch_graph);
     for (int i = 0; i < p->n_blocks; i++) be->release(be, p->blocks[i].ptr);
     free(p->blocks);
     free(p->L);

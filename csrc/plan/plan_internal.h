@@ -128,6 +128,9 @@ struct gc_plan {
     int graphs_on;               /* capture the full-size step when the backend can */
     void *graph;                 /* captured step, for graph_rows rows */
     int64_t graph_rows, warm_rows, replays;
+    void *batch_graph;           /* captured full-size single-batch step (step_graph.c) */
+    int64_t batch_warm_rows;     /* the full-size step ran once: capture at the next */
+    gc_opt_hparams batch_graph_hp; /* the hyperparameters baked into it (lr and t excepted) */
     /* mixed precision */
     int widen;                   /* some dtype is not native to the backend: gc_op_run */
     void *logits32, *glast32;    /* float32 last output / its loss gradient, when needed */
@@ -205,5 +208,13 @@ gc_status gc_plan_loss_scale_end(gc_plan *p, gc_step_stats *st);
 gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed);
 gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed);
 void gc_plan_release_resident(gc_plan *p);
+/* host arrays into the input nodes' buffers and the label buffer (nothing when checking) */
+gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows);
+
+/* ------------------------------------------------------------------ single-batch graphs (step_graph.c) */
+int gc_plan_batch_graph_eligible(const gc_plan *p);
+gc_status gc_plan_batch_graph_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                                   const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st);
+void gc_plan_drop_batch_graph(gc_plan *p);
 
 #endif /* GPUCMP_PLAN_INTERNAL_H */

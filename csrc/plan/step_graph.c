@@ -1,0 +1,113 @@
+/* step_graph.c -- a single training step from host arrays (train_on_batch, and fit when
+ * the data is not resident) replayed as one CUDA graph.
+ *
+ * Why: a small model's step is a few dozen small kernels; launched one by one each costs
+ * the launch overhead (several microseconds) and the eager step also reads the loss and
+ * every metric back separately. Here the batch is uploaded into the plan's fixed input and
+ * label buffers, the per-step values (learning rate, Adam's t, the dropout seed) into the
+ * fixed buffers device mode reads (dyn, dyn_seed, as resident.c does), the device work of
+ * the step (forward, loss and metric totals summed on the device, backward, update) is
+ * captured once and replayed, and the totals come back in one transfer.
+ *
+ * As resident.c: the first full-size step runs eagerly in device mode (workspaces and
+ * library handles are created outside a capture), the second is captured, later ones
+ * replay it; smaller batches run eagerly in device mode and keep the graph. A graph holds the
+ * hyperparameters it was captured with other than lr and t (which it reads from dyn): a call
+ * with other values recaptures. Plans with dynamic loss scaling keep the eager step (its
+ * scale bookkeeping reads state back between the parts), and so do profiled and traced
+ * steps (they time or list the ops one by one). Totals are float32 sums on the
+ * device, as in resident training, where the eager step sums the per-row values in double. */
+#include "plan_internal.h"
+
+#include <string.h>
+
+void gc_plan_drop_batch_graph(gc_plan *p)
+{
+    if (p->batch_graph) p->be->graph_destroy(p->be, p->batch_graph);
+    p->batch_graph = NULL;
+    p->batch_warm_rows = 0;
+}
+
+int gc_plan_batch_graph_eligible(const gc_plan *p)
+{
+    const gc_backend *be = p->be;
+    return p->graphs_on && !p->checking && !p->profiling && !p->trace && !p->train.loss_scaling && be->capture_begin && be->capture_end &&
+           be->graph_launch && be->graph_destroy;
+}
+
+/* the hyperparameters a captured step holds: all but lr and t, which it reads from dyn */
+static int same_baked_hparams(const gc_opt_hparams *a, const gc_opt_hparams *b)
+{
+    return a->kind == b->kind && a->beta_1 == b->beta_1 && a->beta_2 == b->beta_2 && a->epsilon == b->epsilon &&
+           a->momentum == b->momentum && a->rho == b->rho && a->nesterov == b->nesterov;
+}
+
+/* the device work of one step on the batch already in the input and label buffers */
+static gc_status device_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    gc_step_stats ignored;
+    TRY(gc_plan_forward(p, rows, MODE_TRAIN, 0));
+    TRY(gc_plan_loss_and_metrics(p, rows, 1, &ignored));
+    TRY(gc_plan_backward(p, rows, 0));
+    return gc_plan_update(p, hp);
+}
+
+static gc_status capture(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    const gc_backend *be = p->be;
+    TRY(be->capture_begin(be));
+    gc_status s = device_work(p, rows, hp);
+    void *g = NULL;
+    gc_status e = be->capture_end(be, &g); /* always ends the capture */
+    if (s == GC_OK) s = e;
+    if (s != GC_OK) {
+        if (g) be->graph_destroy(be, g);
+        return s;
+    }
+    p->batch_graph = g;
+    p->batch_graph_hp = *hp;
+    return GC_OK;
+}
+
+/* full-size steps replay the graph; other sizes (a last partial batch) run eagerly in
+ * device mode beside it, validated first (device mode's calls are not the ones plan
+ * creation validated) */
+static gc_status run(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    const gc_backend *be = p->be;
+    const int full = rows == p->max_batch;
+    if (p->batch_graph && !same_baked_hparams(&p->batch_graph_hp, hp)) gc_plan_drop_batch_graph(p);
+    if (full && !p->batch_graph && p->batch_warm_rows == rows) TRY(capture(p, rows, hp));
+    if (full && p->batch_graph) {
+        p->replays++;
+        return be->graph_launch(be, p->batch_graph);
+    }
+    p->checking = 1;
+    gc_status s = device_work(p, rows, hp);
+    p->checking = 0;
+    TRY(s);
+    TRY(device_work(p, rows, hp));
+    if (full) p->batch_warm_rows = rows;
+    return GC_OK;
+}
+
+gc_status gc_plan_batch_graph_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                                   const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
+{
+    const gc_backend *be = p->be;
+    const float dyn[2] = {hp->lr, (float)hp->t};
+    float acc[6];
+    gc_status s = gc_plan_upload_batch(p, x, y, rows);
+    p->device_mode = 1;
+    if (s == GC_OK) s = be->upload(be, p->dyn, dyn, sizeof dyn);
+    if (s == GC_OK) s = be->upload(be, p->dyn_seed, &seed, sizeof seed);
+    if (s == GC_OK) s = be->fill_zero(be, p->acc, sizeof acc);
+    if (s == GC_OK) s = run(p, rows, hp);
+    p->device_mode = 0;
+    if (s == GC_OK) s = be->download(be, acc, p->acc, sizeof acc);
+    if (s != GC_OK) return s;
+    st->loss_sum = acc[0] / (double)p->rows_per_sample;
+    for (int bit = 0; bit < GC_METRIC_COUNT; bit++) st->metric_sum[bit] = acc[1 + bit] / (double)p->rows_per_sample;
+    st->steps_applied = 1;
+    return GC_OK;
+}
