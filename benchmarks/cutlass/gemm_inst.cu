@@ -1,0 +1,17 @@
+#include "kernels.cuh"
+#include "configs.h"
+#ifndef GCB_ID
+#error "compile with -DGCB_ID=<the GEMM config's id in configs.h>"
+#endif
+namespace gcb {
+template <int ID> struct GemmCfg;
+#define GCB_X(ID, DT, LA, LB, TM, TN, TK, WM, WN, WK, ST, AL) \
+    template <> struct GemmCfg<ID> { using type = GemmOp<DT, LA, LB, TM, TN, TK, WM, WN, WK, ST, AL>; };
+GCB_GEMM_CONFIGS(GCB_X)
+#undef GCB_X
+} // namespace gcb
+extern "C" int GCB_PASTE(gcb_gemm_entry_, GCB_ID)(int what, const gcb::GemmArgs *a, const gcb::Launch *l,
+                                                  gcb::KernelInfo *info, size_t *ws)
+{
+    return gcb::gemm_entry<typename gcb::GemmCfg<GCB_ID>::type>(what, a, l, info, ws);
+}
