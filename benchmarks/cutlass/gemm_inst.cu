@@ -1,3 +1,14 @@
+/* gemm_inst.cu -- one CUTLASS GEMM instantiation of libgpucmp_cutlass_bench.so.
+ *
+ * What it provides: gcb_gemm_entry_<GCB_ID>, the entry point (entry.h) of GEMM config
+ * GCB_ID of configs.h: describe its kernel, size its workspace, run it (kernels.cuh).
+ *
+ * Why one file per config: build.sh compiles this file once per GEMM config with
+ * -DGCB_ID=k; the X-macro below only names each config's type (naming a class template
+ * specialisation does not instantiate it), and only config GCB_ID's kernel is
+ * instantiated by the entry point, so each object holds one kernel and the objects
+ * compile in parallel.
+ */
 #include "kernels.cuh"
 #include "configs.h"
 #ifndef GCB_ID
