@@ -299,25 +299,32 @@ class Timer:
         return inner
 
     def interleaved(self, cands):
-        """cands: list of (key, fn, inner). Returns {key: [seconds per call]} over repeats rounds,
-        each round one sample per candidate in turn."""
-        out = {k: [] for k, _, _ in cands}
+        """cands: list of (key, fn, inner). Returns ({key: [seconds per call]}, {key: error}) over
+        repeats rounds, each round one sample per candidate in turn; a candidate that fails
+        is dropped (and its error returned)."""
+        out, errors = {k: [] for k, _, _ in cands}, {}
+        live = list(cands)
         for _ in range(self.repeats):
-            if self.stream is not None:
-                evs = []
-                for k, fn, inner in cands:
-                    e0, e1 = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-                    e0.record(self.stream)
-                    fn(inner)
-                    e1.record(self.stream)
-                    evs.append((k, e0, e1, inner))
+            evs = []
+            for k, fn, inner in list(live):
+                try:
+                    if self.stream is not None:
+                        e0, e1 = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+                        e0.record(self.stream)
+                        fn(inner)
+                        e1.record(self.stream)
+                        evs.append((k, e0, e1, inner))
+                    else:
+                        out[k].append(self.once(fn, inner))
+                except Exception as e:  # noqa: BLE001 -- report it, keep timing the others
+                    errors[k] = f"failed while timed: {type(e).__name__}: {str(e)[:300]}"
+                    live = [c for c in live if c[0] != k]
+            if evs:
                 self.stream.synchronize()
                 for k, e0, e1, inner in evs:
-                    out[k].append(e0.elapsed_time(e1) * 1e-3 / inner)
-            else:
-                for k, fn, inner in cands:
-                    out[k].append(self.once(fn, inner))
-        return out
+                    if k not in errors:
+                        out[k].append(e0.elapsed_time(e1) * 1e-3 / inner)
+        return out, errors
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -366,7 +373,7 @@ class Bench:
                     entry["ran"] = c["ran"]()
                 if not entry["ok"]:
                     entry["error"] = f"wrong result: max|out - ref| / max|ref| = {err:.3g} > {rec['tol']}"
-            except (GpucmpError, CutlassError, RuntimeError, ValueError, NotImplementedError) as e:
+            except Exception as e:  # noqa: BLE001 -- any failure of a candidate is its result
                 entry["ok"] = False
                 entry["error"] = str(e)[:300]
                 self.timer.sync()
@@ -379,12 +386,15 @@ class Bench:
                 inner = self.timer.calibrate(c["fn"])
                 timed.append((entry["name"], c["fn"], inner))
                 entry["inner"] = inner
-            except (GpucmpError, CutlassError, RuntimeError) as e:
+            except Exception as e:  # noqa: BLE001 -- report it, keep the others
                 entry["ok"] = False
-                entry["error"] = f"failed while timed: {str(e)[:300]}"
-        samples = self.timer.interleaved(timed) if timed else {}
+                entry["error"] = f"failed while calibrated: {type(e).__name__}: {str(e)[:300]}"
+        samples, errors = self.timer.interleaved(timed) if timed else ({}, {})
         for c, entry in good:
-            if entry["name"] in samples and samples[entry["name"]]:
+            if entry["name"] in errors:
+                entry["ok"] = False
+                entry["error"] = errors[entry["name"]]
+            elif entry["name"] in samples and samples[entry["name"]]:
                 s = samples[entry["name"]]
                 entry["seconds"] = statistics.median(s)
                 entry["spread"] = [min(s), max(s)]
@@ -578,33 +588,33 @@ class Bench:
         cands.append({"name": "torch (cuDNN)", "kind": "torch", "fn": tfn, "check": tcheck})
         # CUTLASS on x / w_krsc / dy
         op = {"fwd": "fprop", "bwd_data": "dgrad", "bwd_filter": "wgrad"}[which]
-        stream = self.stream_ptr()
-        cfgs = [c for c in cut.convs if c["op"] == op and c["dtype"] == dtype]
+        cfgs = [c for c in cut.convs if c["op"] == op and c["dtype"] == dtype and c["align"] == 8]
         if op == "dgrad":   # the unity-stride kernels at stride 1, the strided ones elsewhere
             cfgs = [c for c in cfgs if (c["stride_support"] == "unity") == (s == 1)]
         opt = [c for c in cfgs if c["iterator"] == "optimized"]
         ana = [c for c in cfgs if c["iterator"] != "optimized"]
         ptrs = {"fwd": (x, w_krsc, out), "bwd_data": (out, w_krsc, dy), "bwd_filter": (x, out_krsc, dy)}[which]
         cut_out = {"fwd": out, "bwd_data": out, "bwd_filter": out_krsc}[which]
-        any_ok = False
-        for group in (opt, ana):      # analytic only where no optimized config takes the shape
-            if any_ok:
-                break
-            for cfg in group:
-                for split in self.splits(cfg, op, N, OH, OW, F, KH, KW, Cin):
-                    prob = GcbProblem(N, H, W, Cin, F, KH, KW, OH, OW, ph, pw, s, s, 1, 1, split)
-                    st, ws_bytes, msg = cut.conv_workspace(cfg["id"], prob)
-                    if st:
-                        rec["candidates"].append({"name": f"cutlass {cfg['name']}", "kind": "cutlass", "config": cfg,
-                                                  "ok": False, "error": msg})
-                        continue
-                    ws = T.zeros(max(ws_bytes, 1), device="cuda", dtype=T.uint8)
-                    fn = self.cutlass_conv_fn(cfg["id"], prob, ptrs, ws, ws_bytes, stream)
-                    nm = f"cutlass {cfg['name']}" + (f" splitk{split}" if split > 1 else "")
-                    cands.append({"name": nm, "kind": "cutlass", "config": cfg, "split_k": split, "fn": fn,
-                                  "check": (lambda f=fn: check(f, cut_out, ref)), "_ws": ws, "_prob": prob})
-            if group is opt:
-                any_ok = self.probe_supported(cands)
+        geo = (N, H, W, F, KH, KW, OH, OW, ph, pw, s)
+        self.add_cutlass_conv(rec, cands, opt, op, geo, Cin, ptrs, (lambda f, o=cut_out: check(f, o, ref)), "")
+        if ana and not self.probe_supported(cands):   # analytic only where no optimized config takes the shape
+            self.add_cutlass_conv(rec, cands, ana, op, geo, Cin, ptrs, (lambda f, o=cut_out: check(f, o, ref)), "")
+        if Cin % 8 and Cin < 4 and op in ("fprop", "wgrad"):
+            # a first layer (C = 1, 3): CUTLASS's sm80 kernels need C % 8 (optimized) or C == 4
+            # (fixed channels), so they run on x (and w) zero-padded to 4 channels, made here,
+            # outside the timed region; FLOPs stay the real layer's
+            xp = T.zeros((N, H, W, 4), device="cuda", dtype=x.dtype)
+            xp[..., :Cin] = x
+            if op == "fprop":
+                wp = T.zeros((F, KH, KW, 4), device="cuda", dtype=x.dtype)
+                wp[..., :Cin] = w_krsc
+                pptrs, pout = (xp, wp, out), out
+            else:
+                wp = T.zeros((F, KH, KW, 4), device="cuda", dtype=x.dtype)
+                pptrs, pout = (xp, wp, dy), wp[..., :Cin]
+            pcfgs = [c for c in cut.convs if c["op"] == op and c["dtype"] == dtype and c["align"] == 4]
+            self.add_cutlass_conv(rec, cands, pcfgs, op, geo, 4, pptrs, (lambda f, o=pout: check(f, o, ref)),
+                                  " (C padded to 4)", keep=(xp, wp))
         flops = 2.0 * N * OH * OW * F * KH * KW * Cin
         self.run_problem(rec, cands, flops)
         rec["flops"] = flops
@@ -613,6 +623,23 @@ class Bench:
                 gc.device, N, H, W, Cin, F, KH, KW, strides=(s, s), padding=pad, dtype=dtype, impl="own",
                 which=which, repeats=reps, warmup=2, inner=inner), {point: "mma"})
         self.set_tf32(False)
+
+    def add_cutlass_conv(self, rec, cands, cfgs, op, geo, cin, ptrs, check, suffix, keep=None):
+        """CUTLASS candidates for each config of cfgs (and each split-K of a wgrad)."""
+        T, cut, stream = self.torch, self.cut, self.stream_ptr()
+        N, H, W, F, KH, KW, OH, OW, ph, pw, s = geo
+        for cfg in cfgs:
+            for split in self.splits(cfg, op, N, OH, OW, F, KH, KW, cin):
+                prob = GcbProblem(N, H, W, cin, F, KH, KW, OH, OW, ph, pw, s, s, 1, 1, split)
+                nm = f"cutlass {cfg['name']}" + (f" splitk{split}" if split > 1 else "") + suffix
+                st, ws_bytes, msg = cut.conv_workspace(cfg["id"], prob)
+                if st:
+                    rec["candidates"].append({"name": nm, "kind": "cutlass", "config": cfg, "ok": False, "error": msg})
+                    continue
+                ws = T.zeros(max(ws_bytes, 1), device="cuda", dtype=T.uint8)
+                fn = self.cutlass_conv_fn(cfg["id"], prob, ptrs, ws, ws_bytes, stream)
+                cands.append({"name": nm, "kind": "cutlass", "config": cfg, "split_k": split, "fn": fn,
+                              "check": (lambda f=fn: check(f)), "_keep": (ws, prob, keep)})
 
     def probe_supported(self, cands):
         """Whether some CUTLASS candidate so far passes can_implement (one launch each, unchecked)."""
@@ -918,7 +945,13 @@ def run_jobs(bench, jobs, doc, args, t0, torch):
                 bench.conv_problem(*job)
         except torch.cuda.OutOfMemoryError as e:
             bench.skipped.append(f"{kind} {job}: out of memory ({str(e)[:120]})")
-            torch.cuda.empty_cache()
+        except Exception as e:  # noqa: BLE001 -- one problem's failure must not end the run
+            bench.skipped.append(f"{kind} {job}: failed: {type(e).__name__}: {str(e)[:300]}")
+            print(f"bench_cutlass: {kind} {job}: {type(e).__name__}: {e}", file=sys.stderr)
+            try:
+                torch.cuda.synchronize()
+            except Exception as e2:  # noqa: BLE001
+                sys.exit(f"bench_cutlass: the CUDA context is lost ({e2}); stopping")
         doc["elapsed_s"] = time.monotonic() - t0
         write_json(args.json, doc)
         torch.cuda.empty_cache()

@@ -16,8 +16,9 @@
  *        C always row-major; ALIGN elements per access of A, B and C (8 halves / 4 floats
  *        = 128 bits; 2 for the seeds' ragged dense shapes, e.g. N = 10).
  * conv:  X(ID, PASS, DT, ALGO, STRIDE, TM, TN, TK, WM, WN, WK, STAGES, ALIGN)
- *        PASS Fprop / Dgrad / Wgrad, DT f16 / bf16, ALGO kOptimized / kAnalytic,
- *        STRIDE kUnity (dgrad: stride 1 only) / kStrided; NHWC, filter KRSC.
+ *        PASS Fprop / Dgrad / Wgrad, DT f16 / bf16, ALGO kOptimized / kAnalytic /
+ *        kFixedChannels (C == ALIGN exactly), STRIDE kUnity (dgrad: stride 1 only) /
+ *        kStrided; NHWC, filter KRSC.
  * Ids run 0, 1, 2, ... in order (registry.cu checks it at compile time). Keep the lists
  * modest: each line is ~10-20 s of one core to compile (build.sh runs them in parallel).
  */
@@ -117,6 +118,12 @@
     X(41, Wgrad, bf16, kOptimized, kStrided, 128, 128, 64, 64, 64, 64, 4, 8) \
     X(42, Fprop, f16, kAnalytic, kStrided, 128, 128, 32, 64, 64, 32, 4, 8) \
     X(43, Dgrad, f16, kAnalytic, kStrided, 128, 128, 32, 64, 64, 32, 4, 8) \
-    X(44, Wgrad, f16, kAnalytic, kStrided, 128, 128, 32, 64, 64, 32, 4, 8)
+    X(44, Wgrad, f16, kAnalytic, kStrided, 128, 128, 32, 64, 64, 32, 4, 8) \
+    /* first layers (C = 1, 3), run on x zero-padded to 4 channels: fixed-channel fprop, \
+       4-aligned wgrad */ \
+    X(45, Fprop, f16, kFixedChannels, kStrided, 128, 64, 32, 64, 32, 32, 3, 4) \
+    X(46, Wgrad, f16, kOptimized, kStrided, 64, 64, 32, 32, 32, 32, 4, 4) \
+    X(47, Fprop, bf16, kFixedChannels, kStrided, 128, 64, 32, 64, 32, 32, 3, 4) \
+    X(48, Wgrad, bf16, kOptimized, kStrided, 64, 64, 32, 32, 32, 32, 4, 4)
 
 #endif /* GPUCMP_CUTLASS_BENCH_CONFIGS_H */

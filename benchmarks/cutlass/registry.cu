@@ -165,7 +165,10 @@ GCB_API const char *gcb_conv_describe(int id)
     const ConvRow &r = kConv[id];
     gcb::KernelInfo info = {0, 0};
     r.fn(gcb::kInfo, nullptr, nullptr, &info, nullptr);
-    const char *algo = !strcmp(r.algo, "kOptimized") ? "optimized" : !strcmp(r.algo, "kAnalytic") ? "analytic" : r.algo;
+    const char *algo = !strcmp(r.algo, "kOptimized")       ? "optimized"
+                       : !strcmp(r.algo, "kAnalytic")     ? "analytic"
+                       : !strcmp(r.algo, "kFixedChannels") ? "fixed_channels"
+                                                           : r.algo;
     const char *ss = !strcmp(r.ss, "kUnity") ? "unity" : "strided";
     snprintf(g_conv_json[id], sizeof g_conv_json[id],
              "{\"id\": %d, \"kind\": \"conv\", \"name\": \"%s_%s_%s%s_%dx%dx%d_s%d\", \"op\": \"%s\", "
