@@ -29,7 +29,11 @@ are NHWC; gpucmp's kernel is (kh, kw, in, out) as Keras stores it, CUTLASS's fil
 KRSC (out, kh, kw, in) -- which is also PyTorch's channels_last weight -- so the filter
 (and wgrad's result) is transposed once, outside any timed region: CUTLASS is timed
 without that transpose. CUTLASS weight gradients use serial split-K (the slices summing
-through the output in turn), tried at 1 and at a split that fills the SMs.
+through the output in turn), tried at 1 and at a split that fills the SMs. First layers
+(C = 1, 3: the seeds' conv1, ResNet-50's stem) are beyond CUTLASS's sm80 kernels, which
+need C % 8 == 0 (or C == 4 for its fixed-channel forward): they get x (and w) zero-padded
+to 4 channels, made outside the timed region, FLOPs counted for the real layer; their
+data gradient is not timed (a first layer's input is the data).
 
 Timing: CUDA events on gpucmp's stream around `inner` back-to-back calls (inner chosen so
 a sample lasts >= --sample-ms; CUTLASS runs its `inner` launches in one C call), warm-up
@@ -933,7 +937,25 @@ def main(argv=None):
     return 0
 
 
+def progress_line(p, elapsed):
+    s = p["summary"]
+    what = (f"gemm {p['name']} {p['m']}x{p['n']}x{p['k']} {'t' if p['trans_a'] else 'n'}{'t' if p['trans_b'] else 'n'}"
+            if p["kind"] == "gemm" else f"conv {p['name']} b{p['layer'][1]} {p['pass']}")
+    parts = [f"[{elapsed:.0f} s] {what} {p['dtype']}:"]
+    for key, label in (("gpucmp_mma", "mma"), ("gpucmp_auto", "auto"), ("torch", "torch"),
+                       ("cutlass_sm86", "CUTLASS sm86"), ("cutlass_any", "CUTLASS any")):
+        if key in s:
+            parts.append(f"{label} {s[key]['tflops']:.1f}")
+    if "mma_over_cutlass_sm86" in s:
+        parts.append(f"ratio {s['mma_over_cutlass_sm86']:.2f}")
+    wrong = [c["name"] for c in p["candidates"] if c.get("rel_err") is not None and not c["ok"]]
+    if wrong:
+        parts.append(f"WRONG: {', '.join(wrong)}")
+    return " ".join(parts)
+
+
 def run_jobs(bench, jobs, doc, args, t0, torch):
+    last = None
     for kind, job in jobs:
         if bench.out_of_time():
             bench.skipped.append(f"{kind} {job[0] if kind == 'gemm' else job[0][0]} ... : --time-limit-s reached")
@@ -955,6 +977,9 @@ def run_jobs(bench, jobs, doc, args, t0, torch):
         doc["elapsed_s"] = time.monotonic() - t0
         write_json(args.json, doc)
         torch.cuda.empty_cache()
+        if bench.problems and bench.problems[-1] is not last:
+            last = bench.problems[-1]
+            print(progress_line(last, doc["elapsed_s"]), flush=True)
 
 
 def report_all(bench, doc, args, t0):
