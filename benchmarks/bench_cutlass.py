@@ -384,22 +384,22 @@ class Bench:
             rec["candidates"].append(entry)
             if entry["ok"]:
                 good.append((c, entry))
-        timed = []
-        for c, entry in good:
+        timed = []   # keyed by position: names need not be unique
+        for i, (c, entry) in enumerate(good):
             try:
                 inner = self.timer.calibrate(c["fn"])
-                timed.append((entry["name"], c["fn"], inner))
+                timed.append((i, c["fn"], inner))
                 entry["inner"] = inner
             except Exception as e:  # noqa: BLE001 -- report it, keep the others
                 entry["ok"] = False
                 entry["error"] = f"failed while calibrated: {type(e).__name__}: {str(e)[:300]}"
         samples, errors = self.timer.interleaved(timed) if timed else ({}, {})
-        for c, entry in good:
-            if entry["name"] in errors:
+        for i, (c, entry) in enumerate(good):
+            if i in errors:
                 entry["ok"] = False
-                entry["error"] = errors[entry["name"]]
-            elif entry["name"] in samples and samples[entry["name"]]:
-                s = samples[entry["name"]]
+                entry["error"] = errors[i]
+            elif samples.get(i):
+                s = samples[i]
                 entry["seconds"] = statistics.median(s)
                 entry["spread"] = [min(s), max(s)]
                 entry["tflops"] = flops / entry["seconds"] / 1e12
@@ -801,7 +801,8 @@ def list_configs(cut):
     for c in cut.gemms + cut.convs:
         rows.append({"id": c["id"], "kind": c["kind"] if c["kind"] == "gemm" else c["op"], "name": c["name"],
                      "dtype": c["dtype"], "tile": "x".join(map(str, c["tile"])), "warp": "x".join(map(str, c["warp"])),
-                     "stages": c["stages"], "smem KB": c["smem_bytes"] / 1024, "sm86": c["sm86"]})
+                     "stages": c["stages"], "smem KB": c["smem_bytes"] / 1024, "sm86": c["sm86"],
+                     "built": c.get("built", True)})
     print(table(rows, list(rows[0].keys())) if rows else "(no configs)")
 
 

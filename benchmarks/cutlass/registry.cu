@@ -5,8 +5,9 @@
  * functions, dispatching by config id to the entry points gemm_inst.cu and conv_inst.cu
  * define (one object file per config); describe() is a JSON object per config with its
  * tile, stages, alignment, the kernel's shared memory bytes and threads (asked of the
- * instantiated kernel) and "sm86": whether that shared memory fits one block of an sm_86
- * card (<= 99 KB opt-in, 101376 bytes -- the RTX A4000 / A5000).
+ * instantiated kernel), "sm86": whether that shared memory fits one block of an sm_86
+ * card (<= 99 KB opt-in, 101376 bytes -- the RTX A4000 / A5000), and "built": false for
+ * a stand-in whose instantiation did not compile (stub_inst.cu).
  *
  * Why: the config table is written once (configs.h, an X-macro) and every list here is
  * derived from it, so adding a config is one line there; no CUTLASS header is included
@@ -96,6 +97,13 @@ const char *lower_pass(const char *p)
     return p;
 }
 
+/* a stand-in (stub_inst.cu: the instantiation did not compile) reports -1 bytes */
+const char *built(const gcb::KernelInfo &i) { return i.smem_bytes >= 0 ? "true" : "false"; }
+const char *fits_sm86(const gcb::KernelInfo &i)
+{
+    return i.smem_bytes >= 0 && i.smem_bytes <= kSm86SmemOptin ? "true" : "false";
+}
+
 void set_msg(char *msg, int len, const char *text)
 {
     if (msg && len > 0) snprintf(msg, (size_t)len, "%s", text);
@@ -127,10 +135,9 @@ GCB_API const char *gcb_gemm_describe(int id)
     snprintf(g_gemm_json[id], sizeof g_gemm_json[id],
              "{\"id\": %d, \"kind\": \"gemm\", \"name\": \"%s_%s_%dx%dx%d_s%d_a%d\", \"dtype\": \"%s\", "
              "\"layout\": \"%s\", \"tile\": [%d, %d, %d], \"warp\": [%d, %d, %d], \"stages\": %d, "
-             "\"align\": %d, \"smem_bytes\": %d, \"threads\": %d, \"sm86\": %s}",
+             "\"align\": %d, \"smem_bytes\": %d, \"threads\": %d, \"sm86\": %s, \"built\": %s}",
              id, r.dt, lay, r.tm, r.tn, r.tk, r.stages, r.align, dtype_name(r.dt), lay, r.tm, r.tn, r.tk, r.wm, r.wn,
-             r.wk, r.stages, r.align, info.smem_bytes, info.threads,
-             info.smem_bytes <= kSm86SmemOptin ? "true" : "false");
+             r.wk, r.stages, r.align, info.smem_bytes, info.threads, fits_sm86(info), built(info));
     return g_gemm_json[id];
 }
 
@@ -171,14 +178,13 @@ GCB_API const char *gcb_conv_describe(int id)
                                                            : r.algo;
     const char *ss = !strcmp(r.ss, "kUnity") ? "unity" : "strided";
     snprintf(g_conv_json[id], sizeof g_conv_json[id],
-             "{\"id\": %d, \"kind\": \"conv\", \"name\": \"%s_%s_%s%s_%dx%dx%d_s%d\", \"op\": \"%s\", "
+             "{\"id\": %d, \"kind\": \"conv\", \"name\": \"%s_%s_%s%s_%dx%dx%d_s%d_a%d\", \"op\": \"%s\", "
              "\"dtype\": \"%s\", \"iterator\": \"%s\", \"stride_support\": \"%s\", \"tile\": [%d, %d, %d], "
              "\"warp\": [%d, %d, %d], \"stages\": %d, \"align\": %d, \"smem_bytes\": %d, \"threads\": %d, "
-             "\"sm86\": %s}",
+             "\"sm86\": %s, \"built\": %s}",
              id, r.dt, lower_pass(r.pass), algo, !strcmp(r.pass, "Dgrad") ? (ss[0] == 'u' ? "_unity" : "_strided") : "",
-             r.tm, r.tn, r.tk, r.stages, lower_pass(r.pass), dtype_name(r.dt), algo, ss, r.tm, r.tn, r.tk, r.wm, r.wn,
-             r.wk, r.stages, r.align, info.smem_bytes, info.threads,
-             info.smem_bytes <= kSm86SmemOptin ? "true" : "false");
+             r.tm, r.tn, r.tk, r.stages, r.align, lower_pass(r.pass), dtype_name(r.dt), algo, ss, r.tm, r.tn, r.tk, r.wm, r.wn,
+             r.wk, r.stages, r.align, info.smem_bytes, info.threads, fits_sm86(info), built(info));
     return g_conv_json[id];
 }
 
