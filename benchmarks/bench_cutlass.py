@@ -38,8 +38,8 @@ data gradient is not timed (a first layer's input is the data).
 Timing: CUDA events on gpucmp's stream around `inner` back-to-back calls (inner chosen so
 a sample lasts >= --sample-ms; CUTLASS runs its `inner` launches in one C call), warm-up
 first, the candidates of a problem interleaved sample by sample (so clock and temperature
-drift hit them alike), the median of --repeats samples. Calls shorter than ~10 us are
-bound by the host's launch rate, not the kernel (noted in the table). --sustained-s S
+drift hit them alike), the median of --repeats samples. Calls shorter than LAUNCH_BOUND_S
+may be bound by the host's launch rate rather than the kernel: the table notes them. --sustained-s S
 makes every sample last >= S seconds (the card at its power limit). If gpucmp's stream
 cannot be found, every sample is timed on the host clock between device syncs instead.
 

@@ -35,7 +35,9 @@ if [ ! -f "$SITE/cutlass_library/source/include/cutlass/cutlass.h" ] && ls .whl/
     2>&1 | tail -5 | tee -a "$LOG"
 fi
 export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}
-export CUTLASS_INCLUDE=${CUTLASS_INCLUDE:-$SITE/cutlass_library/source/include}
+if [ -z "${CUTLASS_INCLUDE:-}" ] && [ -f "$SITE/cutlass_library/source/include/cutlass/cutlass.h" ]; then
+  export CUTLASS_INCLUDE=$SITE/cutlass_library/source/include   # else build.sh looks on PYTHONPATH
+fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   stamp "build: gpucmp (archs ${ARCHS:-90a}) and the CUTLASS library (arch ${CUTLASS_ARCH:-90a}), side by side"

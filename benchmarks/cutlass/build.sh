@@ -16,7 +16,7 @@
 # stand-in that refuses every problem (stub_inst.cu), with a warning naming it: one bad
 # template must not cost the whole GPU run (STRICT=1 fails the build instead).
 #
-# Why this way: a CUTLASS instantiation costs ~10 s of one core to compile and there are
+# Why this way: each CUTLASS instantiation is a long compile of its own and there are
 # dozens, so one translation unit per config is what makes the build parallel (nvcc -t
 # only splits across architectures); objects newer than their sources are kept, so
 # editing one config rebuilds one object. The static runtimes make the .so loadable next

@@ -20,7 +20,7 @@
  *        kFixedChannels (C == ALIGN exactly), STRIDE kUnity (dgrad: stride 1 only) /
  *        kStrided; NHWC, filter KRSC.
  * Ids run 0, 1, 2, ... in order (registry.cu checks it at compile time). Keep the lists
- * modest: each line is ~10-20 s of one core to compile (build.sh runs them in parallel).
+ * modest: each line is one long compile (build.sh runs them in parallel).
  */
 #ifndef GPUCMP_CUTLASS_BENCH_CONFIGS_H
 #define GPUCMP_CUTLASS_BENCH_CONFIGS_H
