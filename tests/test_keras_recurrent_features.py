@@ -332,6 +332,39 @@ def test_out_of_range_ids_fail_inside_fit(rng):
 # ------------------------------------------------------------------ CUDA
 
 @pytest.mark.cuda
+def test_cuda_out_of_range_ids_fail_in_replayed_steps(rng):
+    """On a GPU the steps of fit and of train_on_batch replay captured graphs, whose
+    embedding ops record a bad id without reading it back: the replayer reads it after
+    the replays, so a bad id in a late batch is still an error naming it, and the model
+    trains and predicts afterwards."""
+    import gpucmp
+    if not any(d.startswith("cuda") for d in gpucmp.available_devices()):
+        pytest.skip("no CUDA device")
+    V, T, B = 10, 4, 4
+    gpucmp.set_device("cuda:0")
+    try:
+        model = gk.Sequential([gk.Input((T,)), gk.layers.Embedding(V, 3), gk.layers.LSTM(2)])
+        model.compile(optimizer="sgd", loss="mse")
+        y = np.zeros((B, 2), np.float32)
+        for k in range(4):                                   # warm, capture, replays
+            model.train_on_batch(rng.integers(0, V, (B, T)), y)
+        for bad in (V, -1):
+            ids = rng.integers(0, V, (B, T))
+            ids[2, 1] = bad
+            with pytest.raises((IndexError, ValueError), match="outside"):
+                model.train_on_batch(ids, y)
+            many = rng.integers(0, V, (8 * B, T))
+            many[7 * B + 1, 3] = bad                         # in the last full batch
+            with pytest.raises((IndexError, ValueError), match="outside"):
+                model.fit(many, np.zeros((8 * B, 2), np.float32), batch_size=B, verbose=0, shuffle=False)
+        ok = rng.integers(0, V, (B, T))
+        assert np.isfinite(model.train_on_batch(ok, y))
+        assert np.isfinite(model.predict(ok, verbose=0)).all()
+    finally:
+        gpucmp.set_device("cpu")
+
+
+@pytest.mark.cuda
 def test_cuda_masks_states_and_dropout_match_the_cpu(rng):
     import gpucmp
     if not any(d.startswith("cuda") for d in gpucmp.available_devices()):

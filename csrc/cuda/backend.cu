@@ -760,6 +760,13 @@ static gc_status cu_graph_launch(const gc_backend *be, void *graph)
     return GC_OK;
 }
 
+static gc_status cu_graph_errors(const gc_backend *be, int read)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    return gc_cuda_embedding_graph_errors(be, read);
+}
+
 static void cu_graph_destroy(const gc_backend *be, void *graph)
 {
     if (!graph) return;
@@ -894,6 +901,7 @@ extern "C" gc_status gc_cuda_register_all(void)
         be->capture_end = cu_capture_end;
         be->graph_launch = cu_graph_launch;
         be->graph_destroy = cu_graph_destroy;
+        be->graph_errors = cu_graph_errors;
         be->memory_stats = cu_memory_stats;
         be->reset_peak = cu_reset_peak;
         be->impl = s;

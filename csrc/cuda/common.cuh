@@ -94,6 +94,8 @@ int gc_cuda_capturing(const gc_backend *be);
 /* A small device buffer of 16 int32 owned by the backend, for error flags written by
  * kernels (out-of-range labels); read back only outside capture. */
 int32_t *gc_cuda_err_flag(const gc_backend *be);
+/* embedding.cu: the backend's graph_errors (gpucmp.h) */
+gc_status gc_cuda_embedding_graph_errors(const gc_backend *be, int read);
 
 /* A fixed per-backend device buffer of GC_CUDA_SCRATCH_BYTES bytes (256-byte
  * aligned), allocated with the stream and never resized, so it is safe inside graph

@@ -125,6 +125,25 @@ static gc_status report(const gc_backend *be, unsigned long long *flag, int64_t 
                    (int)(int32_t)(uint32_t)(bad & 0xFFFFFFFFull), (long long)(bad >> 32), (long long)V);
 }
 
+/* The replayer's side of the protocol (the backend's graph_errors): clear the flag before
+ * launches of captured graphs, or wait, read, clear and report what they recorded. The
+ * table size is not known here, so the message names the bound by the layer's argument. */
+extern "C" gc_status gc_cuda_embedding_graph_errors(const gc_backend *be, int read)
+{
+    unsigned long long *flag = bad_flag(be);
+    if (!flag) return GC_OK;
+    cudaStream_t s = gc_cuda_stream(be);
+    unsigned long long bad = EMB_NO_BAD;
+    if (read) {
+        GC_CUDA_TRY(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, s));
+        GC_CUDA_TRY(cudaStreamSynchronize(s));
+    }
+    GC_CUDA_TRY(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), s));
+    if (bad == EMB_NO_BAD) return GC_OK;
+    return gc_fail(GC_ERR_INVALID_ARG, "indices: value %d at position %lld of a batch is outside [0, input_dim) "
+                   "of an embedding table", (int)(int32_t)(uint32_t)(bad & 0xFFFFFFFFull), (long long)(bad >> 32));
+}
+
 static gc_status reset_flag(const gc_backend *be, unsigned long long **flag)
 {
     *flag = bad_flag(be);

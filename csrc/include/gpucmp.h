@@ -410,6 +410,11 @@ struct gc_backend {
     gc_status (*capture_end)(const gc_backend *be, void **graph);
     gc_status (*graph_launch)(const gc_backend *be, void *graph);
     void (*graph_destroy)(const gc_backend *be, void *graph);
+    /* Optional: the device error flags that captured ops record into without reading them
+     * (embedding ids outside the table): read 0 clears them (asynchronously, before graph
+     * launches), read 1 waits for the stream, clears them and returns the error of the
+     * first bad value recorded since, if any. */
+    gc_status (*graph_errors)(const gc_backend *be, int read);
     /* Optional (NULL on the CPU): one optimizer step over many float32 tensors in one
      * launch -- the plan's fused multi-tensor update. slots: BACKEND memory holding
      * n_slots gc_opt_slot; max_n: the largest slot's n; hp: the static hyper-parameters

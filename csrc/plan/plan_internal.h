@@ -210,6 +210,9 @@ gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed);
 void gc_plan_release_resident(gc_plan *p);
 /* host arrays into the input nodes' buffers and the label buffer (nothing when checking) */
 gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows);
+/* the errors captured ops recorded without reading them (gpucmp.h graph_errors): read 0
+ * clears, read 1 waits and reports; nothing for plans without an embedding node */
+gc_status gc_plan_graph_errors(gc_plan *p, int read);
 
 /* ------------------------------------------------------------------ single-batch graphs (step_graph.c) */
 int gc_plan_batch_graph_eligible(const gc_plan *p);

@@ -190,6 +190,10 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
 
     int can_graph = p->graphs_on && be->capture_begin && be->capture_end && be->graph_launch &&
                     be->graph_destroy;
+    /* replayed steps record bad embedding ids without reading them back: cleared before
+     * the first replay, read before an eager step (whose ops clear it) and at the end */
+    int replayed = 0;
+    if (s == GC_OK && can_graph) s = gc_plan_graph_errors(p, 0);
     for (int64_t k = 0; k < steps && s == GC_OK; k++) {
         int64_t rows = n_rows - k * batch < batch ? n_rows - k * batch : batch;
         /* this step's values into the fixed buffers the (captured) step reads */
@@ -197,8 +201,18 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
         if (s == GC_OK)
             s = be->copy(be, p->dyn, (const float *)p->dyn_all + 2 * k, (ls && k ? 1 : 2) * sizeof(float));
         if (s == GC_OK) s = be->copy(be, p->dyn_seed, (const uint64_t *)p->seed_all + k, sizeof(uint64_t));
+        if (s != GC_OK) break;
+        if (can_graph && rows == batch && p->graph && p->graph_rows == rows) {
+            s = graph_step(p, rows, hp);
+            replayed = 1;
+            continue;
+        }
+        if (replayed) s = gc_plan_graph_errors(p, 1);
+        replayed = 0;
         if (s == GC_OK) s = (can_graph && rows == batch) ? graph_step(p, rows, hp) : device_step(p, rows, hp);
+        replayed = s == GC_OK && p->graph && can_graph && rows == batch;
     }
+    if (s == GC_OK && replayed) s = gc_plan_graph_errors(p, 1);
     if (s == GC_OK) {
         float acc[6];
         s = be->download(be, acc, p->acc, sizeof acc);

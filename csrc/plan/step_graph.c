@@ -16,10 +16,21 @@
  * with other values recaptures. Plans with dynamic loss scaling keep the eager step (its
  * scale bookkeeping reads state back between the parts), and so do profiled and traced
  * steps (they time or list the ops one by one). Totals are float32 sums on the
- * device, as in resident training, where the eager step sums the per-row values in double. */
+ * device, as in resident training, where the eager step sums the per-row values in double.
+ * Embedding ids outside the table, which captured ops record without reading back, are
+ * read back after each replay (gc_plan_graph_errors). */
 #include "plan_internal.h"
 
 #include <string.h>
+
+gc_status gc_plan_graph_errors(gc_plan *p, int read)
+{
+    const gc_backend *be = p->be;
+    if (!be->graph_errors || p->checking) return GC_OK;
+    for (int i = 0; i < p->n; i++)
+        if (p->L[i].d.kind == GC_LAYER_EMBEDDING) return be->graph_errors(be, read);
+    return GC_OK;
+}
 
 void gc_plan_drop_batch_graph(gc_plan *p)
 {
@@ -80,7 +91,9 @@ static gc_status run(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
     if (full && !p->batch_graph && p->batch_warm_rows == rows) TRY(capture(p, rows, hp));
     if (full && p->batch_graph) {
         p->replays++;
-        return be->graph_launch(be, p->batch_graph);
+        TRY(gc_plan_graph_errors(p, 0));
+        TRY(be->graph_launch(be, p->batch_graph));
+        return gc_plan_graph_errors(p, 1);
     }
     p->checking = 1;
     gc_status s = device_work(p, rows, hp);
