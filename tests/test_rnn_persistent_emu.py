@@ -119,6 +119,9 @@ def test_emulated_persistent_kernels_match_the_oracle(emu, cell, shape):
     pr = Problem(rng, "float32", cell, B=B, T=T, u=u, act=act, ract=ract, **kw)
     got, grid = emu_forward(emu, pr, max_nc, rows)
     what = f"[emu seed={seed} grid={grid}] {pr.what}"
+    n = min(max_nc, u)
+    uc = -(-u // n)
+    assert grid == (-(-B // min(rows, B)) * -(-u // uc), -(-u // uc), min(rows, B)), what
     want = ref.rnn_forward(pr.xw, pr.U, **pr.inputs(), **oracle_kw(pr.p))
     tol = TOL["float32"]
     rel_check("y", got["y"], want["y"], tol, what)

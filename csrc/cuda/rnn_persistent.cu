@@ -74,7 +74,7 @@ static unsigned long long timeout_ns(void)
 static int choose(const gc_backend *be, const void *kern, int bwd, size_t ts, pers_shape *s, int *grid,
                   size_t *smem_out, const char **why)
 {
-    pers_pick_nc(s, ts, PERS_MAX_NC);
+    pers_pick_nc(s, ts, 0);
     const int NC = s->NC;
     int dev = 0, phys = 0, coop = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&phys, cudaDevAttrMultiProcessorCount, dev) ||

@@ -610,19 +610,21 @@ __global__ void __launch_bounds__(PERS_NT) rnn_pers_bwd(pers_bwd_args a)
 /* ------------------------------------------------------------------ the layout (host) */
 
 /* NC CTAs per group: the fewest (powers of two up to PERS_MAX_NC, at most u) whose slice
- * of U stays under PERS_US_TARGET, else the most; UC units each (NC = ceil(u / UC), so
- * no CTA is empty), GCP = G * UC columns; ldu = the slice's row stride in elements, an
- * odd number of 32-bit words. */
-static inline void pers_pick_nc(pers_shape *s, size_t ts, int max_nc)
+ * of U stays under PERS_US_TARGET, else the most; want_nc > 0 asks for that many instead
+ * (the host emulation's grids). UC units each (NC = ceil(u / UC), so no CTA is empty),
+ * GCP = G * UC columns; ldu = the slice's row stride in elements, an odd number of 32-bit
+ * words (conflict-free row reads in the forward and column reads in the backward). */
+static inline void pers_pick_nc(pers_shape *s, size_t ts, int want_nc)
 {
     const int u = s->u, G = s->G;
-    for (int nc = 1; nc <= max_nc && nc <= u; nc *= 2) {
-        s->UC = (u + nc - 1) / nc;
+    for (int nc = want_nc > 0 ? want_nc : 1; nc <= (want_nc > 0 ? want_nc : PERS_MAX_NC); nc *= 2) {
+        const int n = nc < u ? nc : u;
+        s->UC = (u + n - 1) / n;
         s->NC = (u + s->UC - 1) / s->UC;
         const size_t words = ((size_t)G * s->UC * ts + 3) / 4;
         const size_t w = words % 2 ? words : words + 1;
         s->ldu = (int)(w * 4 / ts);
-        if ((size_t)u * s->ldu * ts <= PERS_US_TARGET) break;
+        if (n == u || (size_t)u * s->ldu * ts <= PERS_US_TARGET) break;
     }
     s->GCP = G * s->UC;
 }

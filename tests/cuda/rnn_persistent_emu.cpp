@@ -9,7 +9,7 @@
  * what the CUDA fence + atomicAdd pair amounts to), the global timer (steady_clock).
  * Every block of the grid runs at once, as the cooperative launch guarantees. float32
  * storage only (the storage type only changes the loads and stores). The grid is the
- * caller's: max_nc caps the CTAs per group and rows the rows per group, so small problems
+ * caller's: max_nc is the CTAs per group (fewer when u is smaller) and rows the rows per group, so small problems
  * exercise several groups and several CTAs per group. */
 #include <algorithm>
 #include <atomic>
@@ -41,7 +41,11 @@ static thread_local std::barrier<> *emu_bar;
 #define PERS_SMEM_DECL unsigned char *smem = emu_smem
 
 static inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+#ifdef __SANITIZE_THREAD__ /* TSan does not model fences; the RMW and the loads carry the order */
+static inline void __threadfence() {}
+#else
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+#endif
 static inline unsigned atomicAdd(unsigned *p, unsigned v)
 {
     return std::atomic_ref<unsigned>(*p).fetch_add(v, std::memory_order_acq_rel);
