@@ -624,7 +624,7 @@ static inline void pers_pick_nc(pers_shape *s, size_t ts, int want_nc)
         const size_t words = ((size_t)G * s->UC * ts + 3) / 4;
         const size_t w = words % 2 ? words : words + 1;
         s->ldu = (int)(w * 4 / ts);
-        if (n == u || (size_t)u * s->ldu * ts <= PERS_US_TARGET) break;
+        if (n == u || (size_t)u * G * s->UC * ts <= PERS_US_TARGET) break; /* unpadded */
     }
     s->GCP = G * s->UC;
 }
