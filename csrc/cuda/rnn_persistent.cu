@@ -217,7 +217,7 @@ static int common_checks(const gc_rnn_params *p, int64_t B, int64_t T, int64_t u
         return 0;
     }
     const int G = gc_rnn_gates(p->cell);
-    if (G < 1 || B < 1 || T < 1 || u < 1 || B > INT_MAX / 2 || T > INT_MAX / 2 || u > 4096) {
+    if (G < 1 || B < 1 || T < 1 || u < 1 || B > INT_MAX / 2 || T > (1 << 26) || u > 4096) {
         *why = "the sizes are outside what the persistent kernel indexes";
         return 0;
     }

@@ -276,7 +276,7 @@ __device__ void fwd_stage(const pers_fwd_args &a, int t, int b0, int nr, int j0,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(PERS_NT) rnn_pers_fwd(pers_fwd_args a)
+__global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
 {
     PERS_SMEM_DECL;
     const pers_shape s = a.s;
@@ -454,7 +454,7 @@ __device__ void bwd_stage(const pers_bwd_args &a, int k, int b0, int nr, int j0,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(PERS_NT) rnn_pers_bwd(pers_bwd_args a)
+__global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
 {
     PERS_SMEM_DECL;
     const pers_shape s = a.s;
