@@ -101,7 +101,7 @@ def emu_backward(lib, pr, save, max_nc, rows):
 SHAPES = [
     (3, 4, 7, 4, 2, dict(mask="mixed", sequences=True)),
     (5, 3, 33, 4, 2, dict(mask="left", go_backwards=True)),
-    (1, 1, 1, 16, 1, dict()),
+    (3, 1, 1, 16, 1, dict()),
     (2, 5, 70, 8, 1, dict(mask="right", sequences=True, zero_output_for_mask=True, h0=False, c0=False, bh=False)),
     (11, 3, 5, 2, 10, dict(mask="middle", go_backwards=True, sequences=True)),
     (4, 2, 16, 16, 4, dict(mask="mixed", zero_output_for_mask=True)),
