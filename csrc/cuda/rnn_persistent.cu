@@ -3,6 +3,8 @@
  * shapes it takes (gc_rnn_persistent_fwd / _bwd, rnn_persistent.cuh) and its stepwise
  * loop otherwise. The arithmetic is the stepwise path's (gpucmp.h has the interface, the
  * save layout and the masking rules): float32 FFMA accumulation, expf / tanhf, no TF32.
+ * This file is the host side (grid choice, workspace, launch, status check); the kernels
+ * are in rnn_persistent_kernels.cuh.
  *
  * Why it is built this way: the recurrence is latency bound (a launch per step costs more
  * than a step's work), and U is small enough to stay on chip for the whole launch if it
