@@ -19,7 +19,13 @@ GPUCMP_TEST_SEED=<seed> replays a run):
   block) in several configurations of every test above (forward, backward, the plan's
   per-gate dU, central differences), a mask of ones is no mask, and the masked cells
   against a per-gate hand computation of one step;
-- bad inputs: a ValueError / TypeError naming the argument.
+- bad inputs: a ValueError / TypeError naming the argument;
+- on CUDA, every case for each recurrence of the variant point cuda.rnn (backend ids
+  "cuda:0/stepwise", "cuda:0/persistent": forced, and `last` checked after each call;
+  recurrent dropout is refused by the persistent kernel and then runs stepwise), shapes
+  that give the persistent kernel several groups of rows and several CTAs per group,
+  float16 / bfloat16 storage on it, a shape too large for it (forced: a clear error,
+  auto: stepwise ran), and a CUDA-graph capture and replay of a training step through it.
 CUDA cases are marked `cuda` (skipped without a CUDA backend); a `cuda:0` case is listed
 even where there is none, so the lead sees them skip rather than vanish.
 
@@ -33,13 +39,16 @@ import numpy as np
 import pytest
 
 import reference as ref
-from gpucmp import _core, ops
+from gpucmp import _core, ops, variants
 
 CELLS = ("simple", "lstm", "gru", "gru_reset_before")
 ACTS = ref.RNN_ACTIVATIONS
 _BACKENDS = tuple(_core.backends())
 _CUDA = tuple(b for b in _BACKENDS if b.startswith("cuda")) or ("cuda:0",)
-BACKENDS = [pytest.param("cpu", id="cpu")] + [pytest.param(b, id=b, marks=pytest.mark.cuda) for b in _CUDA]
+# the recurrences of the variant point cuda.rnn a CUDA case runs (each forced in turn)
+RNN_VARIANTS = ("stepwise", "persistent")
+BACKENDS = [pytest.param("cpu", id="cpu")] + [pytest.param(f"{b}/{v}", id=f"{b}-{v}", marks=pytest.mark.cuda)
+                                              for b in _CUDA for v in RNN_VARIANTS]
 DTYPES = ("float32", "float16", "bfloat16")
 # rel. norm error: float32 compute vs float64 (T steps of error growth); storage dtypes
 # (bfloat16: 8 mantissa bits in every saved gate value, compounded over T steps and through
@@ -92,6 +101,28 @@ def save_blocks(cell):
 
 # ------------------------------------------------------------------ calling the core
 
+def run_rnn(op, backend, ins, outs, p, rmask=None):
+    """run_op on `backend`, which may name a cuda.rnn variant ("cuda:0/persistent"): that
+    variant is forced for the call and `last` must report it. Recurrent dropout is not
+    the persistent kernel's: forced, it refuses (NotImplementedError, nothing written),
+    then the call runs under auto, which must take the stepwise path."""
+    be, _, var = backend.partition("/")
+    if not var:
+        _core.run_op(op, be, ins, outs, p)
+        return
+    want = var
+    if var == "persistent" and rmask is not None:
+        with variants.forced("cuda.rnn", "persistent"), pytest.raises(NotImplementedError, match="persistent"):
+            _core.run_op(op, be, ins, outs, p)
+        var = want = "auto"
+    with variants.forced("cuda.rnn", var):
+        _core.run_op(op, be, ins, outs, p)
+        ran = variants.last("cuda.rnn")
+    if want == "auto":
+        want = "stepwise" if rmask is not None else ran
+    assert ran == want, f"{op} with cuda.rnn={var} ran {ran!r}, expected {want!r}"
+
+
 def core_forward(backend, dtype, xw, U, h0=None, c0=None, mask=None, bh=None, want_save=True,
                  want_h=True, want_c=None, rmask=None, **p):
     """rnn_fwd through run_op on storage-exact float64 inputs; returns float64 outputs."""
@@ -108,7 +139,7 @@ def core_forward(backend, dtype, xw, U, h0=None, c0=None, mask=None, bh=None, wa
     rm = None if rmask is None else np.ascontiguousarray(rmask, np.float32)
     ins = (to_store(xw, dtype), to_store(U, dtype), to_store(h0, dtype), to_store(c0, dtype), m,
            to_store(bh, dtype), rm)
-    _core.run_op("rnn_fwd", backend, ins, (y, save, hT, cT), p)
+    run_rnn("rnn_fwd", backend, ins, (y, save, hT, cT), p, rm)
     return {"y": from_store(y, dtype), "save": from_store(save, dtype), "h": from_store(hT, dtype),
             "c": from_store(cT, dtype)}
 
@@ -130,7 +161,7 @@ def core_backward(backend, dtype, save, U, dy=None, dh_T=None, dc_T=None, mask=N
     rm = None if rmask is None else np.ascontiguousarray(rmask, np.float32)
     ins = (to_store(dy, dtype), to_store(dh_T, dtype), to_store(dc_T, dtype), to_store(U, dtype),
            to_store(save, dtype), m, rm)
-    _core.run_op("rnn_bwd", backend, ins, (dxw, dm, dh0, dc0), p)
+    run_rnn("rnn_bwd", backend, ins, (dxw, dm, dh0, dc0), p, rm)
     return {"dxw": from_store(dxw, dtype), "dm": from_store(dm, dtype), "dh0": from_store(dh0, dtype),
             "dc0": from_store(dc0, dtype)}
 
@@ -507,24 +538,25 @@ def test_cuda_matches_cpu(cell):
     """The two backends on the same problems (larger sizes than the oracle can afford)."""
     seed = _seed()
     rng = np.random.default_rng(seed)
-    cuda = _CUDA[0]
-    for cfg in [dict(B=64, T=20, u=128, mask="mixed", sequences=True), dict(B=7, T=33, u=65, go_backwards=True),
-                dict(B=130, T=3, u=40, mask="right", zero_output_for_mask=True, sequences=True),
-                dict(B=33, T=9, u=70, mask="mixed", sequences=True, rmask=True)]:
-        for dtype in DTYPES:
-            pr = Problem(rng, dtype, cell, **cfg)
-            what = f"[{cuda} vs cpu {dtype} seed={seed}] {pr.what}"
-            a = core_forward("cpu", dtype, pr.xw, pr.U, **pr.inputs(), **pr.p)
-            b = core_forward(cuda, dtype, pr.xw, pr.U, **pr.inputs(), **pr.p)
-            tol = 1e-5 if dtype == "float32" else TOL[dtype]
-            for k in ("y", "h", "save"):
-                rel_check(k, b[k], a[k], tol, what)
-            ga = core_backward("cpu", dtype, a["save"], pr.U, dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T, mask=pr.mask,
-                               rmask=pr.rmask, **pr.p)
-            gb = core_backward(cuda, dtype, a["save"], pr.U, dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T, mask=pr.mask,
-                               rmask=pr.rmask, **pr.p)
-            for k in ("dxw", "dh0") + (("dm",) if cell == "gru" else ()) + (("dc0",) if cell == "lstm" else ()):
-                rel_check(k, gb[k], ga[k], tol * 3, what)
+    cfgs = [dict(B=64, T=20, u=128, mask="mixed", sequences=True), dict(B=7, T=33, u=65, go_backwards=True),
+            dict(B=130, T=3, u=40, mask="right", zero_output_for_mask=True, sequences=True),
+            dict(B=33, T=9, u=70, mask="mixed", sequences=True, rmask=True),
+            dict(B=9, T=4, u=200, mask="left", go_backwards=True, sequences=True)]
+    for cfg, dtype, var in [(c, d, v) for c in cfgs for d in DTYPES for v in RNN_VARIANTS]:
+        cuda = f"{_CUDA[0]}/{var}"
+        pr = Problem(rng, dtype, cell, **cfg)
+        what = f"[{cuda} vs cpu {dtype} seed={seed}] {pr.what}"
+        a = core_forward("cpu", dtype, pr.xw, pr.U, **pr.inputs(), **pr.p)
+        b = core_forward(cuda, dtype, pr.xw, pr.U, **pr.inputs(), **pr.p)
+        tol = 1e-5 if dtype == "float32" else TOL[dtype]
+        for k in ("y", "h", "save"):
+            rel_check(k, b[k], a[k], tol, what)
+        ga = core_backward("cpu", dtype, a["save"], pr.U, dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T, mask=pr.mask,
+                           rmask=pr.rmask, **pr.p)
+        gb = core_backward(cuda, dtype, a["save"], pr.U, dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T, mask=pr.mask,
+                           rmask=pr.rmask, **pr.p)
+        for k in ("dxw", "dh0") + (("dm",) if cell == "gru" else ()) + (("dc0",) if cell == "lstm" else ()):
+            rel_check(k, gb[k], ga[k], tol * 3, what)
 
 
 # ------------------------------------------------------------------ Keras' golden numbers
@@ -837,3 +869,141 @@ def test_rmask_two_steps_by_hand(backend, cell):
                        rmask=np.ones_like(pr.rmask), **pr.p)
     for k in ("dxw", "dh0"):
         np.testing.assert_allclose(go[k], gp[k], rtol=1e-6, atol=1e-7, err_msg=f"{what}: ones vs none {k}")
+
+
+# ------------------------------------------------------------------ the persistent recurrence (cuda.rnn)
+# Shapes for rnn_persistent.cu's grid: several groups of rows (B above the rows per group),
+# several CTAs per group (u large enough that U is split: 70, 128, 200 for the gated cells),
+# units not a multiple of anything, B = 1, T = 1, every mask pattern, go_backwards,
+# sequences, absent h0 / c0 / bh; B = 1100 gives more than 8 rows per group (row tiles).
+PERSISTENT_SHAPES = [
+    dict(B=64, T=12, u=128, mask="mixed", sequences=True),
+    dict(B=1, T=5, u=200, mask="none", go_backwards=True),
+    dict(B=5, T=1, u=33, mask="none", sequences=True, h0=False, c0=False, bh=False),
+    dict(B=3, T=6, u=70, mask="left", zero_output_for_mask=True, sequences=True),
+    dict(B=40, T=4, u=1, mask="right", go_backwards=True),
+    dict(B=17, T=5, u=7, mask="middle", sequences=True, go_backwards=True, h0=False),
+    dict(B=1100, T=3, u=128, mask="mixed", zero_output_for_mask=True),
+]
+CUDA_VARIANT_PARAMS = [pytest.param(f"{b}/{v}", id=f"{b}-{v}", marks=pytest.mark.cuda) for b in _CUDA
+                       for v in RNN_VARIANTS]
+
+
+@pytest.mark.parametrize("backend", CUDA_VARIANT_PARAMS)
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("cfg", PERSISTENT_SHAPES, ids=[f"B{c['B']}T{c['T']}u{c['u']}" for c in PERSISTENT_SHAPES])
+def test_recurrence_variants_on_grid_shapes(backend, cell, cfg):
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    ract = BOUNDED[cfg["u"] % len(BOUNDED)]
+    pr = Problem(rng, "float32", cell, act=ACTS[cfg["T"] % len(ACTS)], ract=ract, **cfg)
+    what = f"[{backend} seed={seed}] {pr.what}"
+    check_forward(backend, "float32", pr, TOL["float32"], what)
+    check_backward(backend, "float32", pr, TOL["float32"], what)
+
+
+@pytest.mark.parametrize("backend", CUDA_VARIANT_PARAMS)
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("cell", CELLS)
+def test_recurrence_variants_half_storage_on_grid_shapes(backend, dtype, cell):
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    for cfg in (PERSISTENT_SHAPES[0], PERSISTENT_SHAPES[3], PERSISTENT_SHAPES[1]):
+        pr = Problem(rng, dtype, cell, **cfg)
+        what = f"[{backend} {dtype} seed={seed}] {pr.what}"
+        check_forward(backend, dtype, pr, TOL[dtype], what)
+        check_backward(backend, dtype, pr, TOL[dtype], what)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cell", ("lstm", "gru"))
+def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell):
+    """U of u = 1024 does not fit on chip in 16 CTAs on any device: forced persistent is a
+    NotImplementedError naming the variant and writing nothing; auto runs it stepwise."""
+    if _CUDA[0] not in _BACKENDS:
+        pytest.skip("no CUDA backend")
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    pr = Problem(rng, "float32", cell, B=2, T=2, u=1024, mask="right", sequences=True, scale=0.5)
+    B, T, Gu = pr.xw.shape
+    u = pr.U.shape[0]
+    y = poisoned((B, T, u), "float32")
+    save = poisoned((save_blocks(cell), B, T, u), "float32")
+    ins = (to_store(pr.xw, "float32"), to_store(pr.U, "float32"), to_store(pr.h0, "float32"),
+           to_store(pr.c0, "float32"), np.ascontiguousarray(pr.mask, np.float32), to_store(pr.bh, "float32"), None)
+    with variants.forced("cuda.rnn", "persistent"):
+        with pytest.raises(NotImplementedError, match="persistent"):
+            _core.run_op("rnn_fwd", _CUDA[0], ins, (y, save, None, None), pr.p)
+    assert np.isnan(y).all() and np.isnan(save).all(), "a refused call wrote outputs"
+    with variants.forced("cuda.rnn", "persistent"):
+        dxw = poisoned((B, T, Gu), "float32")
+        with pytest.raises(NotImplementedError, match="persistent"):
+            _core.run_op("rnn_bwd", _CUDA[0], (None, None, None, ins[1], to_store(np.zeros(save.shape), "float32"),
+                                               ins[4], None), (dxw, None, None, None), pr.p)
+    what = f"[{_CUDA[0]} auto seed={seed}] {pr.what}"
+    with variants.forced("cuda.rnn", "auto"):
+        check_forward(_CUDA[0], "float32", pr, TOL["float32"], what)
+        assert variants.last("cuda.rnn") == "stepwise", what
+        check_backward(_CUDA[0], "float32", pr, TOL["float32"], what)
+        assert variants.last("cuda.rnn") == "stepwise", what
+
+
+def test_the_recurrence_variant_point_is_listed():
+    pts = variants.points()
+    if not _core.built_with_cuda:
+        assert "cuda.rnn" not in pts
+        return
+    assert pts["cuda.rnn"]["variants"] == ["auto", "stepwise", "persistent"]
+    with pytest.raises(ValueError, match="cuda.rnn"):
+        variants.force("cuda.rnn", "cluster9")
+
+
+def _rnn_plan(backend, cell, seed, B, T, F, u, classes=3):
+    """rnn (return_sequences=False) -> dense softmax, Adam, fresh weights from `seed`."""
+    rng = np.random.default_rng(seed)
+    G = gates(cell)
+    sizes = {"k": F * G * u, "r": u * G * u, "b": (2 if cell == "gru" else 1) * G * u, "dk": u * classes,
+             "db": classes}
+    bufs = {}
+    for name, n in sizes.items():
+        bufs[name] = _core.Buffer(backend, n)
+        bufs[name].write(rng.uniform(-0.3, 0.3, n))
+    state = [_core.Buffer(backend, n) for n in sizes.values() for _ in range(2)]
+    layers = [dict(kind="rnn", in_shape=(T, F), out_shape=(u,), cell=cell, kernel=bufs["k"],
+                   recurrent_kernel=bufs["r"], bias=bufs["b"]),
+              dict(kind="dense", in_shape=(u,), out_shape=(classes,), activation="softmax", kernel=bufs["dk"],
+                   bias=bufs["db"])]
+    plan = _core.Plan(backend, layers, B, dict(loss="categorical_crossentropy", optimizer="adam",
+                                               metrics=["acc_categorical"], opt_state=state))
+    return plan, bufs
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cell", CELLS)
+def test_persistent_recurrence_in_a_captured_graph(cell):
+    """Training steps of an rnn -> dense plan with cuda.rnn=persistent, replayed from a CUDA
+    graph (train_steps) and run op by op: the same weights bit for bit (the kernel is
+    deterministic), steps replayed, and the persistent kernel is what ran."""
+    if _CUDA[0] not in _BACKENDS:
+        pytest.skip("no CUDA backend")
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    B, T, F, u = 16, 9, 5, 70
+    n = 6 * B
+    x = rng.standard_normal((n, T, F)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+    idx = rng.permutation(n).astype(np.int32)
+    out = []
+    with variants.forced("cuda.rnn", "persistent"):
+        for graphs in (True, False):
+            plan, bufs = _rnn_plan(_CUDA[0], cell, seed, B, T, F, u)
+            plan.use_graphs(graphs)
+            plan.set_data(x, y)
+            stats = plan.train_steps(idx, B, {"lr": 1e-3, "t": 1})
+            assert variants.last("cuda.rnn") == "persistent", f"seed={seed} {cell} graphs={graphs}"
+            out.append((plan.graph_replays, {k: b.read() for k, b in bufs.items()}, stats))
+    (rg, wg, sg), (re_, we, se) = out
+    assert rg >= 3 and re_ == 0, f"seed={seed} {cell}: graph replays {rg} / {re_}"
+    for k in wg:
+        np.testing.assert_array_equal(wg[k], we[k], err_msg=f"{k} seed={seed} {cell}")
+    assert np.isfinite(sg["loss"]) and sg == se, (sg, se)

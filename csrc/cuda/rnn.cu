@@ -20,9 +20,14 @@
  * Recurrent dropout (rmask, one (B, u) block per gate): forward hm = h * rmask (B, G*u)
  * and one matmul per gate block, m_g = hm_g . U_g; backward one matmul per gate into dr
  * (B, G*u), dr_g = dz_g . U_g^T, summed with the mask into dh = dd + sum_g dr_g * rmask_g
- * (both in the workspace). */
+ * (both in the workspace).
+ * gc_cuda_op_rnn_fwd / _bwd first offer the call to the persistent kernel
+ * (rnn_persistent.cu, one launch for all steps; variant point cuda.rnn) and run this
+ * stepwise path where it declines. */
 #include "common.cuh"
 #include "gpucmp_rnn_act.h"
+#include "gpucmp_variants.h"
+#include "rnn_persistent.cuh"
 
 #define RNN_TILE 16
 
@@ -434,11 +439,38 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
 
 } // namespace
 
+/* cuda.rnn: auto takes the persistent kernel (rnn_persistent.cu) wherever it is eligible,
+ * else the stepwise loop above; persistent refuses an ineligible call (saying why);
+ * stepwise never tries it. `last` reports what ran. */
+typedef gc_status (*rnn_pers_fn)(const gc_backend *, const gc_op_call *, int *, const char **);
+
+static gc_status try_persistent(const gc_backend *be, const gc_op_call *call, rnn_pers_fn fn, const char *what,
+                                int *ran)
+{
+    *ran = 0;
+    const int v = gc_variant_forced(GC_VP_CUDA_RNN);
+    if (v == GC_V_RNN_STEPWISE) return GC_OK;
+    const char *why = NULL;
+    gc_status st = fn(be, call, ran, &why);
+    if (st) return st;
+    if (*ran) {
+        gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_PERSISTENT);
+        return GC_OK;
+    }
+    if (v == GC_V_RNN_PERSISTENT)
+        return gc_fail(GC_ERR_UNSUPPORTED, "%s: cuda.rnn=persistent cannot run this call: %s (auto runs it stepwise)",
+                       what, why ? why : "not eligible");
+    return GC_OK;
+}
+
 extern "C" gc_status gc_cuda_op_rnn_fwd(const gc_backend *be, const gc_op_call *call)
 {
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
+    int ran = 0;
+    if ((st = try_persistent(be, call, gc_rnn_persistent_fwd, "rnn_fwd", &ran)) || ran) return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = rnn_fwd<T>(be, call));
+    if (!st) gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_STEPWISE);
     return st;
 }
 
@@ -446,6 +478,9 @@ extern "C" gc_status gc_cuda_op_rnn_bwd(const gc_backend *be, const gc_op_call *
 {
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
+    int ran = 0;
+    if ((st = try_persistent(be, call, gc_rnn_persistent_bwd, "rnn_bwd", &ran)) || ran) return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[4]->dtype, T, st = rnn_bwd<T>(be, call));
+    if (!st) gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_STEPWISE);
     return st;
 }

@@ -71,6 +71,11 @@ extern "C" {
     V(P, XS1, "xs1", 0) V(P, XS2, "xs2", 0) V(P, XS3, "xs3", 0) V(P, XS4, "xs4", 0) \
     V(P, XA1, "xa1", 0) V(P, XA2, "xa2", 0) V(P, XA3, "xa3", 0) V(P, XA4, "xa4", 0)
 
+/* the recurrence of rnn_fwd / rnn_bwd: one launch per time step, or one persistent
+ * launch for all steps (rnn_persistent.cu; refused where it does not fit on chip) */
+#define GC_VARIANTS_CUDA_RNN(V, P) \
+    V(P, AUTO, "auto", 0) V(P, STEPWISE, "stepwise", 0) V(P, PERSISTENT, "persistent", 0)
+
 /* ------------------------------------------------------------------ the points
  * C(ID, "name", "backend", variant list, "help") for a choice,
  * K(ID, "name", "backend", lo, hi, "help") for a knob. */
@@ -89,6 +94,8 @@ extern "C" {
       "which Hopper wgmma forward kernel: halo (where it fits) or TMA im2col") \
     C(CUDA_CONV2D_WGRAD_WGMMA, "cuda.conv2d.wgrad_wgmma", "cuda", GC_VARIANTS_CUDA_CONV2D_WGRAD_WGMMA, \
       "block shape of the Hopper wgmma weight gradient (auto: its cost model)") \
+    C(CUDA_RNN, "cuda.rnn", "cuda", GC_VARIANTS_CUDA_RNN, \
+      "CUDA recurrence (rnn_fwd / rnn_bwd): one launch per step, or one persistent launch for all steps") \
     K(CUDA_CONV2D_MMA_STAGES, "cuda.conv2d.mma_stages", "cuda", 3, 7, \
       "cp.async stages of the mma.sync implicit GEMM (forward, data gradient)") \
     K(CUDA_CONV2D_MMA_SPLITS, "cuda.conv2d.mma_splits", "cuda", 1, 65535, \
@@ -118,6 +125,7 @@ enum { GC_VARIANTS_CUDA_CONV2D_BWD_DATA(GC_V_ENUM_, GC_V_BWDD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_WGRAD(GC_V_ENUM_, GC_V_WGRAD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_FWD_WGMMA(GC_V_ENUM_, GC_V_FWDWG_) };
 enum { GC_VARIANTS_CUDA_CONV2D_WGRAD_WGMMA(GC_V_ENUM_, GC_V_WGWB_) };
+enum { GC_VARIANTS_CUDA_RNN(GC_V_ENUM_, GC_V_RNN_) };
 #undef GC_V_ENUM_
 
 typedef enum { GC_VARIANT_CHOICE = 0, GC_VARIANT_KNOB = 1 } gc_variant_kind;

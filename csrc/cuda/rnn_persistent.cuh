@@ -1,0 +1,17 @@
+/* rnn_persistent.cuh -- the entry points of the persistent recurrence (rnn_persistent.cu)
+ * that rnn.cu's rnn_fwd / rnn_bwd try before their stepwise loop.
+ *
+ * Each takes the op call exactly as rnn.cu gets it. Three outcomes: GC_OK with *ran = 1
+ * (the whole recurrence ran as one launch), GC_OK with *ran = 0 and a static reason in
+ * *why (the shape, the device or the options are not eligible; nothing was launched or
+ * written, the caller runs the stepwise path), or an error status (a launch that failed,
+ * or CTAs that stopped waiting for each other: the outputs are not valid then). */
+#ifndef GPUCMP_CUDA_RNN_PERSISTENT_CUH
+#define GPUCMP_CUDA_RNN_PERSISTENT_CUH
+
+#include "common.cuh"
+
+gc_status gc_rnn_persistent_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
+gc_status gc_rnn_persistent_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
+
+#endif
