@@ -7,7 +7,8 @@ units, float32, return_sequences=False -- the shape RECURRENT_SPEC.md 2.2 counts
 Two measurements per layer:
 - forward: gpucmp `Sequential([Input((T, in)), LSTM(u)]).predict_on_batch(x)` (one plan
   call; on a GPU it includes uploading x, which PyTorch's resident tensor does not: the
-  note column says so); PyTorch `with torch.no_grad(): layer(x)`.
+  note column says so, and "device ms" gives the forward's ops on the device alone, each
+  timed synchronised by Plan.profile and summed); PyTorch `with torch.no_grad(): layer(x)`.
 - forward+backward: gpucmp one `fit` step (SGD, MSE on the final h) on resident data, the
   time of `fit` over --steps batches divided by them; PyTorch forward, MSE on the final h,
   backward, SGD step.
@@ -78,9 +79,19 @@ def run_gpucmp(a):
     m.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
     rng = np.random.default_rng(0)
     if a.mode == "fwd":
-        x, _ = data(a.shape, rng)
+        x, y = data(a.shape, rng)
         med, lo, hi = timeit(lambda: m.predict_on_batch(x), repeats=a.repeats, warmup=a.warmup)
-        return {"s": med, "min": lo, "max": hi}
+        out = {"s": med, "min": lo, "max": hi}
+        if a.device != "cpu":
+            # the forward on the device alone: the plan's forward-phase ops, each timed
+            # synchronised (Plan.profile), summed -- no upload of x, as PyTorch's resident x
+            plan = m._train_plan(b, m._train_config(y.shape), [x])
+            hp = m.optimizer.hparams()
+            plan.profile(x, y, hp)
+            sums = [sum(e["seconds"] for e in plan.profile(x, y, hp) if e["phase"] == "forward")
+                    for _ in range(a.repeats)]
+            out["device_s"] = statistics.median(sums)
+        return out
     xs, ys = zip(*(data(a.shape, rng) for _ in range(a.steps)))
     x, y = np.concatenate(xs), np.concatenate(ys)
     m.fit(x, y, batch_size=b, epochs=1, verbose=0, shuffle=False)          # warm-up: plans, data
@@ -260,6 +271,8 @@ def main():
                    "rnn variant": v if name.startswith("gpucmp") and device != "cpu" else "",
                    "ms": med * 1e3 if ok else None,
                    "min ms": min(r["min"] for r in ok) * 1e3 if ok else None,
+                   "device ms": (statistics.median(r["device_s"] for r in ok) * 1e3
+                                 if ok and "device_s" in ok[0] else None),
                    "rounds": len(ok), "torch/gpucmp": None, "torch-graph/gpucmp": None,
                    "cudnn tf32": ok[0].get("cudnn_allow_tf32", "") if ok else "", "note": note}
             if name.startswith("gpucmp"):
@@ -269,7 +282,7 @@ def main():
                     ratios = [p["s"] / r["s"] for (r, _), (p, _) in zip(res, pres) if r and p]
                     row[col] = statistics.median(ratios) if ratios else None
             rows.append(row)
-    print(table(rows, ["layer", "device", "mode", "framework", "rnn variant", "ms", "min ms", "rounds",
+    print(table(rows, ["layer", "device", "mode", "framework", "rnn variant", "ms", "min ms", "device ms", "rounds",
                        "torch/gpucmp", "torch-graph/gpucmp", "cudnn tf32", "note"]))
     if a.json:
         with open(a.json, "w") as f:
