@@ -68,7 +68,7 @@ def run_gpucmp(a):
     from gpucmp import keras
     gpucmp.set_device(a.device)
     if a.device != "cpu":
-        gpucmp.config.set_allow_tf32(a.allow_tf32)
+        gpucmp.config.set_tf32(a.allow_tf32)
     if a.variant != "auto":
         from gpucmp import variants
         variants.force(RNN_POINT, a.variant)
