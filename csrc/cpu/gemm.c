@@ -27,6 +27,7 @@
 #define _GNU_SOURCE /* sysconf(_SC_LEVEL2_CACHE_SIZE) in glibc */
 #include "cpu_kernels.h"
 #include "gpucmp_variants.h"
+#include "rnn_fast.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -75,9 +76,11 @@ static int variant_supported(int v)
     return v == GC_V_SIMD_GENERIC;
 }
 
-/* the registry's probe: cheap, so GPUCMP_FORCE / GPUCMP_CPU_SIMD are checked with it */
+/* the registry's probe of the CPU backend's points (cpu.rnn.simd: rnn_fast.c's): cheap,
+ * so GPUCMP_FORCE / GPUCMP_CPU_SIMD are checked with it */
 static int simd_probe(int point, int value, const char **why)
 {
+    if (point == GC_VP_CPU_RNN_SIMD) return gc_cpu_rnn_probe(value, why);
     if (point != GC_VP_CPU_GEMM_SIMD) return 1;
     if (!kernel_of(value)) {
         *why = "this build has only the portable micro-kernel (not x86)";
