@@ -19,7 +19,10 @@ GPUCMP_TEST_SEED=<seed> replays a run):
   block) in several configurations of every test above (forward, backward, the plan's
   per-gate dU, central differences), a mask of ones is no mask, and the masked cells
   against a per-gate hand computation of one step;
-- bad inputs: a ValueError / TypeError naming the argument.
+- bad inputs: a ValueError / TypeError naming the argument;
+- every CPU test at every available variant of cpu.rnn.simd (the fused kernels at each
+  SIMD level and the stepwise path; the `rnn_variant` parameter), and that `last` reports
+  the one that ran (stepwise for reset_before and recurrent dropout).
 CUDA cases are marked `cuda` (skipped without a CUDA backend); a `cuda:0` case is listed
 even where there is none, so the lead sees them skip rather than vanish.
 
@@ -33,7 +36,7 @@ import numpy as np
 import pytest
 
 import reference as ref
-from gpucmp import _core, ops
+from gpucmp import _core, ops, variants
 
 CELLS = ("simple", "lstm", "gru", "gru_reset_before")
 ACTS = ref.RNN_ACTIVATIONS
@@ -41,6 +44,30 @@ _BACKENDS = tuple(_core.backends())
 _CUDA = tuple(b for b in _BACKENDS if b.startswith("cuda")) or ("cuda:0",)
 BACKENDS = [pytest.param("cpu", id="cpu")] + [pytest.param(b, id=b, marks=pytest.mark.cuda) for b in _CUDA]
 DTYPES = ("float32", "float16", "bfloat16")
+RNN_POINT = "cpu.rnn.simd"
+RNN_VARIANTS = variants.available(RNN_POINT) if RNN_POINT in variants.points() else ["auto"]
+
+
+def pytest_generate_tests(metafunc):
+    """Every test with a backend runs at each CPU recurrence variant (other backends once)."""
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("rnn_variant", RNN_VARIANTS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def rnn_variant(request):
+    v = getattr(request, "param", None)
+    if v is None or v == "auto":
+        yield v
+        return
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    if params.get("backend", "cpu") != "cpu":
+        if v != RNN_VARIANTS[0]:
+            pytest.skip(f"{RNN_POINT} matters on the CPU backend only")
+        yield v
+        return
+    with variants.forced(RNN_POINT, v):
+        yield v
 # rel. norm error: float32 compute vs float64 (T steps of error growth); storage dtypes
 # (bfloat16: 8 mantissa bits in every saved gate value, compounded over T steps and through
 # the backward; measured up to ~2.5e-2 on 7-step GRUs with relu)
@@ -837,3 +864,23 @@ def test_rmask_two_steps_by_hand(backend, cell):
                        rmask=np.ones_like(pr.rmask), **pr.p)
     for k in ("dxw", "dh0"):
         np.testing.assert_allclose(go[k], gp[k], rtol=1e-6, atol=1e-7, err_msg=f"{what}: ones vs none {k}")
+
+
+@pytest.mark.parametrize("backend", [pytest.param("cpu", id="cpu")])
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_variant_that_ran_is_reported(backend, cell, rnn_variant):
+    """cpu.rnn.simd's `last`: the forced fused kernel for the cells it covers, stepwise for
+    reset_before and with a recurrent dropout mask; both ops."""
+    if rnn_variant in (None, "auto"):
+        pytest.skip("this build has no cpu.rnn.simd point")
+    rng = np.random.default_rng(_seed())
+    B, T, u = 3, 2, 5
+    Gu = gates(cell) * u
+    for rm in (None, np.ones((B, Gu))):
+        xw, U = rng.standard_normal((B, T, Gu)), rng.standard_normal((u, Gu)) * 0.3
+        out = core_forward(backend, "float32", xw, U, rmask=rm, cell=cell)
+        want = "stepwise" if cell == "gru_reset_before" or rm is not None else rnn_variant
+        assert variants.last(RNN_POINT) == want
+        core_backward(backend, "float32", out["save"].reshape(-1, B, T, u), U, dy=rng.standard_normal((B, u)),
+                      rmask=rm, cell=cell)
+        assert variants.last(RNN_POINT) == want
