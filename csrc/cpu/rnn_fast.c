@@ -357,17 +357,6 @@ static int rnn_supported(int v)
     return v == GC_V_RNN_GENERIC || v == GC_V_RNN_STEPWISE;
 }
 
-int gc_cpu_rnn_probe(int value, const char **why)
-{
-    if (rnn_supported(value)) return 1;
-#ifdef RNN_X86
-    *why = value == GC_V_RNN_AVX512 ? "this CPU has no AVX-512F + FMA" : "this CPU has no AVX2 + FMA";
-#else
-    *why = "this build has only the portable recurrence kernels (not x86)";
-#endif
-    return 0;
-}
-
 static atomic_int rnn_auto = -1;
 
 int gc_cpu_rnn_variant(void)

@@ -3,7 +3,7 @@
  * rnn.c owns the ops rnn_fwd / rnn_bwd and their stepwise path (one GEMM per step); it
  * hands the cells the fused kernels cover (SimpleRNN, LSTM, GRU reset_after, without a
  * recurrent dropout mask) to these, with the same arguments and semantics (gpucmp.h).
- * Also the variant point cpu.rnn.simd (its resolution and probe) and, for tests, the
+ * Also the variant point cpu.rnn.simd's resolution (gemm.c has the CPU probe) and, for tests, the
  * vectorised activations on their own.
  */
 #ifndef GPUCMP_RNN_FAST_H
@@ -33,8 +33,6 @@ int gc_cpu_rnn_fast_covers(const gc_rnn_params *p, const float *rmask);
 /* The fused kernels at SIMD variant v (AVX512, AVX2 or GENERIC). */
 gc_status gc_cpu_rnn_fast_fwd(int v, const gc_rnn_fwd_job *j);
 gc_status gc_cpu_rnn_fast_bwd(int v, const gc_rnn_bwd_job *j);
-/* The registry's probe for cpu.rnn.simd (gemm.c's CPU probe forwards to it). */
-int gc_cpu_rnn_probe(int value, const char **why);
 /* Tests: y = act(x) (deriv 0) or act'(from y = act(x)) (deriv 1) over n values with the
  * activation code of variant v; GC_ERR_UNSUPPORTED when this build / CPU lacks v. */
 gc_status gc_cpu_rnn_vact(int v, gc_rnn_act act, int deriv, const float *x, float *y, int64_t n);
