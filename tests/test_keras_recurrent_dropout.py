@@ -256,8 +256,10 @@ def test_rate_one_drops_simple_rnn_state_and_is_ignored_by_lstm_gru(rng):
     zm.compile(optimizer=gk.optimizers.SGD(1.0), loss="mse")
     w0 = [w[0], np.zeros_like(w[1]), w[2]]
     loss0, g0 = _sgd_grads(zm, zl, w0, x, t, 1.0)   # the same as a zero recurrent kernel
-    assert loss == loss0
-    np.testing.assert_array_equal(g[0], g0[0])
+    # to rounding: with a mask the CPU runs the stepwise recurrence, without one the fused
+    # kernels (cpu.rnn.simd), whose vector tanh and fused multiply-adds round differently
+    assert loss == pytest.approx(loss0, rel=1e-6)
+    np.testing.assert_allclose(g[0], g0[0], rtol=1e-6, atol=1e-7)
     for name, kw, _ in CELLS[1:]:
         results = []
         for rd in (0.0, 1.0):

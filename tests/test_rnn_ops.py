@@ -26,6 +26,9 @@ GPUCMP_TEST_SEED=<seed> replays a run):
   that give the persistent kernel several groups of rows and several CTAs per group,
   float16 / bfloat16 storage on it, a shape too large for it (forced: a clear error,
   auto: stepwise ran), and a CUDA-graph capture and replay of a training step through it.
+- every CPU test at every available variant of cpu.rnn.simd (the fused kernels at each
+  SIMD level and the stepwise path; the `rnn_variant` parameter), and that `last` reports
+  the one that ran (stepwise for reset_before and recurrent dropout).
 CUDA cases are marked `cuda` (skipped without a CUDA backend); a `cuda:0` case is listed
 even where there is none, so the lead sees them skip rather than vanish.
 
@@ -50,6 +53,30 @@ RNN_VARIANTS = ("stepwise", "persistent")
 BACKENDS = [pytest.param("cpu", id="cpu")] + [pytest.param(f"{b}/{v}", id=f"{b}-{v}", marks=pytest.mark.cuda)
                                               for b in _CUDA for v in RNN_VARIANTS]
 DTYPES = ("float32", "float16", "bfloat16")
+RNN_POINT = "cpu.rnn.simd"
+CPU_RNN_VARIANTS = variants.available(RNN_POINT) if RNN_POINT in variants.points() else ["auto"]
+
+
+def pytest_generate_tests(metafunc):
+    """Every test with a backend runs at each CPU recurrence variant (other backends once)."""
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("rnn_variant", CPU_RNN_VARIANTS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def rnn_variant(request):
+    v = getattr(request, "param", None)
+    if v is None or v == "auto":
+        yield v
+        return
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    if params.get("backend", "cpu") != "cpu":
+        if v != CPU_RNN_VARIANTS[0]:
+            pytest.skip(f"{RNN_POINT} matters on the CPU backend only")
+        yield v
+        return
+    with variants.forced(RNN_POINT, v):
+        yield v
 # rel. norm error: float32 compute vs float64 (T steps of error growth); storage dtypes
 # (bfloat16: 8 mantissa bits in every saved gate value, compounded over T steps and through
 # the backward; measured up to ~2.5e-2 on 7-step GRUs with relu)
@@ -1007,3 +1034,21 @@ def test_persistent_recurrence_in_a_captured_graph(cell):
     for k in wg:
         np.testing.assert_array_equal(wg[k], we[k], err_msg=f"{k} seed={seed} {cell}")
     assert np.isfinite(sg["loss"]) and sg == se, (sg, se)
+@pytest.mark.parametrize("backend", [pytest.param("cpu", id="cpu")])
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_variant_that_ran_is_reported(backend, cell, rnn_variant):
+    """cpu.rnn.simd's `last`: the forced fused kernel for the cells it covers, stepwise for
+    reset_before and with a recurrent dropout mask; both ops."""
+    if rnn_variant in (None, "auto"):
+        pytest.skip("this build has no cpu.rnn.simd point")
+    rng = np.random.default_rng(_seed())
+    B, T, u = 3, 2, 5
+    Gu = gates(cell) * u
+    for rm in (None, np.ones((B, Gu))):
+        xw, U = rng.standard_normal((B, T, Gu)), rng.standard_normal((u, Gu)) * 0.3
+        out = core_forward(backend, "float32", xw, U, rmask=rm, cell=cell)
+        want = "stepwise" if cell == "gru_reset_before" or rm is not None else rnn_variant
+        assert variants.last(RNN_POINT) == want
+        core_backward(backend, "float32", out["save"].reshape(-1, B, T, u), U, dy=rng.standard_normal((B, u)),
+                      rmask=rm, cell=cell)
+        assert variants.last(RNN_POINT) == want

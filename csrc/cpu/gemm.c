@@ -75,9 +75,37 @@ static int variant_supported(int v)
     return v == GC_V_SIMD_GENERIC;
 }
 
-/* the registry's probe: cheap, so GPUCMP_FORCE / GPUCMP_CPU_SIMD are checked with it */
+/* cpu.rnn.simd (csrc/cpu/rnn_fast.c): avx512 needs AVX-512F + FMA, avx2 AVX2 + FMA; the
+ * portable and stepwise paths run everywhere. Here, so that every program linking the GEMM
+ * links the probe without the recurrence kernels. */
+static int rnn_probe(int value, const char **why)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const int fma = __builtin_cpu_supports("fma");
+    if (value == GC_V_CRNN_AVX512 && !(fma && __builtin_cpu_supports("avx512f"))) {
+        *why = "this CPU has no AVX-512F + FMA";
+        return 0;
+    }
+    if (value == GC_V_CRNN_AVX2 && !(fma && __builtin_cpu_supports("avx2"))) {
+        *why = "this CPU has no AVX2 + FMA";
+        return 0;
+    }
+    return 1;
+#else
+    if (value == GC_V_CRNN_AVX512 || value == GC_V_CRNN_AVX2) {
+        *why = "this build has only the portable recurrence kernels (not x86)";
+        return 0;
+    }
+    return 1;
+#endif
+}
+
+/* the registry's probe of the CPU backend's points (cpu.rnn.simd: rnn_fast.c's): cheap,
+ * so GPUCMP_FORCE / GPUCMP_CPU_SIMD are checked with it */
 static int simd_probe(int point, int value, const char **why)
 {
+    if (point == GC_VP_CPU_RNN_SIMD) return rnn_probe(value, why);
     if (point != GC_VP_CPU_GEMM_SIMD) return 1;
     if (!kernel_of(value)) {
         *why = "this build has only the portable micro-kernel (not x86)";

@@ -1,6 +1,10 @@
 /* rnn.c -- the recurrence of SimpleRNN / LSTM / GRU on the CPU: rnn_fwd and rnn_bwd
  * (gpucmp.h has the interface, the save layout and the masking rules).
  *
+ * The cells and calls rnn_fast.c covers (SimpleRNN, LSTM, GRU reset_after, no rmask) go
+ * to its fused kernels unless cpu.rnn.simd is forced to "stepwise"; this file is the
+ * stepwise path, for the rest (reset_before, recurrent dropout) and as the reference.
+ *
  * Only the sequential part: the plan has already computed xw = x.W + b for all steps and
  * does the weight-gradient GEMMs after the backward. Per step there is one small GEMM of
  * the states with the recurrent kernel (the backend's own gc_cpu_sgemm: h.U forward,
@@ -20,6 +24,8 @@
 #include <string.h>
 
 #include "gpucmp_rnn_act.h"
+#include "gpucmp_variants.h"
+#include "rnn_fast.h"
 
 #define RNN_PAR_MIN 16384 /* elements of one step's gate pass worth spreading over threads */
 
@@ -42,12 +48,7 @@ static inline int used(const float *mask, int64_t T, int64_t b, int64_t t) { ret
 
 /* ------------------------------------------------------------------ forward */
 
-typedef struct {
-    const gc_rnn_params *p;
-    int64_t B, T, u;
-    const float *xw, *U, *h0, *c0, *mask, *bh, *rmask;
-    float *y, *save, *hT, *cT;
-} rnn_fwd_args;
+typedef gc_rnn_fwd_job rnn_fwd_args;
 
 static gc_status rnn_forward(const rnn_fwd_args *a)
 {
@@ -163,12 +164,7 @@ static gc_status rnn_forward(const rnn_fwd_args *a)
 
 /* ------------------------------------------------------------------ backward */
 
-typedef struct {
-    const gc_rnn_params *p;
-    int64_t B, T, u;
-    const float *dy, *dhT, *dcT, *U, *save, *mask, *rmask;
-    float *dxw, *dm, *dh0, *dc0;
-} rnn_bwd_args;
+typedef gc_rnn_bwd_job rnn_bwd_args;
 
 static gc_status rnn_backward(const rnn_bwd_args *a)
 {
@@ -326,6 +322,12 @@ gc_status gc_cpu_op_rnn_fwd(const gc_backend *be, const gc_op_call *call)
                       in_or_null(call->in[4]), in_or_null(call->in[5]), in_or_null(call->in[6]),
                       call->out[0]->data, out_or_null(call->out[1]), out_or_null(call->out[2]),
                       out_or_null(call->out[3])};
+    const int v = gc_cpu_rnn_variant();
+    if (v != GC_V_CRNN_STEPWISE && gc_cpu_rnn_fast_covers(a.p, a.rmask)) {
+        gc_variant_ran(GC_VP_CPU_RNN_SIMD, v);
+        return gc_cpu_rnn_fast_fwd(v, &a);
+    }
+    gc_variant_ran(GC_VP_CPU_RNN_SIMD, GC_V_CRNN_STEPWISE);
     return rnn_forward(&a);
 }
 
@@ -338,5 +340,11 @@ gc_status gc_cpu_op_rnn_bwd(const gc_backend *be, const gc_op_call *call)
                       call->in[3]->data, save->data, in_or_null(call->in[5]), in_or_null(call->in[6]),
                       call->out[0]->data, out_or_null(call->out[1]), out_or_null(call->out[2]),
                       out_or_null(call->out[3])};
+    const int v = gc_cpu_rnn_variant();
+    if (v != GC_V_CRNN_STEPWISE && gc_cpu_rnn_fast_covers(a.p, a.rmask)) {
+        gc_variant_ran(GC_VP_CPU_RNN_SIMD, v);
+        return gc_cpu_rnn_fast_bwd(v, &a);
+    }
+    gc_variant_ran(GC_VP_CPU_RNN_SIMD, GC_V_CRNN_STEPWISE);
     return rnn_backward(&a);
 }

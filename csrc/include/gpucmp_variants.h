@@ -40,6 +40,13 @@ extern "C" {
 #define GC_VARIANTS_CPU_GEMM_SIMD(V, P) \
     V(P, AUTO, "auto", 0) V(P, AVX512, "avx512", 0) V(P, FMA, "fma", 0) V(P, GENERIC, "generic", 0)
 
+/* the CPU recurrence (rnn_fwd / rnn_bwd): the fused kernels of csrc/cpu/rnn_fast.c at a
+ * SIMD level, or "stepwise" (rnn.c's GEMM per step; also what reset_before GRUs and
+ * recurrent dropout masks always run) */
+#define GC_VARIANTS_CPU_RNN_SIMD(V, P) \
+    V(P, AUTO, "auto", 0) V(P, AVX512, "avx512", 0) V(P, AVX2, "avx2", 0) V(P, GENERIC, "generic", 0) \
+    V(P, STEPWISE, "stepwise", 0)
+
 #define GC_VARIANTS_CUDA_GEMM_PATH(V, P) \
     V(P, AUTO, "auto", 0) V(P, SIMT, "simt", 0) V(P, MMA, "mma", 0) V(P, WGMMA, "wgmma", 0) \
     V(P, SMALL, "small", 0) V(P, VENDOR, "vendor", GC_VARIANT_REPORT_ONLY) \
@@ -82,6 +89,8 @@ extern "C" {
 #define GC_VARIANT_POINTS(C, K) \
     C(CPU_GEMM_SIMD, "cpu.gemm.simd", "cpu", GC_VARIANTS_CPU_GEMM_SIMD, \
       "CPU GEMM micro-kernel (gemm, conv2d): AVX-512, AVX+FMA or portable C") \
+    C(CPU_RNN_SIMD, "cpu.rnn.simd", "cpu", GC_VARIANTS_CPU_RNN_SIMD, \
+      "CPU recurrence kernel (rnn_fwd, rnn_bwd): fused AVX-512, AVX2+FMA or portable C, or stepwise") \
     C(CUDA_GEMM_PATH, "cuda.gemm.path", "cuda", GC_VARIANTS_CUDA_GEMM_PATH, \
       "CUDA GEMM kernel: exact-f32 SIMT, mma.sync, Hopper wgmma, small tiles + split K") \
     C(CUDA_CONV2D_FWD, "cuda.conv2d.fwd", "cuda", GC_VARIANTS_CUDA_CONV2D_FWD, \
@@ -119,6 +128,7 @@ typedef enum { GC_VARIANT_POINTS(GC_VP_ENUM_C_, GC_VP_ENUM_K_) GC_VP_COUNT } gc_
 
 #define GC_V_ENUM_(P, suffix, name, flags) P##suffix,
 enum { GC_VARIANTS_CPU_GEMM_SIMD(GC_V_ENUM_, GC_V_SIMD_) };
+enum { GC_VARIANTS_CPU_RNN_SIMD(GC_V_ENUM_, GC_V_CRNN_) };
 enum { GC_VARIANTS_CUDA_GEMM_PATH(GC_V_ENUM_, GC_V_GEMM_) };
 enum { GC_VARIANTS_CUDA_CONV2D_FWD(GC_V_ENUM_, GC_V_FWD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_BWD_DATA(GC_V_ENUM_, GC_V_BWDD_) };

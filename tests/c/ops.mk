@@ -28,15 +28,16 @@ OPS_SRC := $(addprefix $(ROOT)/csrc/cpu/,act.c conv2d.c pool2d.c loss.c dropout.
 OPS_GEMM := $(wildcard $(ROOT)/csrc/cpu/gemm*.c)
 OPS_DYN_SRC := $(addprefix $(ROOT)/csrc/cpu/,dropout.c optim.c embedding.c) \
                $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
-OPS_RNN_SRC := $(ROOT)/csrc/cpu/rnn.c $(addprefix $(ROOT)/csrc/core/,validate.c oplist.c status.c dtype.c geometry.c variants.c)
+OPS_RNN_SRC := $(ROOT)/csrc/cpu/rnn.c $(ROOT)/csrc/cpu/rnn_fast.c $(addprefix $(ROOT)/csrc/core/,validate.c oplist.c status.c dtype.c geometry.c variants.c)
 # tiles of a few hundred floats and no minimum work for threading
 OPS_TINY := -DGC_CONV_TILE_BYTES=2048 -DGC_CONV_SHARED_TILE_BYTES=3000 -DGC_CONV_PAR_MIN_FLOPS=0
 
 ops-all: $(BUILD)/test_cpu_ops $(BUILD)/test_cpu_ops_tiny $(BUILD)/test_dyn \
          $(BUILD)/test_cpu_fast $(BUILD)/test_cpu_fast_tiny $(BUILD)/test_rnn
 
-# test_rnn: the recurrent ops (csrc/cpu/rnn.c) through validation and the adapters
-$(BUILD)/test_rnn: $(T)/test_rnn.c $(OPS_RNN_SRC) $(OPS_GEMM) $(HDRS)
+# test_rnn: the recurrent ops (csrc/cpu/rnn.c, rnn_fast.c) through validation and the
+# adapters, at every cpu.rnn.simd variant the CPU has
+$(BUILD)/test_rnn: $(T)/test_rnn.c $(OPS_RNN_SRC) $(OPS_GEMM) $(HDRS) $(ROOT)/csrc/cpu/rnn_fast.h $(ROOT)/csrc/cpu/rnn_fast_kernel.inc
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -g $(INC) $(OPS_RNN_SRC) $(OPS_GEMM) $(T)/test_rnn.c -lm -o $@
 

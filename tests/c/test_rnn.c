@@ -14,6 +14,7 @@
  * about memory safety and the C interface. Usage: test_rnn [--small]; exit 0 on success.
  */
 #include "cpu_kernels.h"
+#include "gpucmp_variants.h"
 #include "harness.h"
 
 #include <math.h>
@@ -241,13 +242,23 @@ int main(int argc, char **argv)
 {
     const int small = argc > 1 && strcmp(argv[1], "--small") == 0;
     validation();
-    for (int cell = 0; cell < 4; cell++) {
-        for (int cfg = 0; cfg < 8; cfg++)
-            one((gc_rnn_cell)cell, 3 + cfg % 3, 1 + cfg, 1 + 3 * cfg % 8, cfg & 1, (cfg >> 1) & 1, (cfg >> 2) & 1, 1);
-        /* the threaded gate pass (B * G * u >= 16384) */
-        if (!small) one((gc_rnn_cell)cell, 64, 4, 96, cell & 1, 1, 0, 0);
-        else one((gc_rnn_cell)cell, 48, 2, 120, 0, 1, 0, 0);
+    gc_cpu_register_variants();
+    /* every variant of cpu.rnn.simd this CPU runs: the fused kernels and the stepwise path */
+    static const char *const rv[] = {"avx512", "avx2", "generic", "stepwise"};
+    for (int vi = 0; vi < 4; vi++) {
+        if (gc_variant_force("cpu.rnn.simd", rv[vi]) != GC_OK) {
+            printf("test_rnn: cpu.rnn.simd=%s not on this CPU, skipped\n", rv[vi]);
+            continue;
+        }
+        for (int cell = 0; cell < 4; cell++) {
+            for (int cfg = 0; cfg < 8; cfg++)
+                one((gc_rnn_cell)cell, 3 + cfg % 3, 1 + cfg, 1 + 3 * cfg % 8, cfg & 1, (cfg >> 1) & 1, (cfg >> 2) & 1, 1);
+            /* the threaded paths (stepwise: B * G * u >= 16384) */
+            if (!small) one((gc_rnn_cell)cell, 64, 4, 96, cell & 1, 1, 0, 0);
+            else one((gc_rnn_cell)cell, 48, 2, 120, 0, 1, 0, 0);
+        }
     }
+    gc_variant_reset(NULL);
     printf("test_rnn: %ld checks, %ld failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
