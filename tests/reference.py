@@ -832,6 +832,11 @@ def mul_bcast(x, m):
     return _f64(x) * _f64(m)[:, None, :]
 
 
+def reverse_seq(x):
+    """x (A, T, C) with its middle (time) axis reversed, in float64."""
+    return _f64(x)[:, ::-1, :]
+
+
 def rnn_forward(xw, U, h0=None, c0=None, mask=None, bh=None, cell="lstm", activation="tanh",
                 recurrent_activation="sigmoid", go_backwards=False, sequences=False,
                 zero_output_for_mask=False, rmask=None):

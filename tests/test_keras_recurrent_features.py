@@ -141,15 +141,19 @@ def test_layers_without_mask_support_drop_the_mask_with_a_warning(rng):
         model.predict(rng.integers(0, V, (2, T)), verbose=0)
 
 
-def test_a_masked_model_output_is_refused_in_training_but_predicts(rng):
-    T, V, u = 5, 9, 3
-    model = gk.Sequential([gk.Input((T,)), gk.layers.Embedding(V, 3, mask_zero=True),
-                           gk.layers.LSTM(u, return_sequences=True)])
-    ids = rng.integers(0, V, (4, T))
-    assert model.predict(ids, verbose=0).shape == (4, T, u)
-    model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(NotImplementedError, match="mask"):
-        model.train_on_batch(ids, np.zeros((4, T, u), np.float32))
+def test_a_masked_model_output_trains_with_keras_masked_loss(rng):
+    """The output's mask weights the loss per step as Keras 3 does (sum over the unmasked
+    steps / their count); more cases in test_keras_bidirectional.py."""
+    T, V, u, B = 5, 9, 3, 6
+
+    def build(K):
+        return K.Sequential([K.Input((T,)), K.layers.Embedding(V, 3, mask_zero=True),
+                             K.layers.LSTM(u, return_sequences=True)])
+    ids = _padded_ids(rng, B, T, V)
+    yk, yg, wk, wg = _sgd_step_both(build, rng, ids, (B, T, u))
+    assert rel_err(yg, yk) < 1e-5
+    for a, b in zip(wg, wk):
+        assert rel_err(a, b) < 1e-5
 
 
 # ------------------------------------------------------------------ states

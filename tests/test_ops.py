@@ -1548,6 +1548,26 @@ def case_mul_bcast(c):
                      (np.zeros((2, 3, 4), c.out_dtype()),), {})
 
 
+def case_reverse_seq(c):
+    r = c.rng
+    for shape in [(1, 1, 1), (2, 7, 1), (3, 5, 4), (int(r.integers(1, 9)), int(r.integers(1, 30)),
+                                                    int(r.integers(1, 20))), (16, 64, 33)]:
+        x = c.normal(shape)
+        c.what = f"x {shape}"
+        y = np.full(shape, np.nan, c.out_dtype())
+        _core.run_op("reverse_seq", c.backend, (c.arg(x),), (y,), {})
+        c.check("y", y, ref.reverse_seq(x), tol=0.0)
+        back = np.full(shape, np.nan, c.out_dtype())     # its own inverse (the backward)
+        _core.run_op("reverse_seq", c.backend, (y,), (back,), {})
+        c.check("reverse of the reverse", back, x, tol=0.0)
+    xa = c.arg(np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="alias"):
+        _core.run_op("reverse_seq", c.backend, (xa,), (xa,), {})
+    with pytest.raises(ValueError, match="'y'"):
+        _core.run_op("reverse_seq", c.backend, (c.arg(np.zeros((2, 3, 4))),),
+                     (np.zeros((2, 4, 3), c.out_dtype()),), {})
+
+
 # The registry: op name -> case. test_every_op_has_a_case fails when an op of
 # GC_OP_LIST has none, so a new op cannot skip its tests.
 OP_CASES = {
@@ -1588,6 +1608,7 @@ OP_CASES = {
     "slice_cols": case_slice_cols,
     "seq_mask": case_seq_mask,
     "mul_bcast": case_mul_bcast,
+    "reverse_seq": case_reverse_seq,
 }
 # the recurrent ops' cases (rnn_fwd, rnn_bwd) live in tests/test_rnn_ops.py
 from test_rnn_ops import OP_CASES as _RNN_CASES  # noqa: E402
@@ -1646,7 +1667,8 @@ def test_arity_matches_the_header():
             "embedding_bwd": (2, 1), "reduce_sum": (1, 1), "scale_cast": (1, 2),
             "loss_scale_update": (0, 3), "add": (8, 1), "mul": (2, 1), "batchnorm_fwd": (4, 4),
             "batchnorm_bwd": (5, 4), "pad2d_fwd": (1, 1), "pad2d_bwd": (1, 1), "concat": (8, 1),
-            "slice_cols": (1, 1), "seq_mask": (1, 1), "mul_bcast": (2, 1)}
+            "slice_cols": (1, 1), "seq_mask": (1, 1), "mul_bcast": (2, 1),
+            "reverse_seq": (1, 1)}
     for op, arity in want.items():
         if op in _core.op_names():
             assert tuple(_core.op_arity(op)) == arity, op

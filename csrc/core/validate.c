@@ -953,6 +953,23 @@ static gc_status v_mul_bcast(const gc_op_call *c)
     return GC_OK;
 }
 
+/* reverse_seq: x (A, T, C) float -> y (x's shape and dtype), not in place */
+static gc_status v_reverse_seq(const gc_op_call *c)
+{
+    const gc_tensor *x = c->in[0], *y = c->out[0];
+    TRY(need(c, x, "x")); TRY(need(c, y, "y"));
+    TRY(rank(c, x, "x", 3));
+    if ((unsigned)x->dtype >= GC_DTYPE_COUNT || !is_float(x->dtype))
+        return gc_fail(GC_ERR_DTYPE, "reverse_seq: 'x' must be a float tensor");
+    TRY(match(c, y, "y", x, "x"));
+    if (y->dtype != x->dtype)
+        return gc_fail(GC_ERR_DTYPE, "reverse_seq: 'y' must have the dtype of 'x' (%s), got %s",
+                       gc_dtype_name(x->dtype), gc_dtype_name(y->dtype));
+    if (y->data == x->data && gc_tensor_numel(x) > 0)
+        return gc_fail(GC_ERR_INVALID_ARG, "reverse_seq: 'y' must not alias 'x' (the op is not in place)");
+    return GC_OK;
+}
+
 /* the shared rules, one name per op */
 static gc_status v_maxpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }
 static gc_status v_avgpool2d_fwd(const gc_op_call *c) { return v_pool_fwd(c); }

@@ -5,8 +5,12 @@
  * reads. mul_bcast multiplies a (A, M, C) tensor by a (A, C) float32 factor repeated
  * along M: Masking's output and gradient (C = 1), and the variational dropout of a
  * recurrent layer's inputs, one mask per row reused at every step (M = T). Both are one
- * pass, rows in parallel; mul_bcast may run in place. */
+ * pass, rows in parallel; mul_bcast may run in place. reverse_seq reverses the middle
+ * (time) axis of a (A, T, C) tensor: Bidirectional's backward outputs back in input
+ * order, and their gradient (the op is its own inverse). */
 #include "cpu_kernels.h"
+
+#include <string.h>
 
 gc_status gc_cpu_op_seq_mask(const gc_backend *be, const gc_op_call *call)
 {
@@ -38,5 +42,19 @@ gc_status gc_cpu_op_mul_bcast(const gc_backend *be, const gc_op_call *call)
             const int64_t o = (a * M + j) * C;
             for (int64_t c = 0; c < C; c++) y[o + c] = xs[o + c] * m[a * C + c];
         }
+    return GC_OK;
+}
+
+gc_status gc_cpu_op_reverse_seq(const gc_backend *be, const gc_op_call *call)
+{
+    (void)be;
+    const gc_tensor *x = call->in[0];
+    const int64_t A = x->shape[0], T = x->shape[1], C = x->shape[2];
+    const float *xs = x->data;
+    float *y = call->out[0]->data;
+#pragma omp parallel for schedule(static) if (A * T * C >= 32768)
+    for (int64_t a = 0; a < A; a++)
+        for (int64_t t = 0; t < T; t++)
+            memcpy(y + (a * T + t) * C, xs + (a * T + (T - 1 - t)) * C, (size_t)C * sizeof *y);
     return GC_OK;
 }

@@ -270,6 +270,10 @@ typedef struct { int64_t offset; } gc_slice_params;
  *        dtype) = x * m[:, None, :], y may alias x: Masking's output x * mask (C = 1) and
  *        its gradient, and a variational dropout mask (B, F) applied at every step of a
  *        (B, T, F) sequence (M = T) and to its gradient. */
+/* reverse_seq: in x (A, T, C) of any float dtype; out y (x's shape and dtype, must not
+ *        alias x) = x[:, T-1-t, :]: a sequence in reverse time order -- Bidirectional's
+ *        backward outputs put back in input order, and (being its own inverse) their
+ *        gradient. */
 typedef struct { float value; } gc_seq_mask_params;
 
 typedef enum { GC_RNN_SIMPLE = 0, GC_RNN_LSTM, GC_RNN_GRU /* reset_after=True */, GC_RNN_GRU_RESET_BEFORE } gc_rnn_cell;
@@ -323,7 +327,8 @@ int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2
     X(RNN_BWD, rnn_bwd, gc_rnn_params, 7, 4)                                 \
     /* sequence masks: {cpu,cuda}/seq_mask */                                \
     X(SEQ_MASK, seq_mask, gc_seq_mask_params, 1, 1)                          \
-    X(MUL_BCAST, mul_bcast, gc_no_params, 2, 1)
+    X(MUL_BCAST, mul_bcast, gc_no_params, 2, 1)                              \
+    X(REVERSE_SEQ, reverse_seq, gc_no_params, 1, 1)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,

@@ -47,6 +47,10 @@ typedef enum {
     GC_LAYER_MASKING,     /* Keras Masking: inputs x (T, F) and its mask (T,): x * mask   */
     GC_LAYER_SELECT,      /* one output of a node with several: elements [select_offset,
                            * select_offset + out_numel) of each sample of its input      */
+    GC_LAYER_REVERSE,     /* a (T, ...) sample in reverse time order (axis 0): Bidirectional's
+                           * backward outputs back in input order                         */
+    GC_LAYER_SCALE,       /* x * scale (Bidirectional's merge_mode "ave")                 */
+    GC_LAYER_MASK_OR,     /* Keras masks (T,) float32 of n inputs OR-ed: the mask of a merge */
     GC_LAYER_COUNT
 } gc_layer_kind;
 
@@ -92,6 +96,7 @@ typedef struct {
                                             * implementation 1: recurrent_dropout != 0) */
     float mask_value;                      /* seq_mask */
     int64_t select_offset;                 /* select */
+    float scale;                           /* scale: the factor */
     int trainable;                         /* snapshot taken at compile() */
     void *weights[GC_LAYER_MAX_WEIGHTS];   /* backend memory, float32; owned by caller */
     gc_dtype dtype;                        /* compute dtype (Keras' policy): activations and
@@ -125,6 +130,12 @@ typedef struct {
      * loss_scale_growth good steps double it. All decided on the device. */
     int loss_scaling;
     int loss_scale_growth;
+    /* Keras' masked loss: when has_loss_mask, node loss_mask_node (a float32 0/1 mask with
+     * one value per loss row of a sample, e.g. the (T,) step mask of a (T, C) output; it
+     * may feed no other node) weights the loss rows as Keras 3 does: the batch's loss is
+     * sum(loss * mask) / sum(mask) (0 when nothing is unmasked), its gradient likewise. */
+    int has_loss_mask;
+    int loss_mask_node;
 } gc_train_desc;
 
 /* Sums over the rows of one call (divide by rows for means). */

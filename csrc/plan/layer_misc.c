@@ -1,5 +1,6 @@
 /* layer_misc.c -- the plan nodes without weights that keep the element count: model
- * inputs, Reshape/Flatten (views: no work, no copy), Dropout and Activation. */
+ * inputs, Reshape/Flatten (views: no work, no copy), Dropout, Activation, and scale (x
+ * times a constant: Bidirectional's merge_mode "ave" after the add). */
 #include "plan_internal.h"
 
 static gc_status same_count(const gc_layer_desc *d, int idx, int n_in, const int64_t (*in)[GC_MAX_DIMS - 1],
@@ -78,7 +79,33 @@ static gc_status act_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t s
     return gc_node_deliver(p, l, 0, rows);
 }
 
+/* ---------------------------------------------------------------- scale */
+
+/* y = x * scale (scale_cast within one dtype: float32 arithmetic, one rounding) */
+static gc_status scaled(gc_plan *p, const plan_node *l, int64_t rows, void *x, void *y)
+{
+    gc_scale_cast_params sp = {l->d.scale, NULL, 0};
+    gc_tensor tx = gc_t1(x, l->dt, rows * l->out_numel), ty = gc_t1(y, l->dt, rows * l->out_numel);
+    return gc_plan_run(p, GC_OP_SCALE_CAST, &sp, &tx, NULL, NULL, &ty, NULL, NULL);
+}
+
+static gc_status scale_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
+{
+    (void)mode, (void)seed;
+    return scaled(p, l, rows, gc_node_input(p, l, 0), l->out);
+}
+
+static gc_status scale_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t seed)
+{
+    (void)seed;
+    if (!l->in_grad[0]) return GC_OK;
+    gc_tensor gx = gc_node_gin_tensor(p, l, 0, rows);
+    TRY(scaled(p, l, rows, l->gout, gx.data));
+    return gc_node_deliver(p, l, 0, rows);
+}
+
 const gc_layer_ops gc_layer_input = {"input", 0, 0, NULL, NULL, NULL, NULL, 0, 0};
 const gc_layer_ops gc_layer_reshape = {"reshape", 1, 1, same_count, NULL, NULL, reshape_backward, 1, 0};
 const gc_layer_ops gc_layer_dropout = {"dropout", 1, 1, same_count, NULL, dropout_forward, dropout_backward, 0, 1};
 const gc_layer_ops gc_layer_activation = {"activation", 1, 1, same_count, NULL, act_forward, act_backward, 0, 1};
+const gc_layer_ops gc_layer_scale = {"scale", 1, 1, same_count, NULL, scale_forward, scale_backward, 0, 0};

@@ -1,5 +1,6 @@
-/* layer_seq_mask.c -- Keras masks as plan nodes: "seq_mask" computes a step mask, and
- * "masking" applies one (the Masking layer's output).
+/* layer_seq_mask.c -- Keras masks as plan nodes: "seq_mask" computes a step mask,
+ * "masking" applies one (the Masking layer's output), and "mask_or" joins the masks of a
+ * merge layer's inputs (Keras' rule for Add / Multiply / Concatenate: logical OR).
  *
  * Keras attaches a (B, T) boolean mask to a tensor (Embedding(mask_zero=True): ids != 0;
  * Masking(mask_value): any(x != mask_value) over the features) and hands it to the layers
@@ -76,3 +77,44 @@ static gc_status masking_backward(gc_plan *p, plan_node *l, int64_t rows, uint64
 
 const gc_layer_ops gc_layer_masking = {"masking", 2, 2, masking_check, NULL, masking_forward, masking_backward,
                                        0, 0, 0, NULL, 0, 0};
+
+/* ---------------------------------------------------------------- mask_or */
+
+/* priv[0]: the n masks side by side per step, (rows * T, n) */
+static gc_status mor_check(const gc_layer_desc *d, int idx, int n_in, const int64_t (*in)[GC_MAX_DIMS - 1],
+                           const int *nd)
+{
+    int64_t T = gc_numel(d->out_shape, d->out_ndim);
+    for (int k = 0; k < n_in; k++)
+        if (gc_numel(in[k], nd[k]) != T)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: mask_or node %d: mask %d has %lld steps, the output %lld", idx,
+                           k, (long long)gc_numel(in[k], nd[k]), (long long)T);
+    return GC_OK;
+}
+
+static gc_status mor_setup(gc_plan *p, plan_node *l)
+{
+    return gc_plan_alloc(p, p->max_batch * l->out_numel * l->n_in, GC_F32, &l->priv[0]);
+}
+
+/* or = any(m_k != 0) over k: the masks interleaved (concat of (rows*T, 1) columns), then
+ * seq_mask with value 0 over that last axis */
+static gc_status mor_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
+{
+    (void)mode, (void)seed;
+    const int64_t R = rows * l->out_numel;
+    gc_tensor m[GC_NODE_MAX_INPUTS];
+    const gc_tensor *in[GC_NODE_MAX_INPUTS];
+    for (int k = 0; k < l->n_in; k++) {
+        m[k] = gc_t2(p->L[l->in[k]].out, GC_F32, R, 1);
+        in[k] = &m[k];
+    }
+    gc_tensor side = gc_t2(l->priv[0], GC_F32, R, l->n_in), y = gc_t1(l->out, GC_F32, R);
+    gc_tensor *out[1] = {&side};
+    TRY(gc_plan_run_n(p, GC_OP_CONCAT, &(gc_no_params){0}, in, l->n_in, out, 1));
+    gc_seq_mask_params mp = {0.0f};
+    return gc_plan_run(p, GC_OP_SEQ_MASK, &mp, &side, NULL, NULL, &y, NULL, NULL);
+}
+
+const gc_layer_ops gc_layer_mask_or = {"mask_or", 2, GC_NODE_MAX_INPUTS, mor_check, NULL, mor_forward, NULL,
+                                       0, 0, 0, mor_setup, 1, 1};

@@ -5,7 +5,7 @@
 extern const gc_layer_ops gc_layer_dense, gc_layer_conv2d, gc_layer_maxpool2d, gc_layer_avgpool2d,
     gc_layer_reshape, gc_layer_dropout, gc_layer_activation, gc_layer_input, gc_layer_add, gc_layer_multiply,
     gc_layer_concat, gc_layer_batchnorm, gc_layer_pad2d, gc_layer_embedding, gc_layer_rnn,
-    gc_layer_seq_mask, gc_layer_masking, gc_layer_select;
+    gc_layer_seq_mask, gc_layer_masking, gc_layer_select, gc_layer_reverse, gc_layer_scale, gc_layer_mask_or;
 
 static const gc_layer_ops *const kinds[GC_LAYER_COUNT] = {
     [GC_LAYER_DENSE] = &gc_layer_dense,         [GC_LAYER_CONV2D] = &gc_layer_conv2d,
@@ -17,6 +17,8 @@ static const gc_layer_ops *const kinds[GC_LAYER_COUNT] = {
     [GC_LAYER_PAD2D] = &gc_layer_pad2d,         [GC_LAYER_EMBEDDING] = &gc_layer_embedding,
     [GC_LAYER_RNN] = &gc_layer_rnn,             [GC_LAYER_SEQ_MASK] = &gc_layer_seq_mask,
     [GC_LAYER_MASKING] = &gc_layer_masking,     [GC_LAYER_SELECT] = &gc_layer_select,
+    [GC_LAYER_REVERSE] = &gc_layer_reverse,     [GC_LAYER_SCALE] = &gc_layer_scale,
+    [GC_LAYER_MASK_OR] = &gc_layer_mask_or,
 };
 
 const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind)

@@ -4,7 +4,15 @@
  * casts y_pred). A softmax / sigmoid output with a cross-entropy loss is fused: the last
  * node runs linear and the loss is computed from the logits, as TensorFlow does, while
  * metrics see the probabilities predict() returns. Per-row values are summed on the
- * device in device-resident mode (no transfer per step), else downloaded once. */
+ * device in device-resident mode (no transfer per step), else downloaded once.
+ *
+ * A masked output (Keras 3, losses/loss.py apply_mask with "sum_over_batch_size") weights
+ * each loss row r by w_r = mask_r * R / sum(mask) -- 0 for every row when nothing is
+ * unmasked (divide_no_nan) -- so the batch loss sum(l * w) / R is sum(l * mask) /
+ * sum(mask) and its gradient dl * mask / sum(mask). All on the device: sum(mask) by
+ * reduce_sum (plus 1e-20, which leaves any count >= 1 unchanged and makes an all-masked
+ * batch 0 * R / 1e-20 = 0), w by scale_cast dividing by it, the products by mul /
+ * mul_bcast. Metrics stay unmasked (the Python side refuses them on a masked output). */
 #include "plan_internal.h"
 
 #include <stdlib.h>
@@ -29,6 +37,24 @@ static gc_status total(gc_plan *p, void *rows_buf, int64_t n, int slot, double *
     gc_tensor x = gc_t1(rows_buf, GC_F32, n), y = gc_t1((float *)p->acc + slot, GC_F32, 1);
     *sum = 0.0;
     return gc_plan_run(p, GC_OP_REDUCE_SUM, &rp, &x, NULL, NULL, &y, NULL, NULL);
+}
+
+static gc_tensor t3_of(void *data, int64_t R, int64_t C)
+{
+    int64_t shape[3] = {R, C, 1};
+    return gc_tensor_make(data, GC_F32, 3, shape);
+}
+
+/* w = mask * R / (sum(mask) + 1e-20) for the R loss rows of this call */
+static gc_status loss_mask_weights(gc_plan *p, int64_t R)
+{
+    gc_reduce_params set = {0, 1.0f}, add = {1, 1.0f};
+    gc_tensor eps = gc_t1(p->mask_eps, GC_F32, 1), valid = gc_t1(p->mask_valid, GC_F32, 1);
+    gc_tensor m = gc_t1(p->L[p->train.loss_mask_node].out, GC_F32, R), w = gc_t1(p->mask_w, GC_F32, R);
+    TRY(gc_plan_run(p, GC_OP_REDUCE_SUM, &set, &eps, NULL, NULL, &valid, NULL, NULL));
+    TRY(gc_plan_run(p, GC_OP_REDUCE_SUM, &add, &m, NULL, NULL, &valid, NULL, NULL));
+    gc_scale_cast_params sp = {(float)R, (const float *)p->mask_valid, 1};
+    return gc_plan_run(p, GC_OP_SCALE_CAST, &sp, &m, NULL, NULL, &w, NULL, NULL);
 }
 
 gc_status gc_plan_loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_step_stats *st)
@@ -72,6 +98,15 @@ gc_status gc_plan_loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_s
         break;
     default:
         return gc_fail(GC_ERR_INVALID_ARG, "plan: unknown loss %d", (int)p->train.loss);
+    }
+    if (p->train.has_loss_mask) { /* Keras' masked reduction: rows weighted by w */
+        TRY(loss_mask_weights(p, R));
+        gc_tensor w = gc_t1(p->mask_w, GC_F32, R), w2 = gc_t2(p->mask_w, GC_F32, R, 1);
+        TRY(gc_plan_run(p, GC_OP_MUL, &(gc_no_params){0}, &lr, &w, NULL, &lr, NULL, NULL));
+        if (want_grad) {
+            gc_tensor g3 = t3_of(g.data, R, C);
+            TRY(gc_plan_run(p, GC_OP_MUL_BCAST, &(gc_no_params){0}, &g3, &w2, NULL, &g3, NULL, NULL));
+        }
     }
     if (want_grad && p->glast32) /* times the loss scale, into the last layer's dtype */
         TRY(gc_plan_scale_cast(p, p->glast32, GC_F32, last->gout, last->dt, R * C,
@@ -154,6 +189,17 @@ gc_status gc_plan_setup_loss(gc_plan *p)
     }
     if (last->dt != GC_F32 || t->loss_scaling) /* the loss gradient is cast and / or scaled */
         TRY(gc_plan_alloc(p, p->max_batch * last->out_numel, GC_F32, &p->glast32));
+    if (t->has_loss_mask) {
+        const int k = t->loss_mask_node;
+        if (k < 0 || k >= p->n - 1 || p->L[k].dt != GC_F32 || p->L[k].out_numel != p->rows_per_sample)
+            return gc_fail(GC_ERR_INVALID_ARG, "plan: loss_mask node %d must be an earlier float32 node with one "
+                           "value per loss row of a sample (%lld)", k, (long long)p->rows_per_sample);
+        TRY(gc_plan_alloc(p, R, GC_F32, &p->mask_w));
+        TRY(gc_plan_alloc(p, 1, GC_F32, &p->mask_valid));
+        TRY(gc_plan_alloc(p, 1, GC_F32, &p->mask_eps));
+        const float tiny = 1e-20f;
+        TRY(p->be->upload(p->be, p->mask_eps, &tiny, sizeof tiny));
+    }
     p->host_rows = malloc((size_t)(R > 0 ? R : 1) * sizeof(float));
     if (!p->host_rows) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
     return GC_OK;

@@ -689,7 +689,7 @@ static gc_status check_nodes(gc_plan *p)
     /* every node but the output feeds some node */
     count_consumers(p);
     for (int i = 0; i < p->n - 1; i++)
-        if (!p->L[i].n_consumers)
+        if (!p->L[i].n_consumers && !(p->training && p->train.has_loss_mask && i == p->train.loss_mask_node))
             return gc_fail(GC_ERR_INVALID_ARG, "plan: node %d (%s) feeds no other node and is not the output "
                            "(the last node)", i, p->L[i].ops->name);
     if (p->L[p->n - 1].d.kind == GC_LAYER_INPUT && p->n > 1)
@@ -1008,6 +1008,7 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
     p->be = be;
     p->max_batch = max_batch;
     p->training = train != NULL;
+    if (train) p->train = *train; /* check_nodes reads the loss mask node */
     gc_status s = resolve_inputs(p, nodes, n_nodes);
     if (s == GC_OK) s = check_nodes(p);
     if (s == GC_OK) {

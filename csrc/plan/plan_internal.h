@@ -109,6 +109,7 @@ struct gc_plan {
     int64_t cols;                /* classes / last axis */
     void *y, *loss_rows, *probs, *metric_rows, *count;
     float *host_rows;            /* download area for per-row values */
+    void *mask_w, *mask_valid, *mask_eps; /* masked loss: per-row weights, sum(mask), a tiny constant */
     int checking;                /* creation dry run: validate instead of execute */
     gc_plan_trace_fn trace;      /* gc_plan_trace / profile: told of every op call of the pass */
     int profiling;               /* gc_plan_profile: sync and time around every op */

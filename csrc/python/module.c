@@ -396,6 +396,7 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
     case GC_OP_SEQ_MASK:
         return p_float(d, "value", 0.0, &P->smask.value) ? -1 : 0;
     case GC_OP_MUL_BCAST:
+    case GC_OP_REVERSE_SEQ:
     case GC_OP_MUL:
     case GC_OP_CONCAT:
     case GC_OP_BIAS_GRAD:
@@ -859,7 +860,8 @@ static int get_buffer(PyObject *d, const char *k, int idx, PyObject *keep, const
 static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense",   "conv2d",   "maxpool2d", "avgpool2d", "reshape",
                                                         "dropout", "activation", "input", "add",      "multiply",
                                                         "concat",  "batchnorm", "pad2d",   "embedding", "rnn",
-                                                        "seq_mask", "masking", "select"};
+                                                        "seq_mask", "masking", "select", "reverse",
+                                                        "scale", "mask_or"};
 /* rnn nodes: "cell" and the activations, as gc_rnn_cell / gc_rnn_act number them */
 static const char *const rnn_cell_names[] = {"simple", "lstm", "gru", "gru_reset_before"};
 static const char *const rnn_act_names[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
@@ -1046,6 +1048,7 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
     L->stateful_batch = sb;
     L->rnn_state_inputs = (int)si;
     if (L->kind == GC_LAYER_SEQ_MASK && p_float(d, "mask_value", 0.0, &L->mask_value)) return -1;
+    if (L->kind == GC_LAYER_SCALE && p_float(d, "scale", 1.0, &L->scale)) return -1;
     if (L->kind == GC_LAYER_SELECT) {
         long long off = 0;
         if (p_long(d, "offset", 0, &off)) return -1;
@@ -1108,6 +1111,19 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             ok = 0;
         }
         td.loss_scale_growth = (int)growth;
+        PyObject *lm = ok ? item(train, "loss_mask") : NULL;
+        if (ok && lm && lm != Py_None) {
+            long long node = PyLong_AsLongLong(lm);
+            if (node == -1 && PyErr_Occurred()) {
+                ok = 0;
+            } else if (node < 0 || node > 0x7fffffff) {
+                PyErr_Format(PyExc_ValueError, "Plan: loss_mask must be a node index, got %lld", node);
+                ok = 0;
+            } else {
+                td.has_loss_mask = 1;
+                td.loss_mask_node = (int)node;
+            }
+        }
         td.loss = (gc_loss_kind)loss;
         td.opt = (gc_opt_kind)opt;
         td.from_logits = fl;

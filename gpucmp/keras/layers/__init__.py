@@ -1,7 +1,8 @@
 """gpucmp.keras.layers: the Keras layers gpucmp lowers to its execution plan.
 
 One file per layer (merge layers share base_merge.py, the pools pooling2d.py and
-global_pooling2d.py, the recurrent layers recurrent.py); ``layer.py`` is the base class.
+global_pooling2d.py, the recurrent layers recurrent.py, with Bidirectional in
+bidirectional.py and eager calls in recurrent_eager.py); ``layer.py`` is the base class.
 A layer is a Layer subclass with ``build``, ``compute_output_shape``, ``plan_layers`` and
 ``get_config``, registered below.
 """
@@ -9,6 +10,7 @@ from .activation import Activation
 from .add import Add
 from .average_pooling2d import AveragePooling2D, AvgPool2D
 from .batch_normalization import BatchNormalization
+from .bidirectional import Bidirectional
 from .concatenate import Concatenate
 from .conv2d import Conv2D, Convolution2D
 from .dense import Dense
@@ -29,7 +31,7 @@ from .simple_rnn import SimpleRNN
 from .zero_padding2d import ZeroPadding2D
 
 _REGISTRY = {cls.__name__: cls for cls in (
-    Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense, Dropout,
+    Activation, Add, AveragePooling2D, BatchNormalization, Bidirectional, Concatenate, Conv2D, Dense, Dropout,
     Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, GRU, InputLayer, LSTM, Masking, MaxPooling2D,
     Multiply, Reshape, SimpleRNN, ZeroPadding2D)}
 
@@ -76,7 +78,7 @@ def concatenate(inputs, axis=-1, **kwargs):
     return Concatenate(axis=axis, **kwargs)(inputs)
 
 
-__all__ = ["Activation", "Add", "AveragePooling2D", "AvgPool2D", "BatchNormalization",
+__all__ = ["Activation", "Add", "AveragePooling2D", "AvgPool2D", "BatchNormalization", "Bidirectional",
            "Concatenate", "Conv2D", "Convolution2D", "Dense", "Dropout", "Flatten",
            "GlobalAveragePooling2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "GlobalMaxPooling2D",
            "Input", "InputLayer", "Layer", "Masking", "MaxPool2D", "MaxPooling2D", "Multiply", "Reshape",

@@ -4,6 +4,10 @@ As Keras: the layer is called on a list of tensors (at least one) with one batch
 shapes Keras rejects raise its ValueError ("Inputs have incompatible shapes"). Keras
 would broadcast shapes that differ by 1-sized or missing axes; the plan's elementwise
 nodes take equal shapes only, so those are a NotImplementedError.
+
+Masks (Keras 3 ``Merge.compute_mask``): when every input carries one, the output's mask
+is their logical OR (a "mask_or" plan node); when some input has none, the output has
+none.
 """
 from .layer import Layer, format_shape, is_shape_list
 
@@ -32,6 +36,13 @@ def elementwise_shape(shape1, shape2):
 
 class Merge(Layer):
     _kind = None          # the plan node kind ('add' | 'multiply')
+    supports_masking = True
+
+    def merge_mask(self, flat, in_masks):
+        """Keras' rule: None if some input is unmasked, else the OR of the masks."""
+        if any(m is None for m in in_masks):
+            return None
+        return flat.add_mask_or(self, in_masks)
 
     def _check_inputs(self, input_shape):
         if not is_shape_list(input_shape):

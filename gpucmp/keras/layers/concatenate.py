@@ -4,6 +4,13 @@ As Keras: every other axis must match (ValueError "A `Concatenate` layer require
 with matching shapes except for the concatenation axis"). The plan node's ``axis`` is an
 index into the per-sample shape (Keras' axis -1 on (None, H, W, C) is 2); the batch
 axis cannot be concatenated over by the plan (NotImplementedError).
+
+Masks (Keras 3 ``Concatenate.compute_mask``): each input's (batch, T) mask is broadcast
+over its features (an unmasked input counts as all True), the results are joined along
+``axis`` and reduced with any() over the last axis. Along the feature (last) axis that is
+the OR of the masks when every input carries one; with an unmasked input it is all True,
+which gpucmp passes on as no mask (the same for every later layer and the loss). Masks
+with another axis are a NotImplementedError.
 """
 import numbers
 
@@ -16,6 +23,19 @@ class Concatenate(Layer):
             raise ValueError(f"Concatenate: `axis` must be an int, received axis={axis!r}")
         self.axis = int(axis)
         super().__init__(**kwargs)
+
+    supports_masking = True
+
+    def merge_mask(self, flat, in_masks):
+        rank = len(flat.shapes[in_masks[0] if in_masks[0] is not None else
+                               next(m for m in in_masks if m is not None)]) + 1
+        if self.axis % rank != rank - 1:
+            raise NotImplementedError(
+                f"Layer '{self.name}': masked inputs concatenated along axis={self.axis} (not the "
+                "feature axis) are not supported by gpucmp's plan yet")
+        if any(m is None for m in in_masks):
+            return None
+        return flat.add_mask_or(self, in_masks)
 
     def _check_inputs(self, input_shape):
         if not is_shape_list(input_shape):

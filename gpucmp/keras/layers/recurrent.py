@@ -15,6 +15,9 @@ Keras' arguments, as RECURRENT_SPEC 1.6-1.8 give them:
   reverses it with the input;
 - ``initial_state=[h0]`` / ``[h0, c0]`` (symbolic tensors, functional API; gradients flow
   into them) and ``return_state=True``: outputs ``[output, h]`` / ``[output, h, c]``;
+- on arrays (eager calls, recurrent_eager.py) ``mask=`` (batch, timesteps) and
+  ``initial_state=`` arrays as Keras 3 takes them, and return_state's tuple of arrays;
+- ``Bidirectional`` (bidirectional.py) wraps a forward and a backward copy;
 - ``stateful=True``: a static batch size (ValueError otherwise); the states are carried
   from batch to batch and call to call in two non-trainable buffers (not in
   ``get_weights()``), zeroed by ``reset_states()``;
@@ -33,9 +36,9 @@ effect (one kernel either way).
 import numpy as np
 
 from .. import initializers
-from ..keras_tensor import KerasTensor, is_symbolic
 from ..variables import Variable
 from . import argument_checks as check
+from . import recurrent_eager
 from .layer import Layer, format_shape, is_shape_list
 
 RNN_ACTIVATIONS = ("tanh", "sigmoid", "relu", "linear", "hard_sigmoid")
@@ -123,22 +126,9 @@ class RecurrentLayer(Layer):
 
     # ------------------------------------------------------------ calling
     def __call__(self, inputs, initial_state=None, training=None, mask=None, **kwargs):
-        if mask is not None:
-            raise NotImplementedError(
-                f"Layer '{self.name}': an explicit `mask=` argument is not supported; attach the mask "
-                "with Embedding(mask_zero=True) or a Masking layer before this layer")
-        if initial_state is None:
-            return super().__call__(inputs, training=training, **kwargs)
-        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
-        if not isinstance(inputs, KerasTensor) or not is_symbolic(states):
-            raise NotImplementedError(
-                f"Layer '{self.name}': `initial_state` is supported in the functional API (symbolic "
-                "tensors, e.g. keras.Input or another layer's states), not on arrays")
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}.__call__ got unexpected arguments {sorted(kwargs)}")
-        if training is not None and self._training_matters:
-            return super().__call__(inputs, training=training)    # the base class's clear error
-        return self._call_symbolic([inputs] + states)
+        """Keras' call: symbolic tensors are recorded; arrays run at once, with ``mask=`` and
+        ``initial_state=`` arrays too (recurrent_eager.py)."""
+        return recurrent_eager.call(self, inputs, initial_state, training, mask, kwargs, super().__call__)
 
     def _check_states(self, state_shapes):
         want = "[h, c]" if self.n_states == 2 else "[h]"
@@ -241,12 +231,6 @@ class RecurrentLayer(Layer):
             if self.n_states == 2:
                 d["state_c"] = self._states[1].buffer
         return [d]
-
-    def _forward_numpy(self, x, out_shape):
-        if self.return_state:
-            raise NotImplementedError(f"Layer '{self.name}': return_state=True on arrays is not supported; "
-                                      "use it in a model (functional API)")
-        return super()._forward_numpy(x, out_shape)
 
     # ------------------------------------------------------------ stateful
     @property

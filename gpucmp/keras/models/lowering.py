@@ -36,7 +36,13 @@ passes it on (``Layer.output_mask``), a recurrent layer takes it as a plan input
 passes it on only with return_sequences, any other layer drops it with Keras' warning.
 A layer call with several outputs (return_state) is one packed plan node; each output
 is a ref whose plan node -- a "select" of the packed sample -- is made when a later step
-(or the model output) first reads it.
+(or the model output) first reads it. The mask goes to the first output, or to the first
+``layer.masked_outputs`` ones (Bidirectional with merge_mode=None: both sequences).
+Merge layers (Add, Multiply, Concatenate) combine their inputs' masks by Keras' rule
+(``layer.merge_mask``): a "mask_or" plan node of the masks, made on first use too.
+
+A training plan of a model whose output carries a mask gets that mask as a node too
+(``describe(..., loss_mask=True)``), which the plan's loss reads (Keras' masked loss).
 """
 import warnings
 
@@ -106,6 +112,20 @@ class MaskStep:
                  "dtype": "float32"}]
 
 
+class MaskOrStep:
+    """The pseudo-layer of a merged mask: the logical OR of the input masks (T,)."""
+    _pseudo = True
+    weights = []
+    compute_dtype = "float32"
+
+    def __init__(self, owner):
+        self.name = f"{owner.name}/mask"
+
+    def plan_layers(self, shapes):
+        shape = tuple(shapes[0][1:])
+        return [{"kind": "mask_or", "in_shape": shape, "out_shape": shape, "dtype": "float32"}]
+
+
 class FlatGraph:
     def __init__(self, input_shapes):
         self.input_shapes = [tuple(s) for s in input_shapes]
@@ -131,6 +151,15 @@ class FlatGraph:
         self.lazy_masks[mref] = Step(ms, [ref], self.shapes[ref], mref)
         return mref
 
+    def add_mask_or(self, layer, mask_refs):
+        """The OR of several masks (one ref when they are all the same mask)."""
+        refs = list(dict.fromkeys(mask_refs))
+        if len(refs) == 1:
+            return refs[0]
+        mref = self._new_ref(self.shapes[refs[0]])
+        self.lazy_masks[mref] = Step(MaskOrStep(layer), refs, [self.shapes[r] for r in refs], mref)
+        return mref
+
     def add(self, layer, refs, as_list):
         """Adds a call of ``layer`` on value refs; returns its output ref, or a list of refs
         for a layer with several outputs."""
@@ -147,7 +176,7 @@ class FlatGraph:
         else:                                  # several outputs: one packed sample
             ref = self._new_ref((None, sum(int(np.prod(s[1:])) for s in outs)))
         self.steps.append(Step(layer, list(refs), shape_in, ref, mask))
-        out_mask = made_ref if made_ref is not None else _output_mask(layer, in_masks, as_list)
+        out_mask = made_ref if made_ref is not None else _output_mask(self, layer, in_masks, as_list)
         if outs is None:
             if out_mask is not None:
                 self.masks[ref] = out_mask
@@ -157,7 +186,7 @@ class FlatGraph:
             r = self._new_ref(s)
             self.selects[r] = (ref, off)
             off += int(np.prod(s[1:]))
-            if k == 0 and out_mask is not None:
+            if k < getattr(layer, "masked_outputs", 1) and out_mask is not None:
                 self.masks[r] = out_mask
             result.append(r)
         return result
@@ -167,13 +196,16 @@ class FlatGraph:
         return self.shapes[self.output]
 
 
-def _output_mask(layer, in_masks, as_list):
+def _output_mask(flat, layer, in_masks, as_list):
     """The mask of a layer's (first) output, Keras' propagation (layers/layer.py
     _set_mask_metadata): a layer that supports masking passes the mask of its first input
-    on (``output_mask`` may change it), one that does not drops it with Keras' warning."""
+    on (``output_mask`` may change it), a merge layer combines its inputs' masks
+    (``merge_mask``), one that does not support masking drops it with Keras' warning."""
     if all(m is None for m in in_masks):
         return None
-    if as_list and getattr(layer, "supports_masking", False):
+    if as_list and hasattr(layer, "merge_mask"):
+        return layer.merge_mask(flat, in_masks)
+    if as_list and getattr(layer, "supports_masking", False) and not getattr(layer, "takes_mask", False):
         raise NotImplementedError(
             f"Layer '{layer.name}': masks reaching a layer with several inputs are not supported "
             "by gpucmp's plan yet")
@@ -225,10 +257,12 @@ def _inline(model, in_refs, g):
 
 
 # ---------------------------------------------------------------- plan node dicts
-def describe(flat, trainable_of):
+def describe(flat, trainable_of, loss_mask=False):
     """The plan node dicts of ``flat`` (explicit form: input nodes first).
 
-    ``trainable_of(layer)`` gives the flag to record (the compile-time snapshot)."""
+    ``trainable_of(layer)`` gives the flag to record (the compile-time snapshot). With
+    ``loss_mask``, returns ``(nodes, k)``: k the index of the node holding the output's
+    mask (made if nothing else read it), or None for an unmasked output."""
     nodes = [{"kind": "input", "out_shape": tuple(s[1:])} for s in flat.input_shapes]
     index = {r: r for r in range(len(flat.input_shapes))}
     seen = set()
@@ -238,7 +272,7 @@ def describe(flat, trainable_of):
         if r not in index and r in flat.lazy_masks:
             step = flat.lazy_masks[r]
             d = step.layer.plan_layers(step.input_shape)[0]
-            d["inputs"], d["trainable"] = [node_of(step.inputs[0])], False
+            d["inputs"], d["trainable"] = [node_of(i) for i in step.inputs], False
             nodes.append(d)
             index[r] = len(nodes) - 1
         if r not in index:
@@ -265,12 +299,16 @@ def describe(flat, trainable_of):
         if not descs:                       # the identity (e.g. a one-input merge)
             index[step.out] = args[0]
             continue
-        prev = None
+        prev, made = None, []
         for d in descs:
             # the first dict takes the layer's arguments, each later one the dict before it;
-            # "_args" (argument positions) picks the arguments a dict takes (besides that)
+            # "_args" (argument positions) picks the arguments a dict takes (besides that);
+            # "_inputs" names them all: ("arg", i) the layer's argument i (the mask is the
+            # last argument of a layer that takes one), ("desc", j) the node of dict j
             picked = [args[i] for i in d.pop("_args")] if "_args" in d else None
-            if prev is None:
+            if "_inputs" in d:
+                d["inputs"] = [args[i] if kind == "arg" else made[i] for kind, i in d.pop("_inputs")]
+            elif prev is None:
                 d["inputs"] = args if picked is None else picked
             else:
                 d["inputs"] = prev + (picked or [])
@@ -278,15 +316,19 @@ def describe(flat, trainable_of):
             d.setdefault("dtype", layer.compute_dtype)   # the layer's dtype policy
             nodes.append(d)
             prev = [len(nodes) - 1]
+            made.append(prev[0])
         index[step.out] = prev[0]
     out = node_of(flat.output)
+    mask_node = None
+    if loss_mask and flat.masks.get(flat.output) is not None:
+        mask_node = node_of(flat.masks[flat.output])
     if out != len(nodes) - 1 or len(nodes) == len(flat.input_shapes):
         # the output is not the last node (an identity at the end, or no computing layer at
         # all): a same-shape reshape makes it so
         shape = tuple(flat.output_shape[1:])
         nodes.append({"kind": "reshape", "inputs": [out], "in_shape": shape,
                       "out_shape": shape, "trainable": False, "dtype": "float32"})
-    return nodes
+    return (nodes, mask_node) if loss_mask else nodes
 
 
 def as_plan_list(nodes):

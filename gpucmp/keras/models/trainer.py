@@ -26,6 +26,26 @@ from . import data_adapter as data
 from . import lowering
 
 
+def _check_masked_output(model, flat, cfg):
+    """A model whose output carries a Keras mask (e.g. return_sequences after
+    Embedding(mask_zero=True)) trains with Keras 3's masked loss: per batch, the sum of the
+    unmasked steps' losses over their count (losses/loss.py apply_mask). What the plan
+    cannot weight that way is refused here, before any step."""
+    shape = flat.output_shape
+    steps = int(np.prod(flat.shapes[flat.masks[flat.output]][1:]))
+    rows = int(np.prod(shape[1:-1])) if len(shape) > 2 else 1
+    if steps != rows:
+        raise NotImplementedError(
+            f"Model '{model.name}': its output {tuple(shape)} carries a mask of {steps} steps per "
+            "sample, which does not match the output's steps; gpucmp weights the loss by a "
+            "(batch, steps) mask of a (batch, steps, features) output only")
+    if cfg.metrics:
+        raise NotImplementedError(
+            f"Model '{model.name}': metrics {[m.name for m in cfg.metrics]} on a masked output "
+            "(Keras weights them by the mask over the whole epoch) are not supported by gpucmp "
+            "yet; compile without metrics (the loss is masked as Keras does)")
+
+
 class _TrainConfig:
     """What a training plan depends on besides max_batch: resolved metrics and label format."""
 
@@ -172,13 +192,12 @@ class Trainer:
 
         def make(max_batch):
             flat = lowering.flatten(self, shapes)
-            if flat.masks.get(flat.output) is not None:
-                raise NotImplementedError(
-                    f"Model '{self.name}': its output carries a Keras mask (e.g. Embedding(mask_zero=True) "
-                    "feeding a recurrent layer with return_sequences=True), which Keras applies to the loss; "
-                    "a masked loss is not supported by gpucmp's plan yet (predict works)")
-            nodes = lowering.as_plan_list(lowering.describe(flat, self._trainable_of))
+            nodes, mask_node = lowering.describe(flat, self._trainable_of, loss_mask=True)
+            if mask_node is not None:
+                _check_masked_output(self, flat, cfg)
+            nodes = lowering.as_plan_list(nodes)
             train = {
+                "loss_mask": mask_node,
                 "loss": cfg.loss.plan_kind, "from_logits": cfg.loss.from_logits,
                 "metrics": list(cfg.plan_metrics), "optimizer": self.optimizer.kind,
                 "opt_state": self.optimizer.state_for(

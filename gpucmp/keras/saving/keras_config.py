@@ -262,8 +262,11 @@ def layer_to_keras(layer):
     if isinstance(layer, Model):
         return model_to_keras(layer, nested=True)
     cls = type(layer).__name__
-    out = {"module": "keras.layers", "class_name": cls,
-           "config": _layer_config_to_keras(cls, layer.get_config()), "registered_name": None}
+    config = _layer_config_to_keras(cls, layer.get_config())
+    if cls == "Bidirectional":          # its layers as Keras 3 serializes them
+        config["layer"] = layer_to_keras(layer.forward_layer)
+        config["backward_layer"] = layer_to_keras(layer.backward_layer)
+    out = {"module": "keras.layers", "class_name": cls, "config": config, "registered_name": None}
     if cls != "InputLayer" and layer.built and layer._build_input_shape is not None:
         out["build_config"] = {"input_shape": _shape_list(layer._build_input_shape)}
     return out

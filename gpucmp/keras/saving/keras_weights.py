@@ -6,7 +6,8 @@ object's name. Paths follow the model's structure, not the layers' names: the la
 Sequential / functional model (``model.layers``, so a functional model's InputLayers too)
 live under ``layers/<class in snake case>`` with ``_1``, ``_2`` ... for repeats of a class
 (``layers/dense``, ``layers/dense_1``); a recurrent layer's weights belong to its cell
-(``layers/lstm/cell/vars``); a nested model repeats the pattern below its own path. The
+(``layers/lstm/cell/vars``), a Bidirectional's to its two layers' cells
+(``layers/bidirectional/forward_layer/cell/vars``, then ``backward_layer``); a nested model repeats the pattern below its own path. The
 optimizer's variables are ``optimizer/vars``: iterations, learning_rate, then the slots of
 every trainable variable in turn (Adam: m then v of the first variable, ...); a
 LossScaleOptimizer adds step_counter and dynamic_scale, its inner optimizer under
@@ -49,8 +50,19 @@ def walk(model, prefix="layers"):
     return out
 
 
-def _vars_path(path, layer):
-    return f"{path}/cell/vars" if type(layer).__name__ in _RNN else f"{path}/vars"
+def _weight_groups(path, layer):
+    """[(group path, weights)] where Keras keeps a layer's weights: a recurrent layer's in
+    its cell; a Bidirectional's in its forward_layer's cell, then its backward_layer's."""
+    if type(layer).__name__ == "Bidirectional":
+        return [(f"{path}/{attr}/cell/vars", getattr(layer, attr).weights)
+                for attr in ("forward_layer", "backward_layer")]
+    return [(f"{path}/cell/vars" if type(layer).__name__ in _RNN else f"{path}/vars", layer.weights)]
+
+
+def _write_rnn(f, path, layer):
+    _make_vars(f, f"{path}/vars", layer.name, [])
+    _make_vars(f, f"{path}/cell/vars", f"{backend.to_snake_case(type(layer).__name__)}_cell",
+               layer.get_weights())
 
 
 # --------------------------------------------------------------------- writing
@@ -69,9 +81,11 @@ def write(f, model, include_optimizer=True):
             _make_vars(f, f"{path}/vars", layer.name, [])
             continue
         if type(layer).__name__ in _RNN:
+            _write_rnn(f, path, layer)
+        elif type(layer).__name__ == "Bidirectional":
             _make_vars(f, f"{path}/vars", layer.name, [])
-            _make_vars(f, f"{path}/cell/vars", f"{backend.to_snake_case(type(layer).__name__)}_cell",
-                       layer.get_weights())
+            _write_rnn(f, f"{path}/forward_layer", layer.forward_layer)
+            _write_rnn(f, f"{path}/backward_layer", layer.backward_layer)
         else:
             _make_vars(f, f"{path}/vars", layer.name, layer.get_weights())
     if include_optimizer and getattr(model, "compiled", False) and model.optimizer is not None:
@@ -123,14 +137,13 @@ def _by_structure(f, model, label):
     for path, layer in walk(model):
         if _is_model(layer) or not layer.weights:
             continue
-        where = _vars_path(path, layer)
-        if where not in f:
-            raise ValueError(f"{label} has no weights for layer '{layer.name}' "
-                             f"({type(layer).__name__}; expected at '{where}')")
-        weights = layer.weights
-        arrays += h5.read_layer_weights(_datasets(f[where], label, where), weights, layer, label,
-                                        count_note=f" at '{where}'")
-        variables += weights
+        for where, weights in _weight_groups(path, layer):
+            if where not in f:
+                raise ValueError(f"{label} has no weights for layer '{layer.name}' "
+                                 f"({type(layer).__name__}; expected at '{where}')")
+            arrays += h5.read_layer_weights(_datasets(f[where], label, where), weights, layer, label,
+                                            count_note=f" at '{where}'")
+            variables += weights
     return variables, arrays
 
 
@@ -150,7 +163,10 @@ def _by_name(f, model, label):
             found.setdefault(owner, []).append(obj)
     f.visititems(visit)
     variables, arrays, missing = [], [], []
-    for layer, _ in lowering.leaf_layers(model._chain()):
+    leaves = []
+    for layer, _ in lowering.leaf_layers(model._chain()):   # a Bidirectional: its two layers
+        leaves += getattr(layer, "layers", [layer]) if type(layer).__name__ == "Bidirectional" else [layer]
+    for layer in leaves:
         if not layer.weights:
             continue
         groups = found.get(layer.name)

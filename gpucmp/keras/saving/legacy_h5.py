@@ -63,6 +63,9 @@ def _weight_names(layer):
         owners = {id(w): leaf for leaf, _ in lowering.leaf_layers(layer._chain()) for w in leaf.weights}
         return [f"{owners[id(w)].name}/{w.name}:0" for w in _legacy_order(layer)]
     cls = type(layer).__name__
+    if cls == "Bidirectional":       # bidirectional/forward_lstm/lstm_cell/kernel:0, ...
+        return [f"{layer.name}/{name}" for sub in (layer.forward_layer, layer.backward_layer)
+                for name in _weight_names(sub)]
     prefix = f"{layer.name}/{backend.to_snake_case(cls)}_cell/" \
         if cls in ("SimpleRNN", "LSTM", "GRU") else f"{layer.name}/"
     return [prefix + w.name + ":0" for w in _legacy_order(layer)]     # tf.keras 2's names
