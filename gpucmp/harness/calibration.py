@@ -496,7 +496,8 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
         save(cal, path)
     if partitions and info.get("sm_limit") is None:
         subs = measure_partitions(device, [n for n in partitions if n < int(info["sms"])], list(workloads), precs,
-                                  batch_sizes, partition_ops_budget_s, skipped, peaks_from=peaks_from)
+                                  batch_sizes, partition_ops_budget_s, skipped, peaks_from=peaks_from,
+                                  step_repeats=step_repeats)
         cal = attach_partitions(cal, subs)
         if path:
             save(cal, path)
@@ -504,7 +505,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
 
 
 def measure_partitions(device, sms_counts, workloads, precisions, batch_sizes, ops_budget_s, skipped,
-                       timeout_s=600, peaks_from=None):
+                       timeout_s=600, peaks_from=None, step_repeats=3):
     """{sms: calibration} of the card confined to each of `sms_counts` SMs: `gpucmp calibrate`
     in a child process with GPUCMP_CUDA_SMS set (a green context applies when a process
     starts its backend), without a copy curve or partitions of its own. A count that cannot
@@ -525,6 +526,8 @@ def measure_partitions(device, sms_counts, workloads, precisions, batch_sizes, o
                 cmd += ["--batch-size", *[str(int(b)) for b in batch_sizes]]
             if peaks_from:
                 cmd += ["--peaks-from", os.path.abspath(peaks_from)]
+            if step_repeats != 3:
+                cmd += ["--step-repeats", str(int(step_repeats))]
             env = dict(os.environ, GPUCMP_CUDA_SMS=str(int(n)))
             try:
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)

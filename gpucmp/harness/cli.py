@@ -141,7 +141,8 @@ def cmd_calibrate(args):
         return _merge(args)
     cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out, copy_curve=not args.no_copy_curve,
                     partitions=() if args.no_partitions else (args.partitions or PARTITION_SMS),
-                    partition_ops_budget_s=args.partition_ops_budget_s, peaks_from=args.peaks_from, **kw)
+                    partition_ops_budget_s=args.partition_ops_budget_s, peaks_from=args.peaks_from,
+                    step_repeats=args.step_repeats, **kw)
     parts = "/".join(cal.get("partitions") or {}) or "no"
     print(f"wrote {args.out}: {cal['gpu']}, {len(cal['ops'])} ops, {len(cal['steps'])} model steps, "
           f"{parts} SM partitions")
@@ -265,6 +266,7 @@ def build_parser():
     k.add_argument("--partition-ops-budget-s", type=float, default=60.0,
                    help="single-op time budget of each partition (default 60)")
     k.add_argument("--no-copy-curve", action="store_true", help="skip the copy on 8/24/48/96 SMs")
+    k.add_argument("--step-repeats", type=_positive, default=3, help="samples per model step (default 3)")
     k.add_argument("--attach", nargs="+", default=None, metavar="FILE",
                    help="measure nothing: file partition calibrations (FILE 2..) into the first FILE's")
     k.add_argument("--merge", nargs=2, default=None, metavar=("EXISTING", "NEW"),

@@ -170,8 +170,8 @@ def _fit_group(points):
     measured per-unit steps)."""
     per_unit = sorted(s / n for s, _, n in points)
     lo, hi = per_unit[0] / 4, per_unit[-1] * 2
-    floors = [lo * (hi / lo) ** (i / 160) for i in range(161)]
-    effs = [0.005 * (1.0 / 0.005) ** (j / 120) for j in range(121)]
+    floors = [lo * (hi / lo) ** (i / 120) for i in range(121)]
+    effs = [0.005 * (1.0 / 0.005) ** (j / 80) for j in range(81)]
     best = None
     for f in floors:
         for e in effs:
