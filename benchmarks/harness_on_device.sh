@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The harness on a lent GPU, in stages that each fit one call of the device tool:
 #
-#     bash benchmarks/harness_on_device.sh build tests calibrate        # ~8 min
+#     bash benchmarks/harness_on_device.sh build tests calibrate        # ~9 min (rnn, lstm, gan included)
+#     bash benchmarks/harness_on_device.sh rnn-calibrate                # ~5 min, built tree: only rnn/lstm/gan, merged
 #     bash benchmarks/harness_on_device.sh bench standalone partitions  # ~8 min (warm: no rebuild)
 #
 # build       in-place build with the CUDA backend (GPUCMP_CUDA_ARCHS, default 90a)
@@ -51,7 +52,7 @@ for stage in "$@"; do
       tests/harness ${MORE_TESTS-tests/test_cuda_fast_paths.py tests/test_plan_resident.py} ;;
   calibrate)
     run python3 -m gpucmp devices
-    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" --no-partitions \
+    run timeout "${CAL_S:-420}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" --no-partitions \
       --ops-budget-s "${OPS_BUDGET_S:-150}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
     CAL=$OUT/calibration.json ;;
   confined)

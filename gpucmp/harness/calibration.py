@@ -408,7 +408,10 @@ def time_recurrent(device, op, launch_s, skipped, graph=True):
             "dtype": op.dtype}
 
 
-def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "resnet50"),
+CALIBRATED_WORKLOADS = ("cnn", "gemm", "conv", "bandwidth", "resnet50", "rnn", "lstm", "gan")
+
+
+def calibrate(device="cuda:0", workloads=CALIBRATED_WORKLOADS,
               precisions=("float32", "float16", "bfloat16"), batch_sizes=None, step_repeats=3, progress=None,
               ops_budget_s=None, path=None, copy_curve=True, partitions=PARTITION_SMS,
               partition_ops_budget_s=PARTITION_OPS_BUDGET_S, peaks_from=None):

@@ -256,7 +256,7 @@ def build_parser():
     k.add_argument("--device", default="cuda:0")
     k.add_argument("--out", required=True)
     k.add_argument("--ops-budget-s", type=float, default=None, help="time spent timing single ops at most")
-    k.add_argument("--workloads", nargs="+", default=None, help="default: cnn gemm conv bandwidth resnet50")
+    k.add_argument("--workloads", nargs="+", default=None, help="default: cnn gemm conv bandwidth resnet50 rnn lstm gan")
     k.add_argument("--precision", nargs="+", default=None, help="default: float32 float16 bfloat16")
     k.add_argument("--batch-size", nargs="+", type=_positive, default=None, help="model batch sizes (default: "
                    "each workload's own)")
