@@ -16,7 +16,9 @@ kernel-variant fingerprint where both record one); everything else is refused wi
 message that says which. The existing card's peaks, clocks, copy curve and kernel rows
 are kept (the projection's units and bandwidth come from them); `existing`'s own
 measurements win wherever both timed the same GEMM or convolution, so the projections
-of the workloads it already had do not change. A partition only `new` has is left out
+of the workloads it already had change only through the origin's host work per plan
+call, which is the smallest surplus over every measured model step
+(projection.host_overhead) and may be found smaller among the merged steps. A partition only `new` has is left out
 (its other workloads would be missing there) and said so in the merged provenance.
 """
 import copy

@@ -426,9 +426,10 @@ _HOST = {}
 
 
 def host_overhead(cal, origin):
-    """Seconds of host work per training step on the origin that no op accounts for: the
-    smallest surplus of a calibrated model step over its ops (the smallest step is the one
-    whose surplus is all host -- Python, the graph launch); a step its ops add up to more
+    """Seconds of host work per plan call on the origin that no op accounts for: the
+    smallest surplus of a calibrated model step over its ops, per plan call of the step
+    (the GAN's iteration makes four; the smallest step is the one whose surplus is all
+    host -- Python, the graph launch); a step its ops add up to more
     than (they overlap, or ran slower timed alone) says nothing of it. None without a
     model step that has a surplus."""
     key = id(cal)
@@ -449,10 +450,17 @@ def host_overhead(cal, origin):
         prof = find_profile(cal, w.name, s["precision"], s["batch_size"], ops)
         total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
         if float(s["step_time_s"]) > total:
-            found.append(float(s["step_time_s"]) - total)
+            found.append((float(s["step_time_s"]) - total) / getattr(w, "host_calls", 1))
     host = min(found) if found else None
     _HOST[key] = (cal, host)
     return host
+
+
+def _host_per_step(cal, origin, w):
+    """The origin's host work for one step of model workload w (host_overhead per plan call
+    x the plan calls of its step), None for a kernel or without a calibrated model step."""
+    host = host_overhead(cal, origin) if w.kind == "model" else None
+    return None if host is None else host * getattr(w, "host_calls", 1)
 
 
 def blocks_at(rec, sms, default):
@@ -582,7 +590,7 @@ def siblings_and_anchor(w, p, config, origin, cal, tf32=True):
         step = measured_step(cal, w.name, p, c.batch_size)
         if anchor is None and step is not None:
             total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
-            anchor = _attribution(total, step, False, host_overhead(cal, origin))
+            anchor = _attribution(total, step, False, _host_per_step(cal, origin, w))
     return siblings, anchor
 
 
@@ -688,7 +696,7 @@ def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
         t, rows, overhead = project_ops(ops, origin, target, sub, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor,
                                      profile=find_profile(sub, w.name, p, config.batch_size, ops),
-                                     host_s=host_overhead(cal, full_origin) if w.kind == "model" else None)
+                                     host_s=_host_per_step(cal, full_origin, w))
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out
