@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The harness on a lent GPU, in stages that each fit one call of the device tool:
 #
-#     bash benchmarks/harness_on_device.sh build tests calibrate        # ~8 min
+#     bash benchmarks/harness_on_device.sh build tests calibrate        # ~9 min (rnn, lstm, gan included)
+#     bash benchmarks/harness_on_device.sh rnn-calibrate                # ~5 min, built tree: only rnn/lstm/gan, merged
 #     bash benchmarks/harness_on_device.sh bench standalone partitions  # ~8 min (warm: no rebuild)
 #
 # build       in-place build with the CUDA backend (GPUCMP_CUDA_ARCHS, default 90a)
@@ -18,6 +19,13 @@
 #             bench_cnn.py gpucmp-only), to check benchmark() agrees with them
 # partitions  `gpucmp bench` with GPUCMP_CUDA_SMS=16, 32, 64 (green contexts) -> bench_smN.json,
 #             then benchmarks/validate_projection.py against $OUT/calibration.json (or the shipped one)
+# rnn-calibrate  the recurrent workloads alone (`gpucmp calibrate --workloads rnn lstm gan`,
+#             whole card + the 8/24/48/96-SM partitions, the shipped file's peaks reused:
+#             ~5 min on a built tree) -> $OUT/cal_rnn.json, merged into the shipped calibration
+#             (`gpucmp calibrate --merge`, no GPU needed) -> $OUT/calibration.json; copy that
+#             file to gpucmp/harness/data/calibration.json to ship it
+# rnn-partitions  `gpucmp bench --workloads rnn lstm gan` with GPUCMP_CUDA_SMS=16, 32, 64, then
+#             benchmarks/validate_projection.py against $OUT/calibration.json (~3 min)
 # CAL_WORKLOADS / PART_WORKLOADS narrow the calibrated / partition-measured workloads;
 # PART_R50_BATCH=64 also measures resnet50 at that batch on each partition (bench_smN_r50.json).
 # Everything else goes to $OUT/log.txt (the tool returns at most 8 files).
@@ -44,7 +52,7 @@ for stage in "$@"; do
       tests/harness ${MORE_TESTS-tests/test_cuda_fast_paths.py tests/test_plan_resident.py} ;;
   calibrate)
     run python3 -m gpucmp devices
-    run timeout "${CAL_S:-330}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" --no-partitions \
+    run timeout "${CAL_S:-420}" python3 -m gpucmp calibrate --out "$OUT/calibration.json" --no-partitions \
       --ops-budget-s "${OPS_BUDGET_S:-150}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
     CAL=$OUT/calibration.json ;;
   confined)
@@ -52,6 +60,20 @@ for stage in "$@"; do
       GPUCMP_CUDA_SMS=$n run timeout "${CONFINED_S:-240}" python3 -m gpucmp calibrate --out "$OUT/cal_sm$n.json" \
         --no-partitions --no-copy-curve --ops-budget-s "${CONFINED_OPS_S:-60}" ${CAL_WORKLOADS:+--workloads $CAL_WORKLOADS}
     done ;;
+  rnn-calibrate)
+    run timeout "${RNN_CAL_S:-420}" python3 -m gpucmp calibrate --workloads ${RNN_WORKLOADS:-rnn lstm gan} \
+      --precision ${RNN_PRECISIONS:-float32 float16} --peaks-from gpucmp/harness/data/calibration.json \
+      --no-copy-curve --step-repeats 2 --ops-budget-s 60 --partition-ops-budget-s 30 --out "$OUT/cal_rnn.json"
+    run python3 -m gpucmp calibrate --merge gpucmp/harness/data/calibration.json "$OUT/cal_rnn.json" \
+      --out "$OUT/calibration.json"
+    CAL=$OUT/calibration.json ;;
+  rnn-partitions)
+    for n in ${PARTITIONS:-16 32 64}; do
+      GPUCMP_CUDA_SMS=$n run timeout 150 python3 -m gpucmp bench --workloads ${RNN_WORKLOADS:-rnn lstm gan} \
+        --precision float32 float16 --repeats ${PART_REPEATS:-3} --json "$OUT/bench_rnn_sm$n.json"
+    done
+    run python3 benchmarks/validate_projection.py --calibration "$CAL" --measured "$OUT"/bench_rnn_sm*.json \
+      --out "$OUT/validation_rnn.md" ;;
   bench)
     run timeout 240 python3 -m gpucmp bench --workloads cnn gemm conv bandwidth --precision float32 float16 \
       --json "$OUT/bench_full.json" ;;

@@ -1,7 +1,7 @@
-/* bench.c -- gpucmp._core.bench_gemm / bench_conv / bench_copy: time one op or one copy on
+/* bench.c -- gpucmp._core.bench_gemm / bench_conv / bench_rnn / bench_copy: time one op or one copy on
  * backend-resident data.
  *
- * What it provides: two module functions (added by gpucmp_add_bench, bench.h) that
+ * What it provides: module functions (added by gpucmp_add_bench, bench.h) that
  * return the median seconds of one GEMM or one convolution pass on a backend ('cpu',
  * 'cuda:N'), with the operands already in that backend's memory -- what run_op cannot
  * measure, since it stages NumPy arrays through the host on every call.
@@ -20,7 +20,8 @@
  * Everything between argument parsing and the result runs with the GIL released and
  * has one cleanup path; a status becomes the same exception as in module.c.
  * bench_copy times the backend's device-to-device copy the same way (the harness's
- * bandwidth workload); both share the sampling loop (bench_sample). graph=True (GEMM,
+ * bandwidth workload); all share the sampling loop (bench_sample). bench_rnn times one
+ * recurrent op (rnn_fwd / rnn_bwd) at a cell's shape the same way as the GEMM. graph=True (GEMM,
  * conv) captures one sample's `inner` calls into a graph after the warm-up and times its
  * replays instead: a captured plan's view of an op (no host launch cost per call). */
 #define PY_SSIZE_T_CLEAN
@@ -164,6 +165,7 @@ typedef struct {
     union {
         gc_gemm_params gemm;
         gc_conv2d_params conv;
+        gc_rnn_params rnn;
     } params;
     int tf32; /* -1 leave, 0 off, 1 on */
     int repeats, warmup, inner;
@@ -666,6 +668,76 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     return bench_finish(be, &j);
 }
 
+/* ------------------------------------------------------------------ bench_rnn
+ * One rnn_fwd (training: y (B, u) and the save blocks) or rnn_bwd (from dy (B, u) and a
+ * random save; GRU reset_after also writes dm) of a cell at (B, T, u), no mask, no
+ * dropout, no initial states: the calls a plan's recurrent layer makes. The CUDA
+ * recurrence picks its own variant (cuda.rnn where the build has it). */
+
+static PyObject *py_bench_rnn(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"device", "cell", "batch", "steps", "units", "dtype", "which", "repeats", "warmup",
+                             "inner", "graph", NULL};
+    PyObject *device, *cell_o, *dtype_o = NULL, *which_o = NULL;
+    long long B, T, u;
+    int repeats = 10, warmup = 3, inner = 1, graph = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOLLL|OOiiip:bench_rnn", kwlist, &device, &cell_o, &B, &T, &u,
+                                     &dtype_o, &which_o, &repeats, &warmup, &inner, &graph))
+        return NULL;
+    const char *fn = "bench_rnn";
+    static const char *const cell_names[4] = {"simple", "lstm", "gru", "gru_reset_before"};
+    static const char *const which_names[2] = {"fwd", "bwd"};
+    int cell = 0, dt = 0, which = 0;
+    if (bench_choice(cell_o, fn, "cell", cell_names, 4, &cell) || bench_dim(B, fn, "batch") ||
+        bench_dim(T, fn, "steps") || bench_dim(u, fn, "units") ||
+        (dtype_o && bench_choice(dtype_o, fn, "dtype", bench_dtype_names, 4, &dt)) ||
+        (which_o && bench_choice(which_o, fn, "which", which_names, 2, &which)) ||
+        bench_counts(fn, repeats, warmup, inner))
+        return NULL;
+    const gc_backend *be = bench_backend(device, fn);
+    if (!be) return NULL;
+
+    bench_job j;
+    memset(&j, 0, sizeof j);
+    gc_rnn_params *p = &j.params.rnn;
+    p->cell = (gc_rnn_cell)cell;
+    p->act = GC_RNN_TANH;
+    p->recurrent_act = GC_RNN_SIGMOID;
+    const int64_t G = gc_rnn_gates(p->cell), S = gc_rnn_save_blocks(p->cell);
+    gc_dtype st = bench_dtype_storage[dt];
+    int64_t sxw[3] = {B, T, G * u}, sU[2] = {u, G * u}, sh[2] = {B, u}, ssave[4] = {S, B, T, u};
+    int64_t sdm[3] = {B, T, 3 * u};
+    j.op = which ? GC_OP_RNN_BWD : GC_OP_RNN_FWD;
+    j.nin = 7;
+    j.nout = 4;
+    for (int k = 0; k < 7; k++) j.in[k] = gc_tensor_make(NULL, st, 2, sh); /* unused slots: data NULL */
+    for (int k = 0; k < 4; k++) j.out[k] = gc_tensor_make(NULL, st, 2, sh);
+    if (!which) { /* in xw, U; out y, save */
+        j.in[0] = gc_tensor_make(NULL, st, 3, sxw);
+        j.in[1] = gc_tensor_make(NULL, st, 2, sU);
+        j.in_used[0] = j.in_used[1] = 1;
+        j.out[1] = gc_tensor_make(NULL, st, 4, ssave);
+        j.out_used[0] = j.out_used[1] = 1;
+    } else { /* in dy, U, save; out dxw (and dm for GRU reset_after) */
+        j.in[3] = gc_tensor_make(NULL, st, 2, sU);
+        j.in[4] = gc_tensor_make(NULL, st, 4, ssave);
+        j.in_used[0] = j.in_used[3] = j.in_used[4] = 1;
+        j.out[0] = gc_tensor_make(NULL, st, 3, sxw);
+        j.out_used[0] = 1;
+        if (p->cell == GC_RNN_GRU) {
+            j.out[1] = gc_tensor_make(NULL, st, 3, sdm);
+            j.out_used[1] = 1;
+        }
+    }
+    j.tf32 = 0; /* the recurrence is float32 FFMA whatever the setting */
+    j.repeats = repeats;
+    j.warmup = warmup;
+    j.inner = inner;
+    j.graph = graph;
+    return bench_finish(be, &j);
+}
+
 /* ------------------------------------------------------------------ bench_copy
  * One device-to-device copy through be->copy: source and destination allocated on the
  * backend, the source filled once with random values (bench_make), then bench_sample. */
@@ -776,6 +848,14 @@ static PyMethodDef bench_methods[] = {
      "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), no bias:\n"
      "which = 'fwd' (y), 'bwd_data' (dx from dy) or 'bwd_filter' (dw from x, dy). dtype and impl as for\n"
      "bench_gemm ('vendor' = cuDNN), and so are inner, graph, grids_for and plan_sms."},
+    {"bench_rnn", (PyCFunction)(void (*)(void))py_bench_rnn, METH_VARARGS | METH_KEYWORDS,
+     "bench_rnn(device, cell, batch, steps, units, dtype='float32', which='fwd', repeats=10, warmup=3, inner=1,\n"
+     "          graph=False) -> float\n\n"
+     "Median seconds of one recurrent op as a training plan calls it: which='fwd' is rnn_fwd (y and the\n"
+     "saved activations from random xw (batch, steps, G*units) and U), 'bwd' rnn_bwd (dxw from dy and a\n"
+     "random save); cell 'simple', 'lstm', 'gru' (reset_after) or 'gru_reset_before'; no mask, dropout or\n"
+     "initial state. dtype is the storage type ('tfloat32' is float32: the recurrence never uses TF32);\n"
+     "repeats, warmup, inner and graph as for bench_gemm."},
     {"bench_copy", (PyCFunction)(void (*)(void))py_bench_copy, METH_VARARGS | METH_KEYWORDS,
      "bench_copy(device, nbytes, repeats=20, inner=None, warmup=None) -> float\n\n"
      "Median seconds of one device-to-device copy of nbytes bytes through the backend's copy (source and\n"

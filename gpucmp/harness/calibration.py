@@ -16,9 +16,14 @@ its ops (step_profile.py: the batch norms, adds, casts and updates no bench func
 times alone), the same calibration measured again with the card confined to 8/24/48/96
 SMs ("partitions", one child process each: the projection onto a card with fewer SMs
 starts from the two that bracket its SM count, so grids, waves and per-SM contention
-are measured near that count rather than modelled from the whole card), and its
-provenance (device, date, driver, runtime, gpucmp version; each partition keeps its
-own). `save(cal, path)` writes it atomically.
+are measured near that count rather than modelled from the whole card), the recurrent
+ops (rnn_fwd / rnn_bwd, bench_rnn replayed from a graph) at the workloads' shapes and
+at a sweep of cells, batches and widths for each CUDA recurrence variant the build has,
+with the per-step model fitted to them ("recurrent", recurrent.py), and its
+provenance (device, date, driver, runtime, gpucmp version, the build's kernel-variant
+fingerprint; each partition keeps its own). `save(cal, path)` writes it atomically;
+`peaks_from` reuses the GEMM and copy peaks of an existing calibration of the same card
+(a calibration of a few more workloads to merge into it: merge.py).
 `python -m gpucmp calibrate` runs it; data/calibration.json is its output on an H200.
 
 Why it is built this way: a machine without a GPU must still project (the shipped file),
@@ -37,6 +42,7 @@ from . import results
 from . import specs
 from . import step_profile
 from . import workloads as wl
+from . import recurrent
 from .projection import CALIBRATION_SCHEMA, DeviceModel, UNIT_COLUMN, PEAK_PRECISION, blocks_at, fit_copy_curve
 from .workloads.base import canonical_precision
 from .. import _core
@@ -77,6 +83,125 @@ def measure_peaks(device, n=PEAK_N, repeats=3):
              "copy_bytes": copy["batch_size"] << 20,
              "launch_s": launch, "launch_eager_s": eager, "op_timing": "graph"}
     return peaks, rows
+
+
+def reuse_peaks(device, cal):
+    """(peaks, kernel rows) of an existing calibration `cal` of this card, with only the
+    launch costs measured again (a second or two): for a calibration of a few workloads
+    that is merged into `cal` afterwards, whose own GEMM and copy peaks are not used."""
+    core = _core
+    peaks = dict(cal["peaks"])
+    peaks["launch_eager_s"] = _sized(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps,
+                                                                         warmup=5, inner=inner), 5e-6, 0.05, 7)
+    peaks["launch_s"] = _sized(lambda inner, reps: core.bench_gemm(device, 16, 16, 16, "float32", repeats=reps,
+                                                                   warmup=5, inner=inner, graph=True), 3e-6, 0.05, 7)
+    peaks["reused_from"] = f"{cal['gpu']} calibration of {(cal.get('provenance') or {}).get('date', '?')}"
+    return peaks, list(cal.get("kernels", []))
+
+
+def peaks_source(path, gpu, sm_limit):
+    """The calibration whose peaks a run with peaks_from=path reuses: the file's whole card,
+    or its partition of `sm_limit` SMs for a confined run; ValueError for another GPU or
+    a partition it lacks."""
+    from .projection import load_calibration
+    cal = load_calibration(path)
+    if cal["gpu"] != gpu:
+        raise ValueError(f"calibrate: --peaks-from {path!r} is a {cal['gpu']} calibration, this is a {gpu}")
+    if sm_limit is None:
+        return cal
+    part = (cal.get("partitions") or {}).get(str(int(sm_limit)))
+    if part is None:
+        raise ValueError(f"calibrate: --peaks-from {path!r} has no {int(sm_limit)}-SM partition to take peaks from")
+    return part
+
+
+def build_fingerprint():
+    """A short hash of the build's kernel-variant points and their variants: two calibrations
+    with different fingerprints were measured with different kernels."""
+    import hashlib
+    try:
+        pts = _core.variants()
+    except Exception:
+        return None
+    desc = {k: sorted(v.get("variants") or []) for k, v in sorted(pts.items())}
+    return hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _rnn_variant_ran():
+    """The cuda.rnn variant the last recurrent op ran ('stepwise' in a build without the point)."""
+    try:
+        v = _core.variant_last("cuda.rnn")
+    except (ValueError, KeyError, AttributeError):
+        return "stepwise"
+    return v if v in ("stepwise", "persistent") else "stepwise"
+
+
+def rnn_variants_here():
+    """The cuda.rnn variants this build and device can run, [] without the point (the build's
+    only recurrence then is the stepwise loop, run by auto)."""
+    info = _core.variants().get("cuda.rnn")
+    if not info:
+        return []
+    return [v for v in info.get("available") or [] if v in ("stepwise", "persistent")]
+
+
+def bench_recurrent(device, cell, which, batch, steps, units, dtype, estimate_s, variant=None, graph=True):
+    """(seconds, variant that ran) of one recurrent op timed from a graph (bench_rnn; graph=False
+    times eager calls, for a backend without capture); variant forces cuda.rnn (None: auto)."""
+    from .. import variants as variants_mod
+
+    def one():
+        t = _sized(lambda inner, reps: _core.bench_rnn(device, cell, batch, steps, units, dtype, which=which,
+                                                       repeats=reps, warmup=2, inner=inner, graph=graph),
+                   estimate_s, RNN_SAMPLE_S, 5)
+        return t, _rnn_variant_ran()
+    if variant is None:
+        return one()
+    with variants_mod.forced("cuda.rnn", variant):
+        return one()
+
+
+RNN_SAMPLE_S = 0.01
+# the sweep the per-step model is fitted to: cells x batches x widths at a fixed length
+RNN_SWEEP = {"cells": ("simple", "lstm", "gru"), "batches": (16, 128), "units": (64, 256), "steps": 32}
+
+
+def _rnn_estimate(op, launch_s):
+    return op.launches * launch_s + op.extra["steps"] * 2e-6
+
+
+def measure_recurrent(device, launch_s, skipped, sweep=RNN_SWEEP, graph=True):
+    """Points {seconds, cell, which, batch, steps, units, dtype, variant} of the recurrent
+    sweep, for each cuda.rnn variant available here (the build's auto choice alone in a
+    build without the point); shapes a variant refuses are noted in `skipped`."""
+    from .costs import recurrent as rnn_op
+    points = []
+    for variant in rnn_variants_here() or [None]:
+        for cell in sweep["cells"]:
+            for b in sweep["batches"]:
+                for u in sweep["units"]:
+                    for which in ("fwd", "bwd"):
+                        op = rnn_op("sweep", which, cell, b, sweep["steps"], u, "float32", variant or "stepwise")
+                        try:
+                            sec, ran = bench_recurrent(device, cell, which, b, sweep["steps"], u, "float32",
+                                                       _rnn_estimate(op, launch_s), variant, graph)
+                        except (ValueError, RuntimeError, MemoryError, NotImplementedError) as exc:
+                            skipped.append(f"recurrent sweep {variant or 'auto'} {cell} {which} B={b} u={u}: {exc}")
+                            continue
+                        points.append({"seconds": sec, "cell": cell, "which": which, "batch": b,
+                                       "steps": sweep["steps"], "units": u, "dtype": "float32", "variant": ran})
+    return points
+
+
+def recurrent_record(points, ops, origin, launch_s, clock_mhz):
+    """cal["recurrent"]: the sweep's points, the per-step model fitted to them and to the
+    workloads' own recurrent ops, and the variant auto ran for most of those ops."""
+    own = [dict(r, seconds=r["seconds"]) for r in ops.values() if r.get("kind") in recurrent.RNN_KINDS]
+    ran = [r["variant"] for r in own if r.get("variant")]
+    auto = max(set(ran), key=ran.count) if ran else None
+    fits = recurrent.fit(points + own, origin, launch_s, clock_mhz) if points or own else {}
+    return {"points": points, "fits": fits, "auto_variant": auto, "clock_mhz": clock_mhz,
+            "model": "recurrent.py: T x max(step FLOPs / (efficiency x per-SM fp32 x SMs), floor_s x units)"}
 
 
 def _idle_power(device, info):
@@ -215,12 +340,18 @@ def time_ops(device, ws, precs, batch_sizes, origin, launch_s, sm_list, ops, ski
                 if not w.supports(p):
                     continue
                 for op in w.ops(c, p):
-                    if not (op.kind in ("gemm", "copy") or op.kind.startswith("conv2d_")):
+                    rnn = op.kind in recurrent.RNN_KINDS
+                    if not (rnn or op.kind in ("gemm", "copy") or op.kind.startswith("conv2d_")):
                         continue
                     if not op.key or op.key in ops:
                         continue
                     if budget_s is not None and time.perf_counter() - t_start > budget_s:
                         skipped.append(f"{op.key}: not timed (ops budget of {budget_s} s spent)")
+                        continue
+                    if rnn:
+                        rec = time_recurrent(device, op, launch_s, skipped)
+                        if rec is not None:
+                            ops[op.key] = rec
                         continue
                     estimate = 2 * origin.roofline(op) + launch_s
                     try:
@@ -257,16 +388,42 @@ def time_ops(device, ws, precs, batch_sizes, origin, launch_s, sm_list, ops, ski
     return ops
 
 
-def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "resnet50"),
+def time_recurrent(device, op, launch_s, skipped, graph=True):
+    """The calibration record of a workload's recurrent op, timed at its shape with the
+    variant auto picks (recurrent dropout is not timed: bench_rnn runs without it), or None."""
+    e = op.extra
+    if e["rmask"]:
+        skipped.append(f"{op.key}: not timed (bench_rnn has no recurrent dropout)")
+        return None
+    try:
+        sec, ran = bench_recurrent(device, e["cell"], e["which"], e["batch"], e["steps"], e["units"], op.dtype,
+                                   _rnn_estimate(op, launch_s), graph=graph)
+    except (ValueError, RuntimeError, MemoryError, NotImplementedError) as exc:
+        skipped.append(f"{op.key}: {exc}")
+        return None
+    from .costs import rnn_launches
+    return {"seconds": sec, "kind": op.kind, "unit": op.unit, "flops": op.flops, "bytes": op.bytes,
+            "blocks": op.blocks, "variant": ran, "launches": rnn_launches(e["cell"], e["steps"], ran, e["rmask"]),
+            "cell": e["cell"], "which": e["which"], "batch": e["batch"], "steps": e["steps"], "units": e["units"],
+            "dtype": op.dtype}
+
+
+CALIBRATED_WORKLOADS = ("cnn", "gemm", "conv", "bandwidth", "resnet50", "rnn", "lstm", "gan")
+
+
+def calibrate(device="cuda:0", workloads=CALIBRATED_WORKLOADS,
               precisions=("float32", "float16", "bfloat16"), batch_sizes=None, step_repeats=3, progress=None,
               ops_budget_s=None, path=None, copy_curve=True, partitions=PARTITION_SMS,
-              partition_ops_budget_s=PARTITION_OPS_BUDGET_S):
+              partition_ops_budget_s=PARTITION_OPS_BUDGET_S, peaks_from=None):
     """Measure the calibration of `device` (see the module docstring). ops_budget_s bounds
     the time spent timing single ops (those left are projected from their kind's measured
     efficiency); path, when given, is written after each phase, so a cut-off run keeps
     what it measured. partitions: the SM counts the card is confined to for the
     partition calibrations (each with partition_ops_budget_s for its single ops); () or
-    None for none; a card already confined measures none."""
+    None for none; a card already confined measures none. peaks_from: the path of a
+    calibration of this card whose GEMM / copy peaks (and copy curve) are reused instead
+    of measured (its partition of the same SM count for a confined card; the partitions
+    measured here reuse theirs the same way)."""
     import time
     from .runner import benchmark
     core = _core
@@ -280,9 +437,12 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     power = {"idle_w": _idle_power(device, info), "limit_w": record.get("power_limit_w"),
              "max_sm_clock_mhz": record.get("max_sm_clock_mhz")}
     sm_list = grid_sms(int(info["sms"]))
-    peaks, kernels = measure_peaks(device)
+    if peaks_from:
+        peaks, kernels = reuse_peaks(device, peaks_source(peaks_from, record["gpu"], info.get("sm_limit")))
+    else:
+        peaks, kernels = measure_peaks(device)
     skipped = []
-    if copy_curve and info.get("sm_limit") is None:
+    if copy_curve and info.get("sm_limit") is None and not peaks_from:
         curve = measure_copy_curve(device, [n for n in COPY_CURVE_SMS if n < int(info["sms"])], peaks["copy_bytes"],
                                    skipped)
         if curve:
@@ -297,6 +457,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     ops, profiles = {}, []
     models = [w for w in ws if w.kind == "model" and w.measurable]
     steps = []
+    rnn_info = {}
     from .. import __version__
 
     def result():
@@ -306,10 +467,12 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
                 timespec="seconds"), "driver": record.get("driver_version"), "cuda_runtime": info.get("runtime_version"),
                 "gpucmp": __version__, "host": platform.node(), "sm_clock_mhz": record.get("sm_clock_mhz"),
                 "power_limit_w": record.get("power_limit_w"), "sm_limit": info.get("sm_limit"),
+                "build": build_fingerprint(), "workloads": [w.name for w in ws],
                 "command": "gpucmp calibrate"},
             "peaks": peaks, "power": power, "kernels": kernels, "ops": ops, "steps": steps, "grid_sms": sm_list,
             "profiles": profiles,
             "skipped_ops": skipped,
+            **({"recurrent": rnn_info} if rnn_info else {}),
         }
     if path:
         save(result(), path)
@@ -324,12 +487,20 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
     t_start = time.perf_counter()            # the ops budget starts once the steps are measured
     time_ops(device, ws, precs, batch_sizes, origin, peaks["launch_s"], sm_list, ops, skipped,
              budget_s=ops_budget_s, t_start=t_start, checkpoint=(lambda: save(result(), path)) if path else None)
+    if any(r.get("kind") in recurrent.RNN_KINDS for r in ops.values()):
+        # the per-step model's fit: a sweep of shapes per variant, and the workloads' own ops
+        clock = float(power.get("max_sm_clock_mhz") or math.nan)
+        rnn_origin = DeviceModel(record["gpu"], int(info["sms"]), {"fp32": peaks["gemm_flops"]["float32"]},
+                                 peaks["copy_bytes_per_s"], peaks["launch_s"], clock_mhz=clock)
+        rnn_info.update(recurrent_record(measure_recurrent(device, peaks["launch_s"], skipped), ops, rnn_origin,
+                                         peaks["launch_s"], clock))
     cal = result()
     if path:
         save(cal, path)
     if partitions and info.get("sm_limit") is None:
         subs = measure_partitions(device, [n for n in partitions if n < int(info["sms"])], list(workloads), precs,
-                                  batch_sizes, partition_ops_budget_s, skipped)
+                                  batch_sizes, partition_ops_budget_s, skipped, peaks_from=peaks_from,
+                                  step_repeats=step_repeats)
         cal = attach_partitions(cal, subs)
         if path:
             save(cal, path)
@@ -337,7 +508,7 @@ def calibrate(device="cuda:0", workloads=("cnn", "gemm", "conv", "bandwidth", "r
 
 
 def measure_partitions(device, sms_counts, workloads, precisions, batch_sizes, ops_budget_s, skipped,
-                       timeout_s=600):
+                       timeout_s=600, peaks_from=None, step_repeats=3):
     """{sms: calibration} of the card confined to each of `sms_counts` SMs: `gpucmp calibrate`
     in a child process with GPUCMP_CUDA_SMS set (a green context applies when a process
     starts its backend), without a copy curve or partitions of its own. A count that cannot
@@ -356,6 +527,10 @@ def measure_partitions(device, sms_counts, workloads, precisions, batch_sizes, o
                 cmd += ["--ops-budget-s", str(float(ops_budget_s))]
             if batch_sizes:
                 cmd += ["--batch-size", *[str(int(b)) for b in batch_sizes]]
+            if peaks_from:
+                cmd += ["--peaks-from", os.path.abspath(peaks_from)]
+            if step_repeats != 3:
+                cmd += ["--step-repeats", str(int(step_repeats))]
             env = dict(os.environ, GPUCMP_CUDA_SMS=str(int(n)))
             try:
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)

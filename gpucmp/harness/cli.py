@@ -6,6 +6,8 @@
 - `gpucmp specs [NAME ...]`: the spec database; `gpucmp devices`: what is here;
 - `gpucmp bench [--workloads ...] [--devices ...] ...`: measured rows, optionally saved;
 - `gpucmp calibrate --device cuda:0 --out FILE`: the calibration projections start from;
+  `--merge EXISTING NEW --out FILE` merges a calibration of a few workloads into an
+  existing one of the same card and build (no GPU needed);
 - `gpucmp cnn`: train the seeds' CNN on real digits (the first main job).
 Bad arguments (unknown GPU, workload or device, a batch that fits no card, a corrupt
 results file) end with exit code 2 and one line on stderr, never a traceback.
@@ -131,11 +133,16 @@ def cmd_calibrate(args):
     from .calibration import PARTITION_SMS, calibrate
     kw = {k: v for k, v in (("workloads", args.workloads), ("precisions", args.precision),
                             ("batch_sizes", args.batch_size)) if v}
+    if args.attach and args.merge:
+        raise ValueError("calibrate: --attach and --merge are separate steps; give one of them")
     if args.attach:
         return _attach(args)
+    if args.merge:
+        return _merge(args)
     cal = calibrate(args.device, ops_budget_s=args.ops_budget_s, path=args.out, copy_curve=not args.no_copy_curve,
                     partitions=() if args.no_partitions else (args.partitions or PARTITION_SMS),
-                    partition_ops_budget_s=args.partition_ops_budget_s, **kw)
+                    partition_ops_budget_s=args.partition_ops_budget_s, peaks_from=args.peaks_from,
+                    step_repeats=args.step_repeats, **kw)
     parts = "/".join(cal.get("partitions") or {}) or "no"
     print(f"wrote {args.out}: {cal['gpu']}, {len(cal['ops'])} ops, {len(cal['steps'])} model steps, "
           f"{parts} SM partitions")
@@ -153,6 +160,26 @@ def _attach(args):
     cal = attach_partitions(full, {int(p["sms"]): p for p in parts})
     save(cal, args.out)
     print(f"wrote {args.out}: {cal['gpu']} with {'/'.join(cal['partitions'])} SM partitions")
+    return 0
+
+
+def _merge(args):
+    """gpucmp calibrate --merge EXISTING NEW --out OUT [--workloads ...]: no measuring, NEW's
+    workloads (all, or those named) merged into EXISTING (merge.py)."""
+    from .calibration import save
+    from .merge import merge_calibrations
+    from .projection import load_calibration
+    existing, new = (load_calibration(p) for p in args.merge)
+    cal = merge_calibrations(existing, new, args.workloads)
+    save(cal, args.out)
+    note = cal["provenance"]["merged"][-1]
+    parts = "/".join(note.get("partitions") or []) or "no"
+    print(f"wrote {args.out}: {cal['gpu']}, {', '.join(note['workloads'])} merged on the whole card and "
+          f"{parts} SM partitions")
+    for key, what in (("partitions_left_out", "only in the new file, left out"),
+                      ("partitions_without_them", "without the merged workloads")):
+        if note.get(key):
+            print(f"  partitions {'/'.join(note[key])}: {what}")
     return 0
 
 
@@ -229,7 +256,7 @@ def build_parser():
     k.add_argument("--device", default="cuda:0")
     k.add_argument("--out", required=True)
     k.add_argument("--ops-budget-s", type=float, default=None, help="time spent timing single ops at most")
-    k.add_argument("--workloads", nargs="+", default=None, help="default: cnn gemm conv bandwidth resnet50")
+    k.add_argument("--workloads", nargs="+", default=None, help="default: cnn gemm conv bandwidth resnet50 rnn lstm gan")
     k.add_argument("--precision", nargs="+", default=None, help="default: float32 float16 bfloat16")
     k.add_argument("--batch-size", nargs="+", type=_positive, default=None, help="model batch sizes (default: "
                    "each workload's own)")
@@ -239,8 +266,14 @@ def build_parser():
     k.add_argument("--partition-ops-budget-s", type=float, default=60.0,
                    help="single-op time budget of each partition (default 60)")
     k.add_argument("--no-copy-curve", action="store_true", help="skip the copy on 8/24/48/96 SMs")
+    k.add_argument("--step-repeats", type=_positive, default=3, help="samples per model step (default 3)")
     k.add_argument("--attach", nargs="+", default=None, metavar="FILE",
                    help="measure nothing: file partition calibrations (FILE 2..) into the first FILE's")
+    k.add_argument("--merge", nargs=2, default=None, metavar=("EXISTING", "NEW"),
+                   help="measure nothing: merge NEW's workloads (or those of --workloads) into EXISTING")
+    k.add_argument("--peaks-from", default=None, metavar="FILE",
+                   help="reuse the GEMM / copy peaks of this calibration of the same card (a calibration of a few "
+                        "workloads to --merge into it)")
     k.set_defaults(func=cmd_calibrate)
 
     n = sub.add_parser("cnn", help="train the seeds' CNN on real handwritten digits")

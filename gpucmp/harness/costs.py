@@ -3,7 +3,7 @@
 What it provides: the `Op` record (one kernel launch of a training step or of a kernel
 benchmark: kind, the arithmetic unit it runs on, FLOPs, the fewest bytes it must move,
 thread blocks) and one constructor per op family (GEMM, convolution passes, pooling,
-elementwise, loss, optimizer update, copy).
+elementwise, loss, optimizer update, copy, the recurrence of a recurrent layer).
 
 Why it is built this way: the projection (projection.py) scales each op by the ratio of
 two rooflines, so every op must carry what a roofline needs -- FLOPs counted from the op's
@@ -11,7 +11,10 @@ shapes (tensor-core work is not visible to FP32 counters), bytes as each operand
 once and each result written once, and the number of output tiles, which decides wave
 quantization on a card with a different SM count. `unit` names the peak that bounds the
 op: 'fp32' (CUDA cores), 'tf32', 'fp16', 'bf16' (Tensor Cores, fp32 accumulation) or
-'memory' (no arithmetic worth counting).
+'memory' (no arithmetic worth counting). The recurrence (`recurrent`: rnn_fwd / rnn_bwd)
+is a loop of T dependent steps, latency- rather than throughput-bound, so it carries
+what the per-step model (recurrent.py) needs instead: steps, the FLOPs of one step,
+the CTAs its FLOPs spread over, and the kernel launches of the variant that runs it.
 """
 from dataclasses import asdict, dataclass, field
 import math
@@ -141,3 +144,88 @@ def copy(name, nbytes, phase="data"):
 def totals(ops):
     """(flops, bytes) summed over ops."""
     return sum(o.flops for o in ops), sum(o.bytes for o in ops)
+
+
+RNN_GATES = {"simple": 1, "lstm": 4, "gru": 3, "gru_reset_before": 3}
+RNN_SAVE_BLOCKS = {"simple": 2, "lstm": 7, "gru": 5, "gru_reset_before": 5}
+RNN_VARIANTS = ("stepwise", "persistent")
+# gate math per (row, unit) of one step, besides the recurrent product (a rough count)
+RNN_GATE_FLOPS = {"fwd": {"simple": 2, "lstm": 14, "gru": 14, "gru_reset_before": 14},
+                  "bwd": {"simple": 3, "lstm": 24, "gru": 20, "gru_reset_before": 20}}
+RNN_TILE = 16         # the stepwise recurrent matmul's output tile (csrc/cuda/rnn.cu)
+RNN_MAX_CTAS_PER_GROUP = 16   # the persistent kernel's CTAs per group of batch rows, at most
+
+
+def rnn_launches_per_step(cell, variant, rmask=False):
+    """Kernel launches one time step of the CUDA recurrence makes: stepwise, the recurrent
+    matmul and the fused gate kernel (GRU reset_before adds its reset kernel and a second
+    matmul; recurrent dropout one matmul per gate block and a mask kernel); persistent,
+    none (its one launch covers every step)."""
+    if variant == "persistent":
+        return 0
+    if not rmask:
+        return 4 if cell == "gru_reset_before" else 2
+    return {"simple": 3, "lstm": 6, "gru": 5, "gru_reset_before": 6}[cell]
+
+
+def rnn_launches(cell, steps, variant, rmask=False):
+    """Kernel launches of one rnn_fwd / rnn_bwd call: stepwise, steps x the per-step ones
+    plus its init and final-state kernels; persistent, one."""
+    if variant == "persistent":
+        return 1
+    return steps * rnn_launches_per_step(cell, variant, rmask) + 2
+
+
+def rnn_exchanges_per_step(cell):
+    """Synchronisations among the persistent kernel's CTAs per step (GRU reset_before
+    exchanges r*h as well as h, d(r*h) as well as dh)."""
+    return 2 if cell == "gru_reset_before" else 1
+
+
+def recurrent(name, which, cell, batch, steps, units, dtype="float32", variant="stepwise", nbytes=None,
+              rmask=False, phase=None, variant_source="given"):
+    """The recurrence of a recurrent layer: which 'fwd' (rnn_fwd: h_t from xw_t and h_{t-1}.U,
+    the gates, the saved activations) or 'bwd' (rnn_bwd: BPTT, dz_t.U^T per step), `steps`
+    dependent steps of a (batch x units) state. FLOPs count the recurrent product (2 B u G u
+    per step, fp32 FFMA whatever the storage dtype) and the gate math; bytes default to
+    the op's operands read or written once; blocks are the CTAs the step's FLOPs spread
+    over (stepwise: the recurrent matmul's 16 x 16 output tiles; persistent: up to 16 per
+    batch row); launches follow the variant (rnn_launches). variant_source says where the
+    variant came from: 'given' (the op's description), 'build' (the auto choice of the
+    running build), 'assumed' (neither: the projection takes the calibration's)."""
+    if cell not in RNN_GATES:
+        raise ValueError(f"recurrent: unknown cell {cell!r}; expected one of {', '.join(RNN_GATES)}")
+    if which not in ("fwd", "bwd"):
+        raise ValueError(f"recurrent: which must be 'fwd' or 'bwd', got {which!r}")
+    if variant not in RNN_VARIANTS:
+        raise ValueError(f"recurrent: unknown variant {variant!r}; expected one of {', '.join(RNN_VARIANTS)}")
+    for what, v in (("batch", batch), ("steps", steps), ("units", units)):
+        if int(v) < 1:
+            raise ValueError(f"recurrent: {what} must be >= 1, got {v}")
+    b, t, u = int(batch), int(steps), int(units)
+    g = RNN_GATES[cell]
+    step_flops = 2.0 * b * u * g * u + RNN_GATE_FLOPS[which][cell] * b * u
+    s = DTYPE_BYTES[dtype]
+    if nbytes is None:
+        io = b * t * g * u + RNN_SAVE_BLOCKS[cell] * b * t * u + u * g * u + b * u
+        nbytes = float(s * io)
+    if variant == "persistent":
+        blocks = b * RNN_MAX_CTAS_PER_GROUP
+    else:
+        n = g * u if which == "fwd" else u
+        blocks = math.ceil(n / RNN_TILE) * math.ceil(b / RNN_TILE)
+    key = f"rnn_{which}:{cell}:{b}x{t}x{u}:{dtype}{':rmask' if rmask else ''}"
+    return Op(name, f"rnn_{which}", "fp32", step_flops * t, float(nbytes), int(blocks),
+              phase or ("forward" if which == "fwd" else "backward"), dtype,
+              f"{cell} B={b} T={t} u={u} {variant}", key, rnn_launches(cell, t, variant, rmask),
+              extra={"cell": cell, "which": which, "batch": b, "steps": t, "units": u, "step_flops": step_flops,
+                     "variant": variant, "variant_source": variant_source, "rmask": bool(rmask)})
+
+
+def with_variant(op, variant, source):
+    """The recurrent op `op` run by `variant` instead (launches and blocks follow it)."""
+    e = op.extra
+    if e.get("variant") == variant:
+        return op
+    return recurrent(op.name, e["which"], e["cell"], e["batch"], e["steps"], e["units"], op.dtype, variant,
+                     op.bytes, e["rmask"], op.phase, source)

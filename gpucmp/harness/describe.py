@@ -6,7 +6,8 @@ the very node dicts `gpucmp._core.Plan` is built from (lowering.describe), asks 
 the op calls of one training step (`Plan.trace`), and turns each call into a `costs.Op`
 from the shapes it was issued with: the batch gather, each node's forward ops (bias and
 activation fused in the GEMM / convolution epilogue, BatchNormalization + ReLU + residual
-in one op where the plan fused them), the fused loss, each node's backward ops (with the
+in one op where the plan fused them, a recurrent layer's recurrence as one rnn_fwd /
+rnn_bwd op with its cell, steps and variant), the fused loss, each node's backward ops (with the
 adds of gradients at fan-out), the casts of a mixed policy and the optimizer update.
 `model_ops(model, batch)` does the same for a model object; `meta_plan` gives the plan
 itself (memory.py reads its exact allocation from it).
@@ -96,11 +97,61 @@ ELEMENTWISE_FLOPS = {"act_fwd": 2, "act_bwd": 1, "add": 1, "mul": 1, "dropout_fw
                      "accuracy": 2}
 
 
-def op_of(entry, tf32=True):
-    """The costs.Op of one traced op call (an entry of Plan.trace)."""
+RNN_CELL_OF_GATES = {1: "simple", 4: "lstm", 3: "gru"}
+
+
+def build_rnn_variant(rmask=False):
+    """(variant, source) of the CUDA recurrence in the running build: the variant forced
+    at point cuda.rnn, else its auto choice -- persistent where the build has it and the
+    call is eligible (no recurrent dropout), else stepwise; ('stepwise', 'assumed') in a
+    build without the point (a CPU-only build cannot say what its CUDA build would run:
+    the projection then takes the variant the calibration recorded)."""
+    try:
+        from .. import _core
+        info = _core.variants().get("cuda.rnn")
+    except Exception:          # a core without the variant registry
+        info = None
+    if not info:
+        return "stepwise", "assumed"
+    forced = info.get("forced") or "auto"
+    if forced in costs.RNN_VARIANTS:
+        return forced, "build"
+    ok = "persistent" in (info.get("available") or []) and not rmask
+    return ("persistent" if ok else "stepwise"), "build"
+
+
+def _rnn_op(entry, name, phase, desc=None):
+    """The costs.recurrent op of a traced rnn_fwd / rnn_bwd call: the cell from the layer's
+    node (else from the shapes: gates per unit; a GRU's recurrent bias or dm output says
+    reset_after), the variant from the call's params when the trace gives one, else the
+    running build's (build_rnn_variant)."""
+    fwd = entry["op"] == "rnn_fwd"
+    xw = _shape(entry, "inputs" if fwd else "outputs", 0)
+    b, t, gu = xw
+    u = _shape(entry, "inputs", 1 if fwd else 3)[0]
+    cell = (desc or {}).get("cell")
+    if cell not in costs.RNN_GATES:
+        cell = RNN_CELL_OF_GATES.get(gu // u, "lstm")
+        after = _t(entry, "inputs", 5) if fwd else _t(entry, "outputs", 1)    # b_h / dm: reset_after only
+        if cell == "gru" and after is None:
+            cell = "gru_reset_before"
+    rmask = _t(entry, "inputs", 6) is not None
+    variant = entry["params"].get("variant")
+    source = "given"
+    if variant not in costs.RNN_VARIANTS:
+        variant, source = build_rnn_variant(rmask)
+    return costs.recurrent(name, "fwd" if fwd else "bwd", cell, b, t, u, _dtype(entry), variant, _bytes(entry),
+                           rmask, phase, source)
+
+
+def op_of(entry, tf32=True, desc=None):
+    """The costs.Op of one traced op call (an entry of Plan.trace); desc: the plan node
+    dict of the call's node, when known (a recurrent op reads its cell there)."""
     op, phase, node = entry["op"], entry["phase"], entry["node"]
     name = f"{node}:{op}" if node >= 0 else op
     p = entry["params"]
+    if op in ("rnn_fwd", "rnn_bwd"):
+        return _rnn_op(entry, name, phase, desc)
     if op == "gemm":
         a, c = _shape(entry, "inputs", 0), _shape(entry, "outputs", 0)
         m, n = c
@@ -136,15 +187,16 @@ def op_of(entry, tf32=True):
                     f"{n} elements")
 
 
-def trace_ops(trace, tf32=True, optimizer="adam"):
+def trace_ops(trace, tf32=True, optimizer="adam", descs=None):
     """costs.Ops of a plan trace; the per-tensor optimizer calls become the one fused
-    update the GPU backends launch."""
+    update the GPU backends launch. descs: the plan's node dicts (index = node)."""
     ops, update = [], 0
     for e in trace:
         if e["op"] in ("adam", "sgd", "rmsprop"):
             update += _numel(e["inputs"][0]["shape"])
             continue
-        ops.append(op_of(e, tf32))
+        node = e["node"]
+        ops.append(op_of(e, tf32, descs[node] if descs and 0 <= node < len(descs) else None))
     if update:
         kind = "rmsprop" if optimizer == "sgd_momentum" else optimizer
         ops.append(costs.optimizer_update(f"update/{optimizer}", update, kind))
@@ -157,7 +209,7 @@ def plan_ops(descs, batch, loss="categorical_crossentropy", optimizer="adam", tf
     inputs = [d for d in descs if d["kind"] == "input"] or [{"out_shape": descs[0]["in_shape"]}]
     ops = [costs.elementwise("data/gather", "gather", batch * sum(_numel(d["out_shape"]) for d in inputs), 1, 1,
                              "float32", 0, "data")]
-    return ops + trace_ops(plan.trace(batch, train), tf32, optimizer)
+    return ops + trace_ops(plan.trace(batch, train), tf32, optimizer, descs)
 
 
 def model_descs(model):

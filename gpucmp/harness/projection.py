@@ -36,6 +36,13 @@ against the target's roofline ridge gives -- with these differences:
   target's roofline time to the origin's; an op without a measured time gets the
   origin's roofline time over the efficiency the same op reached at the nearest measured
   batch size, else over what measured ops of its kind and unit reach at its size;
+- the recurrence of a recurrent layer (rnn_fwd / rnn_bwd) is a latency-bound loop of
+  dependent steps, not a roofline op: it is scaled by the ratio of the per-step model
+  (recurrent.py: T x max(step FLOPs at the fp32 rate of the SMs it covers, a calibrated
+  per-step floor that scales with the SM clock)) on the target to the same on the
+  origin, for the variant that runs it there (stepwise / persistent: cuda.rnn); its
+  origin time is its own graph-replayed time at its shape (never the eager profile,
+  which pays a host launch per kernel of a stepwise loop), else the model;
 - host overhead is carried separately: the origin's host work per step (Python, graph
   launch) is the smallest surplus of a calibrated model step over its ops, and is added
   unscaled; the rest of a step's surplus is device time the ops' own measurements missed
@@ -64,7 +71,7 @@ import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
-from . import specs, step_profile
+from . import recurrent, specs, step_profile
 from .workloads.base import canonical_precision
 
 UNIT_COLUMN = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "fp16": "fp16_tflops", "bf16": "bf16_tflops"}
@@ -358,6 +365,9 @@ def origin_op_time(op, origin, cal, kind_eff, siblings=None, profile=None):
     the efficiency of the same op of the workload measured at another batch size
     (siblings: op name -> efficiency), else over the efficiency that calibrated ops of its
     kind and unit reach at its size."""
+    if recurrent.is_recurrent(op):
+        op = costs_with_variant(op, recurrent.origin_variant(op, cal))
+        return recurrent.origin_seconds(op, origin, cal)
     rec = cal["ops"].get(op.key) if op.key else None
     if rec is not None:
         return rec["seconds"], "measured"
@@ -374,6 +384,20 @@ def origin_op_time(op, origin, cal, kind_eff, siblings=None, profile=None):
     else:
         e = DEFAULT_EFFICIENCY["memory" if op.unit == "memory" else "tensor"]
     return origin.launch_s + origin.roofline(op) / e, "estimated"
+
+
+def costs_with_variant(op, variant):
+    from . import costs
+    return costs.with_variant(op, variant, "calibration" if variant != op.extra["variant"]
+                              else op.extra["variant_source"])
+
+
+def _spec_row_of(model):
+    """The spec row of a DeviceModel's card ('H200 SXM (16 SMs)' -> 'H200 SXM'), or {}."""
+    try:
+        return specs.spec(model.name.split(" (")[0])
+    except ValueError:
+        return {}
 
 
 def measured_step(cal, workload, precision, batch_size):
@@ -402,9 +426,10 @@ _HOST = {}
 
 
 def host_overhead(cal, origin):
-    """Seconds of host work per training step on the origin that no op accounts for: the
-    smallest surplus of a calibrated model step over its ops (the smallest step is the one
-    whose surplus is all host -- Python, the graph launch); a step its ops add up to more
+    """Seconds of host work per plan call on the origin that no op accounts for: the
+    smallest surplus of a calibrated model step over its ops, per plan call of the step
+    (the GAN's iteration makes four; the smallest step is the one whose surplus is all
+    host -- Python, the graph launch); a step its ops add up to more
     than (they overlap, or ran slower timed alone) says nothing of it. None without a
     model step that has a surplus."""
     key = id(cal)
@@ -425,10 +450,17 @@ def host_overhead(cal, origin):
         prof = find_profile(cal, w.name, s["precision"], s["batch_size"], ops)
         total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
         if float(s["step_time_s"]) > total:
-            found.append(float(s["step_time_s"]) - total)
+            found.append((float(s["step_time_s"]) - total) / getattr(w, "host_calls", 1))
     host = min(found) if found else None
     _HOST[key] = (cal, host)
     return host
+
+
+def _host_per_step(cal, origin, w):
+    """The origin's host work for one step of model workload w (host_overhead per plan call
+    x the plan calls of its step), None for a kernel or without a calibrated model step."""
+    host = host_overhead(cal, origin) if w.kind == "model" else None
+    return None if host is None else host * getattr(w, "host_calls", 1)
 
 
 def blocks_at(rec, sms, default):
@@ -490,6 +522,19 @@ def project_ops(ops, origin, target, cal, step_time_s=None, whole=False, sibling
         t_o *= scale
         dev_o = max(0.0, t_o - origin.launch_s)
         rec = cal["ops"].get(op.key) if op.key else None
+        if recurrent.is_recurrent(op):
+            op_o, op_t = recurrent.resolve(op, cal, _spec_row_of(target))
+            r_o, r_t = origin.roofline(op_o), target.roofline(op_t)
+            m_o = recurrent.op_seconds(op_o, origin, recurrent.params_for(cal, op_o.extra["variant"], op_o.extra["which"]))
+            m_t = recurrent.op_seconds(op_t, target, recurrent.params_for(cal, op_t.extra["variant"], op_t.extra["which"]))
+            t_t = t_o * m_t / m_o if m_o > 0 else m_t
+            projected += t_t
+            rows.append({"op": op.name, "kind": op.kind, "unit": op.unit, "flops": op.flops, "bytes": op.bytes,
+                         "origin_s": t_o, "origin_time": how + f", per-step model ({op_o.extra['variant']}"
+                         + (f" -> {op_t.extra['variant']}" if op_t is not op_o else "") + ")",
+                         "target_s": t_t, "intensity": op.intensity, "origin_blocks": op_o.blocks,
+                         "target_blocks": op_t.blocks, "launches": op_t.launches})
+            continue
         op_o = replace(op, blocks=blocks_at(rec, origin.sms, op.blocks))
         op_t = replace(op, blocks=blocks_at(rec, target.sms, op.blocks))
         r_o, r_t = origin.roofline(op_o), target.roofline(op_t)
@@ -545,7 +590,7 @@ def siblings_and_anchor(w, p, config, origin, cal, tf32=True):
         step = measured_step(cal, w.name, p, c.batch_size)
         if anchor is None and step is not None:
             total = sum(origin_op_time(op, origin, cal, kind_eff, profile=prof)[0] for op in ops)
-            anchor = _attribution(total, step, False, host_overhead(cal, origin))
+            anchor = _attribution(total, step, False, _host_per_step(cal, origin, w))
     return siblings, anchor
 
 
@@ -651,7 +696,7 @@ def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
         t, rows, overhead = project_ops(ops, origin, target, sub, step_time_s, whole=w.kind == "kernel",
                                      siblings=siblings, anchor=anchor,
                                      profile=find_profile(sub, w.name, p, config.batch_size, ops),
-                                     host_s=host_overhead(cal, full_origin) if w.kind == "model" else None)
+                                     host_s=_host_per_step(cal, full_origin, w))
     except Unsupported as exc:
         out.update(step_time_s=math.nan, throughput=math.nan, note=str(exc))
         return out
@@ -663,4 +708,7 @@ def _project_from(w, p, row, config, cal, sub, step_time_s, sms, tf32):
     if t > 0 and guessed > ESTIMATED_NOTE_SHARE * t:
         out["note"] = ("most of this step comes from ops the calibration never timed "
                        "(estimated from timed ops of their kind): a rough figure")
+    elif any(r["origin_time"].startswith("estimated from the default recurrent model") for r in rows):
+        out["note"] = ("its recurrent ops use the default per-step model (the calibration timed no recurrent "
+                       "op): an estimate")
     return out

@@ -374,6 +374,12 @@ def test_an_uncalibrated_model_carries_host_work_per_call_and_says_it_is_rough()
     keeps the origin's host work for each call, and its row says its ops were estimated;
     a calibrated workload's row has no such note."""
     cal = projection.load_calibration()
+    # the GAN as never measured (the shipped calibration may measure it: take it out)
+    keys = {o.key for o in get("gan").ops(Config(128, ""), "float32") if o.key} - {
+        o.key for w in ("cnn", "resnet50") for c in get(w).configs("cuda") for o in get(w).ops(c, "float32")}
+    cal = dict(cal, steps=[s for s in cal["steps"] if s["workload"] != "gan"],
+               profiles=[p for p in cal.get("profiles", []) if p["workload"] != "gan"],
+               ops={k: v for k, v in cal["ops"].items() if k not in keys}, partitions={})
     host = projection.host_overhead(cal, projection.origin_model(cal))
     gan = projection.project(get("gan"), "H200 SXM", "float32", Config(128, "batch 128"), cal)
     assert gan["host_overhead_s"] == pytest.approx(4 * host, rel=1e-9)
