@@ -5,7 +5,7 @@ Prints the total per op kind and the slowest op calls, for ResNet-50 (default) o
 seeds' CNN. The per-op times include each launch (a captured CUDA graph step is faster
 by the launch latencies); their sum is compared with the step time of fit.
 
-    python benchmarks/profile_plan.py [--model resnet50|cnn] [--batch 256]
+    python benchmarks/profile_plan.py [--model resnet50|cnn|lstm] [--batch 256]
         [--precision mixed_bfloat16] [--image 224] [--top 25] [--json out.json]
 """
 import argparse
@@ -25,7 +25,7 @@ SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "i32"}
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=("resnet50", "cnn"), default="resnet50")
+    ap.add_argument("--model", choices=("resnet50", "cnn", "lstm"), default="resnet50")
     ap.add_argument("--device", default=None)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--precision", default="mixed_bfloat16")
@@ -36,7 +36,7 @@ def main():
 
     import gpucmp
     from gpucmp import keras
-    from gpucmp.harness.workloads.seeds import build_seed_cnn
+    from gpucmp.harness.workloads.seeds import build_seed_cnn, build_seed_lstm
     gpus = [d for d in gpucmp.available_devices() if d.startswith("cuda")]
     device = args.device or (gpus[0] if gpus else "cpu")
     gpucmp.set_device(device)
@@ -45,12 +45,17 @@ def main():
         model = keras.applications.ResNet50(weights=None, input_shape=(args.image, args.image, 3))
         model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
         shape, classes = (args.image, args.image, 3), 1000
+    elif args.model == "lstm":           # the seeds' LSTM classifier: ids in, 100 steps
+        model = build_seed_lstm(keras, loss="sparse_categorical_crossentropy")
+        shape, classes = (100,), 10
     else:
         model = build_seed_cnn(keras, loss="sparse_categorical_crossentropy")
         shape, classes = (28, 28, 1), 10
     rng = np.random.default_rng(0)
     b = args.batch
     x = rng.random((b,) + shape, dtype=np.float32)
+    if args.model == "lstm":
+        x = rng.integers(0, 10000, (b,) + shape).astype(np.float32)
     y = rng.integers(0, classes, b).astype(np.int32)
     model.fit(x, y, batch_size=b, epochs=1, verbose=0)       # builds the plan (and warms up)
     t0 = time.perf_counter()
