@@ -227,7 +227,7 @@ def build_parser():
 
     c = sub.add_parser("compare", help="GPUs side by side: measured where present, projected elsewhere")
     c.add_argument("gpus", nargs="+", help="GPU names, e.g. A4000 A5000 (see `gpucmp specs`)")
-    c.add_argument("--workloads", nargs="+", default=None, help="cnn gemm conv bandwidth resnet50 (default: all)")
+    c.add_argument("--workloads", nargs="+", default=None, help="cnn gemm conv bandwidth resnet50 rnn lstm gan (default: all)")
     c.add_argument("--precision", nargs="+", default=None, help="float32 mixed_float16 mixed_bfloat16 ...")
     c.add_argument("--batch-size", nargs="+", type=_positive, default=None)
     c.add_argument("--results", nargs="+", default=None, help="results files from `gpucmp bench` elsewhere")

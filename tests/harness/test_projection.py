@@ -386,3 +386,16 @@ def test_an_uncalibrated_model_carries_host_work_per_call_and_says_it_is_rough()
     assert "never timed" in gan["note"]
     cnn = projection.project(get("cnn"), "RTX A4000", "float32", Config(32, "batch 32"), cal)
     assert not cnn.get("note")
+
+
+def test_the_shipped_calibration_measures_every_default_model_workload():
+    """DEFAULT's rows must not be rough figures: every default model workload has measured
+    steps in the shipped calibration, on the whole card and on each of its partitions."""
+    from gpucmp.harness import workloads
+    cal = projection.load_calibration()
+    models = [n for n in workloads.DEFAULT if get(n).kind == "model" and get(n).measurable]
+    for where, c in [("the whole card", cal)] + [(f"the {n}-SM partition", p)
+                                                 for n, p in (cal.get("partitions") or {}).items()]:
+        have = {s["workload"] for s in c["steps"]}
+        missing = [n for n in models if n not in have]
+        assert not missing, f"{where} of the shipped calibration does not measure {missing}"
