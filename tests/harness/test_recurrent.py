@@ -197,7 +197,10 @@ def timed_calibration(rng, names=("rnn", "lstm", "gan"), precisions=("float32", 
     "measured" a little above their ops: what a calibration of them would hold."""
     cal = projection.load_calibration()
     cal = {k: v for k, v in cal.items() if k != "partitions"}
-    cal["ops"], cal["steps"] = dict(cal["ops"]), [s for s in cal["steps"] if s["workload"] not in names]
+    # the shipped file's own recurrent measurements out: the test builds its own
+    cal.pop("recurrent", None)
+    cal["ops"] = {k: v for k, v in cal["ops"].items() if v.get("kind") not in recurrent.RNN_KINDS}
+    cal["steps"] = [s for s in cal["steps"] if s["workload"] not in names]
     origin = projection.origin_model(cal)
     kind_eff = projection.kind_efficiency(origin, cal)
     fits = {v: {w: {"floor_s": rng.uniform(0.5e-6, 3e-6), "efficiency": rng.uniform(0.2, 0.5),
