@@ -312,13 +312,16 @@ __device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int 
     }
 }
 
-/* AT[k][r] = src[r * u + k] for r < nr (the group's rows of an exchange buffer) */
+/* AT[k][r] = src[r * u + k] for r < nr (the group's rows of an exchange buffer); (r, k)
+ * of i advance by PERS_NT without a division per element */
 __device__ __forceinline__ void load_rows_t(const pers_shape &s, const float *src, int nr, float *AT)
 {
-    const int u = s.u, n = nr * u;
+    const int u = s.u, n = nr * u, dr = PERS_NT / u, dk = PERS_NT - dr * u;
+    int r = (int)threadIdx.x / u, k = (int)threadIdx.x - r * u;
     for (int i = threadIdx.x; i < n; i += PERS_NT) {
-        const int r = i / u, k = i - r * u;
         AT[k * s.RP + r] = __ldcg(src + i);
+        r += dr, k += dk;
+        if (k >= u) k -= u, r++;
     }
 }
 
@@ -345,8 +348,9 @@ __device__ void fwd_stage(const pers_fwd_args &a, int t, int b0, int nr, int j0,
  * CTA c of the group = cluster rank c, as a 1-D cluster over a 1-D grid numbers them).
  *
  * Forward, cluster: h_t is written by each CTA straight into EVERY CTA's (its own too)
- * h buffer of parity (k+1)&1 (hb[], the transposed [k][RP] operand layout, so there is
- * no copy: the step reads hT = hb[k&1]); reset_before's r*h goes the same way into rhT
+ * h buffer of parity (k+1)&1 (hb[0] / hb[1] = hb0 / hb1: the transposed [k][RP] operand
+ * layout, so there is no copy: the step reads hT = hb[k&1]); reset_before's r*h goes the
+ * same way into rhT
  * (one buffer). Barriers per step, the same sequence in every CTA: [X_k: after the r*h
  * writes] (reset_before only), then H_k after the h writes (k < T-1), plus one at the
  * start (after the initialisation, before any remote write: the peers' shared memory
@@ -376,7 +380,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     float *hs = (float *)(smem + s.o_s0), *cs = (float *)(smem + s.o_s1), *es = (float *)(smem + s.o_s2);
     float *ms = (float *)(smem + s.o_m), *bhs = (float *)(smem + s.o_bh);
     int *ctl = (int *)(smem + s.o_ctl);
-    float *hb[2] = {hT, XC ? (float *)(smem + s.o_h1) : hT};
+    float *const hb0 = hT, *const hb1 = XC ? (float *)(smem + s.o_h1) : hT; /* (no array: no stack) */
     const T *U = cptr<T>(a.U), *h0 = cptr<T>(a.h0), *c0 = cptr<T>(a.c0), *bh = cptr<T>(a.bh);
     T *out = (T *)a.out, *save = (T *)a.save;
 
@@ -391,7 +395,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     }
     for (int i = threadIdx.x; i < u * RP; i += PERS_NT) {
         hT[i] = 0.0f;
-        if (XC) hb[1][i] = 0.0f;
+        if (XC) hb1[i] = 0.0f;
         if (before) rhT[i] = 0.0f;
     }
     for (int i = threadIdx.x; i < RP * GCP; i += PERS_NT) zs[i] = 0.0f;
@@ -418,7 +422,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         const int t = s.gb ? s.T - 1 - k : k;
         const int last = k == s.T - 1;
         if constexpr (XC) {
-            hT = hb[k & 1]; /* H_{k-1} (or the start barrier) was passed */
+            hT = (k & 1) ? hb1 : hb0; /* H_{k-1} (or the start barrier) was passed */
         } else if (k > 0) {
             if (!pers_wait(a.y, s, grp, (unsigned)s.NC * ord, ord, ctl)) return;
             load_rows_t(s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, hT);
@@ -452,7 +456,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             prod_fwd<T>(s, Us, hT, 0, GCP, red, zs);
         }
         /* the gates, the states, the outputs of (row, own unit) */
-        float *hnext = XC ? hb[(k + 1) & 1] : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
+        float *hnext = XC ? ((k & 1) ? hb0 : hb1) : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
             const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
             const float *x = xs + r * GCP, *m = zs + r * GCP;
