@@ -961,12 +961,17 @@ def test_recurrence_variants_half_storage_on_grid_shapes(backend, dtype, cell):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("var", ("persistent", "cluster"))
 @pytest.mark.parametrize("cell", ("lstm", "gru"))
-def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell):
-    """U of u = 1024 does not fit on chip in 16 CTAs on any device: forced persistent is a
-    NotImplementedError naming the variant and writing nothing; auto runs it stepwise."""
+def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell, var):
+    """U of u = 1024 does not fit on chip in 16 CTAs on any device: forced persistent (or
+    cluster) is a NotImplementedError naming the variant and writing nothing; auto runs it
+    stepwise."""
     if _CUDA[0] not in _BACKENDS:
         pytest.skip("no CUDA backend")
+    why = rnn_variant_skip(var)
+    if why:
+        pytest.skip(why)
     seed = _seed()
     rng = np.random.default_rng(seed)
     pr = Problem(rng, "float32", cell, B=2, T=2, u=1024, mask="right", sequences=True, scale=0.5)
@@ -976,13 +981,13 @@ def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell):
     save = poisoned((save_blocks(cell), B, T, u), "float32")
     ins = (to_store(pr.xw, "float32"), to_store(pr.U, "float32"), to_store(pr.h0, "float32"),
            to_store(pr.c0, "float32"), np.ascontiguousarray(pr.mask, np.float32), to_store(pr.bh, "float32"), None)
-    with variants.forced("cuda.rnn", "persistent"):
-        with pytest.raises(NotImplementedError, match="persistent"):
+    with variants.forced("cuda.rnn", var):
+        with pytest.raises(NotImplementedError, match=var):
             _core.run_op("rnn_fwd", _CUDA[0], ins, (y, save, None, None), pr.p)
     assert np.isnan(y).all() and np.isnan(save).all(), "a refused call wrote outputs"
-    with variants.forced("cuda.rnn", "persistent"):
+    with variants.forced("cuda.rnn", var):
         dxw = poisoned((B, T, Gu), "float32")
-        with pytest.raises(NotImplementedError, match="persistent"):
+        with pytest.raises(NotImplementedError, match=var):
             _core.run_op("rnn_bwd", _CUDA[0], (None, None, None, ins[1], to_store(np.zeros(save.shape), "float32"),
                                                ins[4], None), (dxw, None, None, None), pr.p)
     what = f"[{_CUDA[0]} auto seed={seed}] {pr.what}"

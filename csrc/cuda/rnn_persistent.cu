@@ -390,16 +390,18 @@ static int choose_cluster(const gc_backend *be, const void *kern, int bwd, size_
         *why = "no cluster of the kernel fits on the device (cudaOccupancyMaxActiveClusters is 0)";
         return 0;
     }
-    if (clusters < NG) { /* fewer clusters run at once than the SMs suggest: fewer, taller groups */
-        NG = clusters;
-        s->R = (B + NG - 1) / NG;
-        smem = layout(s, bwd, ts, 1);
-        if (smem > optin || smem > (size_t)INT_MAX ||
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
-            (void)cudaGetLastError();
-            *why = "the slice of U, the group's states and the receive buffers do not fit in one block's shared "
-                   "memory";
-            return 0;
+    if (clusters < NG) {
+        /* fewer clusters run at once than the SMs suggest: fewer, taller groups where they
+         * fit, else the same groups in waves (clusters are independent: correct, slower) */
+        pers_shape t = *s;
+        t.R = (B + clusters - 1) / clusters;
+        const size_t smem2 = layout(&t, bwd, ts, 1);
+        if (smem2 <= optin && smem2 <= (size_t)INT_MAX &&
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2) == cudaSuccess) {
+            *s = t;
+            smem = smem2;
+        } else {
+            (void)cudaGetLastError(); /* s keeps its layout and the attribute set for it */
         }
     }
     NG = (B + s->R - 1) / s->R;
