@@ -49,7 +49,7 @@ ACTS = ref.RNN_ACTIVATIONS
 _BACKENDS = tuple(_core.backends())
 _CUDA = tuple(b for b in _BACKENDS if b.startswith("cuda")) or ("cuda:0",)
 # the recurrences of the variant point cuda.rnn a CUDA case runs (each forced in turn)
-RNN_VARIANTS = ("stepwise", "persistent")
+RNN_VARIANTS = ("stepwise", "persistent", "cluster")
 BACKENDS = [pytest.param("cpu", id="cpu")] + [pytest.param(f"{b}/{v}", id=f"{b}-{v}", marks=pytest.mark.cuda)
                                               for b in _CUDA for v in RNN_VARIANTS]
 DTYPES = ("float32", "float16", "bfloat16")
@@ -128,6 +128,19 @@ def save_blocks(cell):
 
 # ------------------------------------------------------------------ calling the core
 
+def rnn_variant_skip(var):
+    """Why the cuda.rnn variant `var` cannot run on this build / device (None: it can):
+    "cluster" needs compute capability 9.0 and the sm_90 image."""
+    if var != "cluster":
+        return None
+    info = variants.points().get("cuda.rnn")
+    if info is None:
+        return "this build has no cuda.rnn point"
+    if "cluster" not in info["available"]:
+        return "cuda.rnn=cluster is not available here (thread-block clusters need sm_90)"
+    return None
+
+
 def run_rnn(op, backend, ins, outs, p, rmask=None):
     """run_op on `backend`, which may name a cuda.rnn variant ("cuda:0/persistent"): that
     variant is forced for the call and `last` must report it. Recurrent dropout is not
@@ -137,9 +150,12 @@ def run_rnn(op, backend, ins, outs, p, rmask=None):
     if not var:
         _core.run_op(op, be, ins, outs, p)
         return
+    why = rnn_variant_skip(var)
+    if why:
+        pytest.skip(why)
     want = var
-    if var == "persistent" and rmask is not None:
-        with variants.forced("cuda.rnn", "persistent"), pytest.raises(NotImplementedError, match="persistent"):
+    if var in ("persistent", "cluster") and rmask is not None:
+        with variants.forced("cuda.rnn", var), pytest.raises(NotImplementedError, match=var):
             _core.run_op(op, be, ins, outs, p)
         var = want = "auto"
     with variants.forced("cuda.rnn", var):
@@ -570,6 +586,8 @@ def test_cuda_matches_cpu(cell):
             dict(B=33, T=9, u=70, mask="mixed", sequences=True, rmask=True),
             dict(B=9, T=4, u=200, mask="left", go_backwards=True, sequences=True)]
     for cfg, dtype, var in [(c, d, v) for c in cfgs for d in DTYPES for v in RNN_VARIANTS]:
+        if rnn_variant_skip(var):
+            continue
         cuda = f"{_CUDA[0]}/{var}"
         pr = Problem(rng, dtype, cell, **cfg)
         what = f"[{cuda} vs cpu {dtype} seed={seed}] {pr.what}"
@@ -943,12 +961,17 @@ def test_recurrence_variants_half_storage_on_grid_shapes(backend, dtype, cell):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("var", ("persistent", "cluster"))
 @pytest.mark.parametrize("cell", ("lstm", "gru"))
-def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell):
-    """U of u = 1024 does not fit on chip in 16 CTAs on any device: forced persistent is a
-    NotImplementedError naming the variant and writing nothing; auto runs it stepwise."""
+def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell, var):
+    """U of u = 1024 does not fit on chip in 16 CTAs on any device: forced persistent (or
+    cluster) is a NotImplementedError naming the variant and writing nothing; auto runs it
+    stepwise."""
     if _CUDA[0] not in _BACKENDS:
         pytest.skip("no CUDA backend")
+    why = rnn_variant_skip(var)
+    if why:
+        pytest.skip(why)
     seed = _seed()
     rng = np.random.default_rng(seed)
     pr = Problem(rng, "float32", cell, B=2, T=2, u=1024, mask="right", sequences=True, scale=0.5)
@@ -958,13 +981,13 @@ def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell):
     save = poisoned((save_blocks(cell), B, T, u), "float32")
     ins = (to_store(pr.xw, "float32"), to_store(pr.U, "float32"), to_store(pr.h0, "float32"),
            to_store(pr.c0, "float32"), np.ascontiguousarray(pr.mask, np.float32), to_store(pr.bh, "float32"), None)
-    with variants.forced("cuda.rnn", "persistent"):
-        with pytest.raises(NotImplementedError, match="persistent"):
+    with variants.forced("cuda.rnn", var):
+        with pytest.raises(NotImplementedError, match=var):
             _core.run_op("rnn_fwd", _CUDA[0], ins, (y, save, None, None), pr.p)
     assert np.isnan(y).all() and np.isnan(save).all(), "a refused call wrote outputs"
-    with variants.forced("cuda.rnn", "persistent"):
+    with variants.forced("cuda.rnn", var):
         dxw = poisoned((B, T, Gu), "float32")
-        with pytest.raises(NotImplementedError, match="persistent"):
+        with pytest.raises(NotImplementedError, match=var):
             _core.run_op("rnn_bwd", _CUDA[0], (None, None, None, ins[1], to_store(np.zeros(save.shape), "float32"),
                                                ins[4], None), (dxw, None, None, None), pr.p)
     what = f"[{_CUDA[0]} auto seed={seed}] {pr.what}"
@@ -980,9 +1003,14 @@ def test_the_recurrence_variant_point_is_listed():
     if not _core.built_with_cuda:
         assert "cuda.rnn" not in pts
         return
-    assert pts["cuda.rnn"]["variants"] == ["auto", "stepwise", "persistent"]
+    assert pts["cuda.rnn"]["variants"] == ["auto", "stepwise", "persistent", "cluster"]
+    avail = pts["cuda.rnn"]["available"]
+    assert {"auto", "stepwise", "persistent"} <= set(avail), avail
     with pytest.raises(ValueError, match="cuda.rnn"):
         variants.force("cuda.rnn", "cluster9")
+    if "cluster" not in avail:  # forcing an unavailable variant is refused, naming it
+        with pytest.raises(NotImplementedError, match="cluster"):
+            variants.force("cuda.rnn", "cluster")
 
 
 def _rnn_plan(backend, cell, seed, B, T, F, u, classes=3):
@@ -1006,13 +1034,18 @@ def _rnn_plan(backend, cell, seed, B, T, F, u, classes=3):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("var", ("persistent", "cluster"))
 @pytest.mark.parametrize("cell", CELLS)
-def test_persistent_recurrence_in_a_captured_graph(cell):
-    """Training steps of an rnn -> dense plan with cuda.rnn=persistent, replayed from a CUDA
-    graph (train_steps) and run op by op: the same weights bit for bit (the kernel is
-    deterministic), steps replayed, and the persistent kernel is what ran."""
+def test_persistent_recurrence_in_a_captured_graph(cell, var):
+    """Training steps of an rnn -> dense plan with cuda.rnn=persistent (or cluster: a
+    cluster launch is a kernel node with its cluster dimension), replayed from a CUDA graph
+    (train_steps) and run op by op: the same weights bit for bit (the kernel is
+    deterministic), steps replayed, and the forced kernel is what ran."""
     if _CUDA[0] not in _BACKENDS:
         pytest.skip("no CUDA backend")
+    why = rnn_variant_skip(var)
+    if why:
+        pytest.skip(why)
     seed = _seed()
     rng = np.random.default_rng(seed)
     B, T, F, u = 16, 9, 5, 70
@@ -1021,16 +1054,16 @@ def test_persistent_recurrence_in_a_captured_graph(cell):
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
     idx = rng.permutation(n).astype(np.int32)
     out = []
-    with variants.forced("cuda.rnn", "persistent"):
+    with variants.forced("cuda.rnn", var):
         for graphs in (True, False):
             plan, bufs = _rnn_plan(_CUDA[0], cell, seed, B, T, F, u)
             plan.use_graphs(graphs)
             plan.set_data(x, y)
             stats = plan.train_steps(idx, B, {"lr": 1e-3, "t": 1})
-            assert variants.last("cuda.rnn") == "persistent", f"seed={seed} {cell} graphs={graphs}"
+            assert variants.last("cuda.rnn") == var, f"seed={seed} {var} {cell} graphs={graphs}"
             out.append((plan.graph_replays, {k: b.read() for k, b in bufs.items()}, stats))
     (rg, wg, sg), (re_, we, se) = out
-    assert rg >= 3 and re_ == 0, f"seed={seed} {cell}: graph replays {rg} / {re_}"
+    assert rg >= 3 and re_ == 0, f"seed={seed} {var} {cell}: graph replays {rg} / {re_}"
     for k in wg:
         np.testing.assert_array_equal(wg[k], we[k], err_msg=f"{k} seed={seed} {cell}")
     assert np.isfinite(sg["loss"]) and sg == se, (sg, se)

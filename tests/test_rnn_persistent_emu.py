@@ -42,6 +42,7 @@ def emu(tmp_path_factory):
     lib.emu_rnn_fwd.argtypes = ints + [f] * 10 + [ctypes.POINTER(ctypes.c_int)]
     lib.emu_rnn_bwd.argtypes = ints + [f] * 10 + [ctypes.POINTER(ctypes.c_int)]
     lib.emu_rnn_fwd.restype = lib.emu_rnn_bwd.restype = ctypes.c_int
+    lib.emu_set_cluster.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -108,9 +109,13 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("exchange", ("flags", "cluster"))
 @pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"B{s[0]}T{s[1]}u{s[2]}nc{s[3]}r{s[4]}" for s in SHAPES])
-def test_emulated_persistent_kernels_match_the_oracle(emu, cell, shape):
+def test_emulated_persistent_kernels_match_the_oracle(emu, cell, shape, exchange):
+    """exchange: the kernels' exchange policy, global flags (cuda.rnn=persistent) or the
+    cluster's distributed shared memory (cuda.rnn=cluster; a std::barrier per cluster)."""
+    emu.emu_set_cluster(int(exchange == "cluster"))
     B, T, u, max_nc, rows, kw = shape
     seed = _seed()
     rng = np.random.default_rng(seed)
@@ -118,7 +123,7 @@ def test_emulated_persistent_kernels_match_the_oracle(emu, cell, shape):
     act = ("tanh", "relu", "linear", "sigmoid")[(T + u) % 4]
     pr = Problem(rng, "float32", cell, B=B, T=T, u=u, act=act, ract=ract, **kw)
     got, grid = emu_forward(emu, pr, max_nc, rows)
-    what = f"[emu seed={seed} grid={grid}] {pr.what}"
+    what = f"[emu {exchange} seed={seed} grid={grid}] {pr.what}"
     n = min(max_nc, u)
     uc = -(-u // n)
     assert grid == (-(-B // min(rows, B)) * -(-u // uc), -(-u // uc), min(rows, B)), what

@@ -440,26 +440,28 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
 } // namespace
 
 /* cuda.rnn: auto takes the persistent kernel (rnn_persistent.cu) wherever it is eligible,
- * else the stepwise loop above; persistent refuses an ineligible call (saying why);
- * stepwise never tries it. `last` reports what ran. */
+ * else the stepwise loop above; persistent and cluster (the persistent kernels exchanging
+ * through a thread-block cluster's shared memory; never auto's choice for now) refuse an
+ * ineligible call (saying why); stepwise never tries them. `last` reports what ran. */
 typedef gc_status (*rnn_pers_fn)(const gc_backend *, const gc_op_call *, int *, const char **);
 
-static gc_status try_persistent(const gc_backend *be, const gc_op_call *call, rnn_pers_fn fn, const char *what,
-                                int *ran)
+static gc_status try_persistent(const gc_backend *be, const gc_op_call *call, rnn_pers_fn fn, rnn_pers_fn cfn,
+                                const char *what, int *ran)
 {
     *ran = 0;
     const int v = gc_variant_forced(GC_VP_CUDA_RNN);
     if (v == GC_V_RNN_STEPWISE) return GC_OK;
+    const int cl = v == GC_V_RNN_CLUSTER;
     const char *why = NULL;
-    gc_status st = fn(be, call, ran, &why);
+    gc_status st = (cl ? cfn : fn)(be, call, ran, &why);
     if (st) return st;
     if (*ran) {
-        gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_PERSISTENT);
+        gc_variant_ran(GC_VP_CUDA_RNN, cl ? GC_V_RNN_CLUSTER : GC_V_RNN_PERSISTENT);
         return GC_OK;
     }
-    if (v == GC_V_RNN_PERSISTENT)
-        return gc_fail(GC_ERR_UNSUPPORTED, "%s: cuda.rnn=persistent cannot run this call: %s (auto runs it stepwise)",
-                       what, why ? why : "not eligible");
+    if (v == GC_V_RNN_PERSISTENT || cl)
+        return gc_fail(GC_ERR_UNSUPPORTED, "%s: cuda.rnn=%s cannot run this call: %s (auto runs it stepwise)", what,
+                       cl ? "cluster" : "persistent", why ? why : "not eligible");
     return GC_OK;
 }
 
@@ -468,7 +470,7 @@ extern "C" gc_status gc_cuda_op_rnn_fwd(const gc_backend *be, const gc_op_call *
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     int ran = 0;
-    if ((st = try_persistent(be, call, gc_rnn_persistent_fwd, "rnn_fwd", &ran)) || ran) return st;
+    if ((st = try_persistent(be, call, gc_rnn_persistent_fwd, gc_rnn_cluster_fwd, "rnn_fwd", &ran)) || ran) return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = rnn_fwd<T>(be, call));
     if (!st) gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_STEPWISE);
     return st;
@@ -479,7 +481,7 @@ extern "C" gc_status gc_cuda_op_rnn_bwd(const gc_backend *be, const gc_op_call *
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     int ran = 0;
-    if ((st = try_persistent(be, call, gc_rnn_persistent_bwd, "rnn_bwd", &ran)) || ran) return st;
+    if ((st = try_persistent(be, call, gc_rnn_persistent_bwd, gc_rnn_cluster_bwd, "rnn_bwd", &ran)) || ran) return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[4]->dtype, T, st = rnn_bwd<T>(be, call));
     if (!st) gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_STEPWISE);
     return st;

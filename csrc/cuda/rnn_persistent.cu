@@ -42,7 +42,20 @@
  *   workspace is sized (an eager call of the same shape sizes it).
  * Not taken (stepwise instead): recurrent dropout (rmask), a slice of U that does not fit
  * the per-block shared memory with NC <= 16, a grid that cannot be co-resident, a device
- * without cooperative launch. */
+ * without cooperative launch.
+ *
+ * The cluster variant (cuda.rnn=cluster, sm_90 and newer; gc_rnn_cluster_fwd / _bwd): the
+ * same kernels (rnn_pers_fwd / _bwd with XC = 1), one group = one thread-block cluster of
+ * NC CTAs (cudaLaunchAttributeClusterDimension; NC = 16 needs the non-portable cluster
+ * size). The exchange is a store into every peer's shared memory (mapa +
+ * st.shared::cluster) and one hardware cluster barrier (arrive.release / wait.acquire) per
+ * exchange instead of the global buffer + fence + counter + polling: no L2 round trip,
+ * no timeout (a hardware barrier cannot be left waiting: every CTA runs the same barrier
+ * sequence), no workspace, no co-residency requirement between groups (each cluster's
+ * CTAs are co-scheduled by the hardware; clusters are independent). The clusters' count
+ * comes from cudaOccupancyMaxActiveClusters, capped by the backend's SMs / NC. Cluster
+ * launches are ordinary kernel nodes in stream capture (the cluster dimension is a node
+ * attribute). */
 #include "rnn_persistent.cuh"
 
 #include "gpucmp_rnn_act.h"
@@ -280,7 +293,211 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int for
     return launch(be, rnn_pers_bwd<T>, a, grid, smem, "rnn_bwd", forced, ran, why);
 }
 
+/* ------------------------------------------------------------------ the cluster variant */
+
+/* Holds 256 bytes of static shared memory in sm_90+ code only: cudaFuncGetAttributes on
+ * it tells whether the image the driver picked for this device has the cluster kernels. */
+__global__ void rnn_cluster_probe(int *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ int sh[64];
+    sh[threadIdx.x & 63] = (int)threadIdx.x;
+    __syncthreads();
+    if (p) p[threadIdx.x] = sh[(threadIdx.x + 1) & 63];
+#else
+    (void)p;
+#endif
+}
+
+static int cluster_compiled(const gc_backend *be, const char **why)
+{
+    static int known[64]; /* per device: 0 unknown, 1 yes, 2 no */
+    if (gc_cuda_cc(be) < 90) {
+        *why = "thread-block clusters need compute capability 9.0 or newer";
+        return 0;
+    }
+    const int dev = be->device_index;
+    if (dev < 0 || dev >= 64 || !known[dev]) {
+        cudaFuncAttributes fa;
+        int yes = 0;
+        if (cudaFuncGetAttributes(&fa, rnn_cluster_probe) == cudaSuccess)
+            yes = fa.sharedSizeBytes >= 256;
+        else
+            (void)cudaGetLastError();
+        if (dev < 0 || dev >= 64) {
+            if (!yes) *why = "the build has no sm_90 image of the cluster kernels for this device";
+            return yes;
+        }
+        known[dev] = yes ? 1 : 2;
+    }
+    if (known[dev] != 1) *why = "the build has no sm_90 image of the cluster kernels for this device";
+    return known[dev] == 1;
+}
+
+/* NC CTAs per cluster, R rows per cluster: as many clusters as run at once (at most the
+ * backend's SMs / NC, at most B). *grid = clusters * NC. 0 + *why when not eligible. */
+static int choose_cluster(const gc_backend *be, const void *kern, int bwd, size_t ts, pers_shape *s, int *grid,
+                          size_t *smem_out, const char **why)
+{
+    if (!cluster_compiled(be, why)) return 0;
+    pers_pick_nc(s, ts, 0);
+    const int NC = s->NC;
+    if (NC > PERS_MAX_NC) {
+        *why = "more CTAs per cluster than 16";
+        return 0;
+    }
+    int dev = 0, phys = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&phys, cudaDevAttrMultiProcessorCount, dev)) {
+        (void)cudaGetLastError();
+        *why = "the device's attributes could not be read";
+        return 0;
+    }
+    int sms = gc_cuda_sm_count(be);
+    if (sms <= 0 || sms > phys) sms = phys;
+    const size_t optin = gc_cuda_smem_optin(be);
+    const int B = s->B;
+    int NG = sms / NC;
+    if (NG < 1) NG = 1;
+    if (NG > B) NG = B;
+    s->R = (B + NG - 1) / NG;
+    size_t smem = layout(s, bwd, ts, 1);
+    if (smem > optin || smem > (size_t)INT_MAX) {
+        *why = "the slice of U, the group's states and the receive buffers do not fit in one block's shared memory";
+        return 0;
+    }
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+        (NC > 8 && cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        *why = NC > 8 ? "the kernel's shared memory or its non-portable cluster size (16) could not be set"
+                      : "the kernel's shared memory could not be raised to what it needs";
+        return 0;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)NC, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(NG * NC), 1, 1);
+    cfg.blockDim = dim3(PERS_NT, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        clusters = 0;
+    }
+    if (clusters < 1) {
+        *why = "no cluster of the kernel fits on the device (cudaOccupancyMaxActiveClusters is 0)";
+        return 0;
+    }
+    if (clusters < NG) {
+        /* fewer clusters run at once than the SMs suggest: fewer, taller groups where they
+         * fit, else the same groups in waves (clusters are independent: correct, slower) */
+        pers_shape t = *s;
+        t.R = (B + clusters - 1) / clusters;
+        const size_t smem2 = layout(&t, bwd, ts, 1);
+        if (smem2 <= optin && smem2 <= (size_t)INT_MAX &&
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2) == cudaSuccess) {
+            *s = t;
+            smem = smem2;
+        } else {
+            (void)cudaGetLastError(); /* s keeps its layout and the attribute set for it */
+        }
+    }
+    NG = (B + s->R - 1) / s->R;
+    *grid = NG * NC;
+    *smem_out = smem;
+    s->timeout_ns = 0;
+    return 1;
+}
+
+template <typename Args>
+static gc_status launch_cluster(const gc_backend *be, void (*kern)(Args), Args args, int grid, size_t smem,
+                                const char *what, int *ran)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)args.s.NC, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)grid, 1, 1);
+    cfg.blockDim = dim3(PERS_NT, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = gc_cuda_stream(be);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return gc_fail(GC_ERR_BACKEND,
+                       "%s: the cluster recurrence kernel (grid %d x %d threads, clusters of %d, %zu bytes of shared "
+                       "memory) did not launch: %s",
+                       what, grid, PERS_NT, args.s.NC, smem, cudaGetErrorString(e));
+    }
+    *ran = 1;
+    return GC_OK;
+}
+
+template <typename T>
+static gc_status cluster_fwd_typed(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
+{
+    const gc_rnn_params *p = (const gc_rnn_params *)call->params;
+    const gc_tensor *xw = call->in[0];
+    pers_shape s;
+    if (!common_checks(p, xw->shape[0], xw->shape[1], call->in[1]->shape[0], in_data(call->in[6]), &s, why))
+        return GC_OK;
+    int grid = 0;
+    size_t smem = 0;
+    if (!choose_cluster(be, (const void *)rnn_pers_fwd<T, 1>, 0, sizeof(T), &s, &grid, &smem, why)) return GC_OK;
+    pers_fwd_args a = {};
+    a.s = s;
+    a.xw = xw->data, a.U = call->in[1]->data, a.h0 = in_data(call->in[2]), a.c0 = in_data(call->in[3]);
+    a.mask = (const float *)in_data(call->in[4]), a.bh = in_data(call->in[5]);
+    a.out = call->out[0]->data, a.save = call->out[1] ? call->out[1]->data : NULL;
+    a.hT = call->out[2] ? call->out[2]->data : NULL, a.cT = call->out[3] ? call->out[3]->data : NULL;
+    return launch_cluster(be, rnn_pers_fwd<T, 1>, a, grid, smem, "rnn_fwd", ran);
+}
+
+template <typename T>
+static gc_status cluster_bwd_typed(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
+{
+    const gc_rnn_params *p = (const gc_rnn_params *)call->params;
+    const gc_tensor *save = call->in[4];
+    pers_shape s;
+    if (!common_checks(p, save->shape[1], save->shape[2], save->shape[3], in_data(call->in[6]), &s, why))
+        return GC_OK;
+    int grid = 0;
+    size_t smem = 0;
+    if (!choose_cluster(be, (const void *)rnn_pers_bwd<T, 1>, 1, sizeof(T), &s, &grid, &smem, why)) return GC_OK;
+    pers_bwd_args a = {};
+    a.s = s;
+    a.dy = in_data(call->in[0]), a.dhT = in_data(call->in[1]), a.dcT = in_data(call->in[2]);
+    a.U = call->in[3]->data, a.save = save->data, a.mask = (const float *)in_data(call->in[5]);
+    a.dxw = call->out[0]->data, a.dm = call->out[1] ? call->out[1]->data : NULL;
+    a.dh0 = call->out[2] ? call->out[2]->data : NULL, a.dc0 = call->out[3] ? call->out[3]->data : NULL;
+    return launch_cluster(be, rnn_pers_bwd<T, 1>, a, grid, smem, "rnn_bwd", ran);
+}
+
 } // namespace
+
+int gc_rnn_cluster_available(const gc_backend *be, const char **why) { return cluster_compiled(be, why); }
+
+gc_status gc_rnn_cluster_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
+{
+    *ran = 0;
+    *why = NULL;
+    gc_status st = GC_OK;
+    GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = cluster_fwd_typed<T>(be, call, ran, why));
+    return st;
+}
+
+gc_status gc_rnn_cluster_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
+{
+    *ran = 0;
+    *why = NULL;
+    gc_status st = GC_OK;
+    GC_CUDA_DISPATCH_FLOAT(call->in[4]->dtype, T, st = cluster_bwd_typed<T>(be, call, ran, why));
+    return st;
+}
 
 gc_status gc_rnn_persistent_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
 {

@@ -14,4 +14,11 @@
 gc_status gc_rnn_persistent_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 gc_status gc_rnn_persistent_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 
+/* The cluster variant (cuda.rnn=cluster): the same outcomes; never chosen by auto (yet).
+ * _available: 1 when the device and the build can run it at all (compute capability 9.0+
+ * and the sm_90 image), else 0 with a static reason in *why (the variant probe). */
+gc_status gc_rnn_cluster_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
+gc_status gc_rnn_cluster_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
+int gc_rnn_cluster_available(const gc_backend *be, const char **why);
+
 #endif

@@ -36,6 +36,9 @@ struct pers_shape {
     unsigned long long timeout_ns;
     /* dynamic shared memory offsets in bytes (16-aligned) */
     unsigned o_us, o_a, o_b, o_red, o_z, o_x, o_s0, o_s1, o_s2, o_s3, o_m, o_bh, o_ctl;
+    /* the cluster exchange's receive buffers (0 under the flags): the forward's second h
+     * buffer (the first is o_a), the backward's two partial-dh buffers */
+    unsigned o_h1, o_rx;
 };
 
 struct pers_sync {
@@ -86,6 +89,53 @@ __device__ __forceinline__ unsigned long long global_ns()
     return t;
 }
 #define PERS_SMEM_DECL extern __shared__ __align__(16) unsigned char smem[]
+
+/* ------------------------------------------------------------------ the cluster exchange
+ * (XC = 1: one group = one thread-block cluster, sm_90; rnn_persistent.cu has the host
+ * side). Every thread of every CTA of the cluster executes each barrier (.aligned), so
+ * the barriers double as __syncthreads. Compiled to traps below sm_90: the host never
+ * launches the cluster kernels there (it refuses the variant). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PERS_CLUSTER_PTX 1
+#endif
+
+__device__ __forceinline__ void cl_arrive()
+{
+#ifdef PERS_CLUSTER_PTX
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ void cl_wait()
+{
+#ifdef PERS_CLUSTER_PTX
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ void cl_sync()
+{
+    cl_arrive();
+    cl_wait();
+}
+
+/* v into CTA `rank`'s shared memory at the offset p has in this CTA's (the layouts agree) */
+__device__ __forceinline__ void cl_st(float *p, unsigned rank, float v)
+{
+#ifdef PERS_CLUSTER_PTX
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    unsigned ra;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
+#else
+    (void)p, (void)rank, (void)v;
+    __trap();
+#endif
+}
 #endif
 
 /* Called by every thread after a __syncthreads that follows the CTA's writes of the
@@ -194,9 +244,23 @@ __device__ void prod_fwd(const pers_shape &s, const T *Us, const float *AT, int 
  * every j < u: this CTA's partial of dz . U^T. ZT is (GCP, RP) float32. Threads over j,
  * the columns split over KS thread sets when u alone leaves threads idle. Ends with a
  * __syncthreads (the CTA's global writes are then ordered before a pers_signal). */
-template <typename T>
+/* one element of a CTA's partial dh (row r, unit j): flags: into the global exchange
+ * buffer out (row stride u); cluster: into the owner CTA's receive buffer out (local
+ * address; slot [c][r][j - owner's first unit], rows RP apart, UC wide) */
+template <int XC>
+__device__ __forceinline__ void bwd_put(const pers_shape &s, float *out, int c, int r, int j, int owner, float v)
+{
+    if constexpr (XC) {
+        cl_st(out + ((int64_t)c * s.RP + r) * s.UC + (j - owner * s.UC), (unsigned)owner, v);
+    } else {
+        (void)c, (void)owner;
+        out[(int64_t)r * s.u + j] = v;
+    }
+}
+
+template <typename T, int XC>
 __device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int c0, int c1, float *red,
-                         float *out, int nr)
+                         float *out, int nr, int c)
 {
     const int u = s.u, RP = s.RP, ldu = s.ldu, ncols = c1 - c0;
     int KS = 1;
@@ -225,9 +289,10 @@ __device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int 
                 acc[6] = fmaf(b.z, w, acc[6]), acc[7] = fmaf(b.w, w, acc[7]);
             }
             if (KS == 1) {
+                const int owner = XC ? j / s.UC : 0;
 #pragma unroll
                 for (int r = 0; r < 8; r++)
-                    if (rt + r < nr) out[(int64_t)(rt + r) * u + j] = acc[r];
+                    if (rt + r < nr) bwd_put<XC>(s, out, c, rt + r, j, owner, acc[r]);
             } else {
 #pragma unroll
                 for (int r = 0; r < 8; r++) red[(ks * 8 + r) * u + j] = acc[r];
@@ -240,20 +305,23 @@ __device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int 
                 if (rt + r >= nr) continue;
                 float v = red[r * u + j];
                 for (int ks = 1; ks < KS; ks++) v += red[(ks * 8 + r) * u + j];
-                out[(int64_t)(rt + r) * u + j] = v;
+                bwd_put<XC>(s, out, c, rt + r, j, XC ? j / s.UC : 0, v);
             }
         }
         __syncthreads();
     }
 }
 
-/* AT[k][r] = src[r * u + k] for r < nr (the group's rows of an exchange buffer) */
+/* AT[k][r] = src[r * u + k] for r < nr (the group's rows of an exchange buffer); (r, k)
+ * of i advance by PERS_NT without a division per element */
 __device__ __forceinline__ void load_rows_t(const pers_shape &s, const float *src, int nr, float *AT)
 {
-    const int u = s.u, n = nr * u;
+    const int u = s.u, n = nr * u, dr = PERS_NT / u, dk = PERS_NT - dr * u;
+    int r = (int)threadIdx.x / u, k = (int)threadIdx.x - r * u;
     for (int i = threadIdx.x; i < n; i += PERS_NT) {
-        const int r = i / u, k = i - r * u;
         AT[k * s.RP + r] = __ldcg(src + i);
+        r += dr, k += dk;
+        if (k >= u) k -= u, r++;
     }
 }
 
@@ -275,7 +343,27 @@ __device__ void fwd_stage(const pers_fwd_args &a, int t, int b0, int nr, int j0,
     for (int r = threadIdx.x; r < nr; r += PERS_NT) ms[r] = a.mask ? a.mask[(int64_t)(b0 + r) * s.T + t] : 1.0f;
 }
 
-template <typename T>
+/* XC = 0: the flags exchange through global memory (a.y); XC = 1: the cluster exchange
+ * through distributed shared memory (a.y unused; one group = one cluster of NC CTAs,
+ * CTA c of the group = cluster rank c, as a 1-D cluster over a 1-D grid numbers them).
+ *
+ * Forward, cluster: h_t is written by each CTA straight into EVERY CTA's (its own too)
+ * h buffer of parity (k+1)&1 (hb[0] / hb[1] = hb0 / hb1: the transposed [k][RP] operand
+ * layout, so there is no copy: the step reads hT = hb[k&1]); reset_before's r*h goes the
+ * same way into rhT
+ * (one buffer). Barriers per step, the same sequence in every CTA: [X_k: after the r*h
+ * writes] (reset_before only), then H_k after the h writes (k < T-1), plus one at the
+ * start (after the initialisation, before any remote write: the peers' shared memory
+ * exists and their zeroing is done) and one at the end (no CTA exits while a peer may
+ * still write into it). Why this is race-free:
+ * - hb[p] is written in step k (p = (k+1)&1) after the writer passed H_{k-1} (or the
+ *   start barrier for k = 0); every read of hb[p] by its owner was in step k-1 (the
+ *   products, the r*h and the gate loops), all before the owner's arrive at H_{k-1}.
+ *   The data is read in step k+1, after H_k, which follows every writer's writes.
+ * - rhT is written in step k before X_k, read between X_k and H_k (the products), and
+ *   written again in step k+1 only after H_k (H_{T-1} does not exist, but there is no
+ *   step T). */
+template <typename T, int XC = 0>
 __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
 {
     PERS_SMEM_DECL;
@@ -292,6 +380,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     float *hs = (float *)(smem + s.o_s0), *cs = (float *)(smem + s.o_s1), *es = (float *)(smem + s.o_s2);
     float *ms = (float *)(smem + s.o_m), *bhs = (float *)(smem + s.o_bh);
     int *ctl = (int *)(smem + s.o_ctl);
+    float *const hb0 = hT, *const hb1 = XC ? (float *)(smem + s.o_h1) : hT; /* (no array: no stack) */
     const T *U = cptr<T>(a.U), *h0 = cptr<T>(a.h0), *c0 = cptr<T>(a.c0), *bh = cptr<T>(a.bh);
     T *out = (T *)a.out, *save = (T *)a.save;
 
@@ -306,6 +395,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     }
     for (int i = threadIdx.x; i < u * RP; i += PERS_NT) {
         hT[i] = 0.0f;
+        if (XC) hb1[i] = 0.0f;
         if (before) rhT[i] = 0.0f;
     }
     for (int i = threadIdx.x; i < RP * GCP; i += PERS_NT) zs[i] = 0.0f;
@@ -323,14 +413,17 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         es[i] = 0.0f;
     }
     fwd_stage<T>(a, s.gb ? s.T - 1 : 0, b0, nr, j0, nu, xs, ms);
-    __syncthreads();
+    if constexpr (XC) cl_sync(); /* the start barrier (a __syncthreads too) */
+    else __syncthreads();
 
     unsigned ord = 0; /* exchanges signalled so far */
     const int64_t grow = (int64_t)b0 * u;
     for (int k = 0; k < s.T; k++) {
         const int t = s.gb ? s.T - 1 - k : k;
         const int last = k == s.T - 1;
-        if (k > 0) {
+        if constexpr (XC) {
+            hT = (k & 1) ? hb1 : hb0; /* H_{k-1} (or the start barrier) was passed */
+        } else if (k > 0) {
             if (!pers_wait(a.y, s, grp, (unsigned)s.NC * ord, ord, ctl)) return;
             load_rows_t(s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, hT);
             __syncthreads();
@@ -341,20 +434,29 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
                 const int r = i / nu, jj = i - r * nu, q = r * GCP + UC + jj;
                 const float rg = gc_rnn_act_apply(s.ract, xs[q] + zs[q]);
-                dst[(int64_t)r * u + j0 + jj] = rg * hT[(j0 + jj) * RP + r];
+                const float v = rg * hT[(j0 + jj) * RP + r];
+                if constexpr (XC) {
+                    for (int p = 0; p < s.NC; p++) cl_st(rhT + (j0 + jj) * RP + r, (unsigned)p, v);
+                } else {
+                    dst[(int64_t)r * u + j0 + jj] = v;
+                }
             }
-            __syncthreads();
-            pers_signal(a.y, grp);
-            ord++;
-            if (!pers_wait(a.y, s, grp, (unsigned)s.NC * ord, ord, ctl)) return;
-            load_rows_t(s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, rhT);
-            __syncthreads();
+            if constexpr (XC) {
+                cl_sync(); /* X_k */
+            } else {
+                __syncthreads();
+                pers_signal(a.y, grp);
+                ord++;
+                if (!pers_wait(a.y, s, grp, (unsigned)s.NC * ord, ord, ctl)) return;
+                load_rows_t(s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, rhT);
+                __syncthreads();
+            }
             prod_fwd<T>(s, Us, rhT, 2 * UC, 3 * UC, red, zs);
         } else {
             prod_fwd<T>(s, Us, hT, 0, GCP, red, zs);
         }
         /* the gates, the states, the outputs of (row, own unit) */
-        float *hnext = a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
+        float *hnext = XC ? ((k & 1) ? hb0 : hb1) : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
             const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
             const float *x = xs + r * GCP, *m = zs + r * GCP;
@@ -413,7 +515,24 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             es[si] = ev;
             hs[si] = hv;
             if (s.seq) out[((int64_t)(b0 + r) * s.T + k) * u + j] = gc_from_f<T>(ev);
-            if (!last) hnext[(int64_t)r * u + j] = hv;
+            if (!last) {
+                if constexpr (XC) {
+                    for (int p = 0; p < s.NC; p++) cl_st(hnext + j * RP + r, (unsigned)p, hv);
+                } else {
+                    hnext[(int64_t)r * u + j] = hv;
+                }
+            }
+        }
+        if constexpr (XC) {
+            if (!last) {
+                cl_arrive(); /* H_k: the h writes are released; stage while the peers finish */
+                __syncthreads(); /* every thread's gate loop read xs / ms before they are restaged */
+                fwd_stage<T>(a, s.gb ? s.T - 2 - k : k + 1, b0, nr, j0, nu, xs, ms);
+                cl_wait(); /* H_k complete: the next h is in hb[(k+1)&1], the staging visible */
+            } else {
+                __syncthreads();
+            }
+            continue;
         }
         __syncthreads();
         if (!last) {
@@ -431,6 +550,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         if (hTo) hTo[o] = gc_from_f<T>(hs[si]);
         if (cTo) cTo[o] = gc_from_f<T>(cs[si]);
     }
+    if constexpr (XC) cl_sync(); /* the end barrier: no peer writes into this CTA any more */
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -453,7 +573,14 @@ __device__ void bwd_stage(const pers_bwd_args &a, int k, int b0, int nr, int j0,
     for (int r = threadIdx.x; r < nr; r += PERS_NT) ms[r] = a.mask ? a.mask[(int64_t)(b0 + r) * s.T + t] : 1.0f;
 }
 
-template <typename T>
+/* XC as for rnn_pers_fwd. Backward, cluster: each CTA writes its partial of every unit
+ * j straight into the receive buffer of j's owner CTA (rx[parity], slot [c][r][jj]);
+ * parity = the exchange ordinal's, one barrier per exchange (E_o: after the writes of
+ * exchange o, before its reads), the same sequence in every CTA, plus the start and end
+ * barriers. Race-free: the writes of exchange o+2 (parity of o) come after the writer
+ * passed E_{o+1}; every read of exchange o (the d(r*h) or the dh sums) precedes its
+ * reader's arrive at E_{o+1} (the next exchange's writes come after those reads). */
+template <typename T, int XC = 0>
 __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
 {
     PERS_SMEM_DECL;
@@ -470,6 +597,8 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
     float *dh = (float *)(smem + s.o_s0), *dc = (float *)(smem + s.o_s1), *de = (float *)(smem + s.o_s2);
     float *dd = (float *)(smem + s.o_s3), *ms = (float *)(smem + s.o_m);
     int *ctl = (int *)(smem + s.o_ctl);
+    float *rx = (float *)(smem + s.o_rx); /* cluster: 2 x NC x RP x UC */
+    const int64_t rxs = (int64_t)NC * RP * UC;
     const T *U = cptr<T>(a.U), *dy = cptr<T>(a.dy), *dhT = cptr<T>(a.dhT), *dcT = cptr<T>(a.dcT);
     T *dxw = (T *)a.dxw, *dm = (T *)a.dm;
     const int PS = RP * UC; /* one block of ss */
@@ -489,7 +618,8 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         dd[i] = 0.0f;
     }
     bwd_stage<T>(a, s.T - 1, b0, nr, j0, nu, ss, dys, ms);
-    __syncthreads();
+    if constexpr (XC) cl_sync(); /* the start barrier */
+    else __syncthreads();
 
     unsigned ord = 0;
     for (int k = s.T - 1; k >= 0; k--) {
@@ -563,17 +693,23 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         __syncthreads();
         if (before) {
             /* d(r*h) = da . U_h^T, exchanged, then the r gate and the r*h part of dd */
-            float *dst = a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u;
-            prod_bwd<T>(s, Us, dzT, 2 * UC, 3 * UC, red, dst, nr);
-            pers_signal(a.y, grp);
+            float *dst = XC ? rx + ((ord + 1) & 1) * rxs
+                            : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u;
+            prod_bwd<T, XC>(s, Us, dzT, 2 * UC, 3 * UC, red, dst, nr, c);
             ord++;
-            if (!pers_wait(a.y, s, grp, (unsigned)NC * ord, ord, ctl)) return;
-            const float *src = a.y.xbuf + (ord & 1) * a.y.xstride;
+            if constexpr (XC) {
+                cl_sync();
+            } else {
+                pers_signal(a.y, grp);
+                if (!pers_wait(a.y, s, grp, (unsigned)NC * ord, ord, ctl)) return;
+            }
+            const float *src = a.y.xbuf + (ord & 1) * a.y.xstride, *rsrc = rx + (ord & 1) * rxs;
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
                 const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
                 if (ms[r] == 0.0f) continue;
                 float drh = 0.0f;
-                for (int cc = 0; cc < NC; cc++) drh += __ldcg(src + ((int64_t)cc * B + b0 + r) * u + j);
+                for (int cc = 0; cc < NC; cc++)
+                    drh += XC ? rsrc[(cc * RP + r) * UC + jj] : __ldcg(src + ((int64_t)cc * B + b0 + r) * u + j);
                 const float hp = ss[si], rg = ss[2 * PS + si];
                 const float vr = drh * hp * gc_rnn_act_dout(s.ract, rg);
                 dzT[(UC + jj) * RP + r] = vr;
@@ -583,17 +719,26 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             __syncthreads();
         }
         /* phase B: this CTA's partial of dh_{t-1} over every unit, exchanged and summed */
-        float *dst = a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u;
-        prod_bwd<T>(s, Us, dzT, 0, before ? 2 * UC : GCP, red, dst, nr);
-        pers_signal(a.y, grp);
+        float *dst = XC ? rx + ((ord + 1) & 1) * rxs
+                        : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u;
+        prod_bwd<T, XC>(s, Us, dzT, 0, before ? 2 * UC : GCP, red, dst, nr, c);
         ord++;
-        if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
-        if (!pers_wait(a.y, s, grp, (unsigned)NC * ord, ord, ctl)) return;
-        const float *src = a.y.xbuf + (ord & 1) * a.y.xstride;
+        if constexpr (XC) {
+            cl_arrive(); /* E_ord: released (prod_bwd ended with a __syncthreads: the stage is free) */
+            if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
+            cl_wait();
+        } else {
+            pers_signal(a.y, grp);
+            if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
+            if (!pers_wait(a.y, s, grp, (unsigned)NC * ord, ord, ctl)) return;
+        }
+        const float *src = a.y.xbuf + (ord & 1) * a.y.xstride, *rsrc = rx + (ord & 1) * rxs;
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
             const int r = i / nu, jj = i - r * nu, si = r * UC + jj;
             float acc = 0.0f;
-            for (int cc = 0; cc < NC; cc++) acc += __ldcg(src + ((int64_t)cc * B + b0 + r) * u + j0 + jj);
+            for (int cc = 0; cc < NC; cc++)
+                acc += XC ? rsrc[(cc * RP + r) * UC + jj]
+                          : __ldcg(src + ((int64_t)cc * B + b0 + r) * u + j0 + jj);
             dh[si] = dd[si] + acc;
         }
         __syncthreads();
@@ -605,6 +750,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         if (dh0) dh0[o] = gc_from_f<T>(dh[si]);
         if (dc0) dc0[o] = gc_from_f<T>(dc[si]);
     }
+    if constexpr (XC) cl_sync(); /* the end barrier */
 }
 
 /* ------------------------------------------------------------------ the layout (host) */
@@ -632,7 +778,7 @@ static inline void pers_pick_nc(pers_shape *s, size_t ts, int want_nc)
 static inline unsigned align16(size_t b) { return (unsigned)((b + 15) & ~(size_t)15); }
 
 /* the shared-memory layout for R rows (0 when it does not fit in 32 bits) */
-static inline size_t layout(pers_shape *s, int bwd, size_t ts)
+static inline size_t layout(pers_shape *s, int bwd, size_t ts, int xc = 0)
 {
     s->RP = (s->R + 7) / 8 * 8;
     const size_t RP = (size_t)s->RP, u = (size_t)s->u, UC = (size_t)s->UC, GCP = (size_t)s->GCP;
@@ -663,6 +809,14 @@ static inline size_t layout(pers_shape *s, int bwd, size_t ts)
     if (!bwd) o += align16(GCP * 4);
     s->o_ctl = (unsigned)o;
     o += 16;
+    s->o_h1 = s->o_rx = 0;
+    if (xc && !bwd) { /* the second h buffer (the first is o_a) */
+        s->o_h1 = (unsigned)align16(o);
+        o = s->o_h1 + align16(u * RP * 4);
+    } else if (xc) { /* two receive buffers of NC partials */
+        s->o_rx = (unsigned)align16(o);
+        o = s->o_rx + 2 * align16((size_t)s->NC * RP * UC * 4);
+    }
     return o;
 }
 

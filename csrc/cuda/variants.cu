@@ -10,6 +10,7 @@
  * Knobs are always available (a kernel that does not run ignores its knob). */
 #include "conv2d_internal.cuh"
 #include "gemm.cuh"
+#include "rnn_persistent.cuh"
 
 /* the device's context exists (probe kernels are looked up in it) */
 static int device_ready(const gc_backend *be, const char **why)
@@ -64,6 +65,13 @@ extern "C" int gc_cuda_variant_probe(int point, int value, const char **why)
                    : 1;
     case GC_VP_CUDA_CONV2D_FWD_WGMMA: return wgmma(be, gc_conv2d_wgmma_compiled, why);
     case GC_VP_CUDA_CONV2D_WGRAD_WGMMA: return wgmma(be, gc_conv2d_wgrad_wgmma_compiled, why);
+    case GC_VP_CUDA_RNN:
+        if (value != GC_V_RNN_CLUSTER) return 1;
+        if (gc_cuda_cc(be) < 90) {
+            *why = "thread-block clusters need compute capability 9.0 or newer";
+            return 0;
+        }
+        return device_ready(be, why) && gc_rnn_cluster_available(be, why);
     default: return 1;
     }
 }

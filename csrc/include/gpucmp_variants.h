@@ -79,9 +79,12 @@ extern "C" {
     V(P, XA1, "xa1", 0) V(P, XA2, "xa2", 0) V(P, XA3, "xa3", 0) V(P, XA4, "xa4", 0)
 
 /* the recurrence of rnn_fwd / rnn_bwd: one launch per time step, or one persistent
- * launch for all steps (rnn_persistent.cu; refused where it does not fit on chip) */
+ * launch for all steps (rnn_persistent.cu; refused where it does not fit on chip), its
+ * groups exchanging through global memory (persistent) or as thread-block clusters
+ * through distributed shared memory (cluster: sm_90+; auto does not pick it) */
 #define GC_VARIANTS_CUDA_RNN(V, P) \
-    V(P, AUTO, "auto", 0) V(P, STEPWISE, "stepwise", 0) V(P, PERSISTENT, "persistent", 0)
+    V(P, AUTO, "auto", 0) V(P, STEPWISE, "stepwise", 0) V(P, PERSISTENT, "persistent", 0) \
+    V(P, CLUSTER, "cluster", 0)
 
 /* ------------------------------------------------------------------ the points
  * C(ID, "name", "backend", variant list, "help") for a choice,
@@ -104,7 +107,8 @@ extern "C" {
     C(CUDA_CONV2D_WGRAD_WGMMA, "cuda.conv2d.wgrad_wgmma", "cuda", GC_VARIANTS_CUDA_CONV2D_WGRAD_WGMMA, \
       "block shape of the Hopper wgmma weight gradient (auto: its cost model)") \
     C(CUDA_RNN, "cuda.rnn", "cuda", GC_VARIANTS_CUDA_RNN, \
-      "CUDA recurrence (rnn_fwd / rnn_bwd): one launch per step, or one persistent launch for all steps") \
+      "CUDA recurrence (rnn_fwd / rnn_bwd): one launch per step, or one persistent launch for all steps " \
+      "(exchanging through global memory, or through a Hopper cluster's shared memory)") \
     K(CUDA_CONV2D_MMA_STAGES, "cuda.conv2d.mma_stages", "cuda", 3, 7, \
       "cp.async stages of the mma.sync implicit GEMM (forward, data gradient)") \
     K(CUDA_CONV2D_MMA_SPLITS, "cuda.conv2d.mma_splits", "cuda", 1, 65535, \

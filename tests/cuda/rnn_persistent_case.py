@@ -51,10 +51,11 @@ def main():
     ap.add_argument("--B", type=int, default=5)
     ap.add_argument("--T", type=int, default=4)
     ap.add_argument("--u", type=int, default=33)
+    ap.add_argument("--variant", default="persistent", choices=("persistent", "cluster"))
     a = ap.parse_args()
     bad = 0
     for cell in a.cells:
-        got = run(cell, a.B, a.T, a.u, "persistent", 7)
+        got = run(cell, a.B, a.T, a.u, a.variant, 7)
         want = run(cell, a.B, a.T, a.u, "stepwise", 7)
         for i, (g, w) in enumerate(zip(got, want)):
             ok = np.isfinite(g).all() and np.allclose(g, w, rtol=1e-5, atol=1e-6)
@@ -62,7 +63,7 @@ def main():
             if not ok:
                 print(f"{cell}: output {i} differs (max |diff| {np.nanmax(np.abs(g - w)):.3e}, "
                       f"{int((~np.isfinite(g)).sum())} non-finite)")
-        print(f"{cell} B={a.B} T={a.T} u={a.u}: {'ok' if not bad else 'MISMATCH'}")
+        print(f"{a.variant} {cell} B={a.B} T={a.T} u={a.u}: {'ok' if not bad else 'MISMATCH'}")
     sys.exit(1 if bad else 0)
 
 

@@ -33,7 +33,7 @@ nvcc -c csrc/cuda/rnn_persistent.cu -o /tmp/rnnp_ptxas.o -O3 -std=c++17 -Icsrc/i
 grep -E "registers|spill" "$OUT/ptxas.txt" | sort | uniq -c | sed 's/^/  ptxas: /'
 stamp "built"
 
-stamp "1. pytest -m cuda tests/test_rnn_ops.py (both cuda.rnn variants)"
+stamp "1. pytest -m cuda tests/test_rnn_ops.py (every cuda.rnn variant)"
 timeout 240 "$PY" -m pytest -m cuda -q -p no:cacheprovider tests/test_rnn_ops.py -x -rs \
   > "$OUT/pytest_rnn.log" 2>&1; r=$?
 [ $r != 0 ] && rc=$r
@@ -45,22 +45,24 @@ stamp "pytest rc=$r"
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
   stamp "2. compute-sanitizer memcheck (B=5 T=4 u=33, every cell) and racecheck (B=3 T=2 u=9)"
-  GPUCMP_RNN_TIMEOUT_MS=60000 timeout 150 "$SAN" --tool memcheck --error-exitcode 9 \
-    "$PY" tests/cuda/rnn_persistent_case.py --B 5 --T 4 --u 33 > "$OUT/memcheck.log" 2>&1; r=$?
-  [ $r != 0 ] && rc=$r
-  grep -E "ERROR SUMMARY|ok$|MISMATCH|differs|Error" "$OUT/memcheck.log" | head -20
-  GPUCMP_RNN_TIMEOUT_MS=60000 timeout 150 "$SAN" --tool racecheck --error-exitcode 9 \
-    "$PY" tests/cuda/rnn_persistent_case.py --cells lstm gru_reset_before --B 3 --T 2 --u 9 \
-    > "$OUT/racecheck.log" 2>&1; r=$?
-  [ $r != 0 ] && rc=$r
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|ok$|MISMATCH|hazard" "$OUT/racecheck.log" | head -20
+  for V in persistent cluster; do
+    GPUCMP_RNN_TIMEOUT_MS=60000 timeout 150 "$SAN" --tool memcheck --error-exitcode 9 \
+      "$PY" tests/cuda/rnn_persistent_case.py --variant $V --B 5 --T 4 --u 33 > "$OUT/memcheck_$V.log" 2>&1; r=$?
+    [ $r != 0 ] && rc=$r
+    grep -E "ERROR SUMMARY|ok$|MISMATCH|differs|Error" "$OUT/memcheck_$V.log" | head -20
+    GPUCMP_RNN_TIMEOUT_MS=60000 timeout 150 "$SAN" --tool racecheck --error-exitcode 9 \
+      "$PY" tests/cuda/rnn_persistent_case.py --variant $V --cells lstm gru_reset_before --B 3 --T 2 --u 9 \
+      > "$OUT/racecheck_$V.log" 2>&1; r=$?
+    [ $r != 0 ] && rc=$r
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|ok$|MISMATCH|hazard" "$OUT/racecheck_$V.log" | head -20
+  done
   stamp "sanitizers done"
 else
   echo "no compute-sanitizer found: step 2 skipped"
 fi
 
-stamp "3. seeds' LSTM training step, batch 64, stepwise vs persistent"
-for v in stepwise persistent; do
+stamp "3. seeds' LSTM training step, batch 64, stepwise vs persistent vs cluster"
+for v in stepwise persistent cluster; do
   GPUCMP_FORCE=cuda.rnn=$v timeout 90 "$PY" benchmarks/bench_rnn.py --models lstm --devices cuda:0 \
     --frameworks gpucmp --batch 64 --steps 20 > "$OUT/bench_$v.log" 2>&1
   echo "cuda.rnn=$v:"; tail -6 "$OUT/bench_$v.log"
@@ -69,6 +71,6 @@ done
 echo "================ summary"
 cat "$OUT/gpu.txt"
 grep -hE "passed|failed|error" "$OUT/pytest_rnn.log" | tail -2
-grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" 2>/dev/null
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_*.log "$OUT"/racecheck_*.log 2>/dev/null
 echo "exit status $rc"
 exit $rc

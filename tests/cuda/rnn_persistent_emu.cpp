@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,24 @@ static thread_local std::barrier<> *emu_bar;
 #define PERS_SMEM_DECL unsigned char *smem = emu_smem
 
 static inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+
+/* the cluster exchange (XC = 1): a std::barrier over the cluster's threads (split into
+ * arrive / wait with the token), and the cluster's shared-memory bases for the remote stores */
+static thread_local std::barrier<> *emu_cbar;
+static thread_local std::optional<std::barrier<>::arrival_token> emu_tok;
+static thread_local unsigned char *const *emu_csmem;
+static inline void cl_arrive() { emu_tok.emplace(emu_cbar->arrive()); }
+static inline void cl_wait()
+{
+    emu_cbar->wait(std::move(*emu_tok));
+    emu_tok.reset();
+}
+static inline void cl_sync() { emu_cbar->arrive_and_wait(); }
+static inline void cl_st(float *p, unsigned rank, float v)
+{
+    const ptrdiff_t off = (unsigned char *)p - emu_smem;
+    *(float *)(emu_csmem[rank] + off) = v;
+}
 #ifdef __SANITIZE_THREAD__ /* TSan does not model fences; the RMW and the loads carry the order */
 static inline void __threadfence() {}
 #else
@@ -118,33 +137,45 @@ static void prepare(const pers_shape &s, int grid, int64_t xstride, emu_ws *w, p
     y->xstride = xstride;
 }
 
+/* nonzero: the next calls run the cluster kernels (emu_set_cluster) */
+static int g_xc;
+
 template <typename Args> static int run(void (*kern)(Args), const Args &a, int grid, size_t smem_bytes)
 {
+    const int NC = a.s.NC;
     std::vector<std::vector<unsigned char>> smem((size_t)grid);
-    std::vector<std::barrier<> *> bars((size_t)grid);
+    std::vector<std::barrier<> *> bars((size_t)grid), cbars((size_t)(grid / NC));
+    std::vector<unsigned char *> bases((size_t)grid);
     std::vector<std::thread> th;
     for (int b = 0; b < grid; b++) {
         smem[(size_t)b].assign(smem_bytes + 16, 0xCD); /* garbage, as shared memory starts */
         bars[(size_t)b] = new std::barrier<>(PERS_NT);
+        uintptr_t p = (uintptr_t)smem[(size_t)b].data();
+        bases[(size_t)b] = (unsigned char *)((p + 15) & ~(uintptr_t)15);
     }
+    for (auto &c : cbars) c = new std::barrier<>((ptrdiff_t)NC * PERS_NT);
     for (int b = 0; b < grid; b++)
         for (int t = 0; t < PERS_NT; t++)
             th.emplace_back([&, b, t] {
                 blockIdx = {(unsigned)b, 0, 0};
                 threadIdx = {(unsigned)t, 0, 0};
-                uintptr_t p = (uintptr_t)smem[(size_t)b].data();
-                emu_smem = (unsigned char *)((p + 15) & ~(uintptr_t)15);
+                emu_smem = bases[(size_t)b];
                 emu_bar = bars[(size_t)b];
+                emu_cbar = cbars[(size_t)(b / NC)];
+                emu_csmem = bases.data() + (size_t)(b / NC * NC);
                 kern(a);
             });
     for (auto &x : th) x.join();
     for (auto *b : bars) delete b;
+    for (auto *b : cbars) delete b;
     return 0;
 }
 
 } // namespace
 
 extern "C" {
+
+void emu_set_cluster(int on) { g_xc = on; }
 
 /* forward: float32 arrays as rnn_fwd takes them (NULL for absent optional ones); returns
  * the status word (0 = finished, else the timeout code) */
@@ -154,13 +185,14 @@ int emu_rnn_fwd(int B, int T, int u, int cell, int act, int ract, int seq, int z
 {
     pers_fwd_args a;
     const int grid = setup(&a.s, B, T, u, cell, act, ract, seq, zo, gb, 0, max_nc, rows);
-    const size_t smem = layout(&a.s, 0, sizeof(float));
+    const size_t smem = layout(&a.s, 0, sizeof(float), g_xc);
     emu_ws w;
     prepare(a.s, grid, (int64_t)B * u, &w, &a.y);
     a.xw = xw, a.U = U, a.h0 = h0, a.c0 = c0, a.bh = bh, a.mask = mask;
     a.out = y, a.save = save, a.hT = hT, a.cT = cT;
     if (grid_out) grid_out[0] = grid, grid_out[1] = a.s.NC, grid_out[2] = a.s.R;
-    run(rnn_pers_fwd<float>, a, grid, smem);
+    if (g_xc) run(rnn_pers_fwd<float, 1>, a, grid, smem);
+    else run(rnn_pers_fwd<float>, a, grid, smem);
     return w.flags[1];
 }
 
@@ -170,13 +202,14 @@ int emu_rnn_bwd(int B, int T, int u, int cell, int act, int ract, int seq, int z
 {
     pers_bwd_args a;
     const int grid = setup(&a.s, B, T, u, cell, act, ract, seq, zo, gb, 1, max_nc, rows);
-    const size_t smem = layout(&a.s, 1, sizeof(float));
+    const size_t smem = layout(&a.s, 1, sizeof(float), g_xc);
     emu_ws w;
     prepare(a.s, grid, (int64_t)a.s.NC * B * u, &w, &a.y);
     a.dy = dy, a.dhT = dhT, a.dcT = dcT, a.U = U, a.save = save, a.mask = mask;
     a.dxw = dxw, a.dm = dm, a.dh0 = dh0, a.dc0 = dc0;
     if (grid_out) grid_out[0] = grid, grid_out[1] = a.s.NC, grid_out[2] = a.s.R;
-    run(rnn_pers_bwd<float>, a, grid, smem);
+    if (g_xc) run(rnn_pers_bwd<float, 1>, a, grid, smem);
+    else run(rnn_pers_bwd<float>, a, grid, smem);
     return w.flags[1];
 }
 }
