@@ -907,13 +907,15 @@ def test_rmask_two_steps_by_hand(backend, cell):
     assert not np.allclose(plain["y"], got["y"]), f"{what}: rmask had no effect"
     ones = core_forward(backend, "float32", pr.xw, pr.U, **dict(pr.inputs(), rmask=np.ones_like(pr.rmask)),
                         **pr.p)
+    # a mask runs the stepwise recurrence, none the fused one on the CPU (cpu.rnn.simd):
+    # another summation order, so float32 rounding apart
     for k in ("y", "h", "save"):
-        np.testing.assert_allclose(ones[k], plain[k], rtol=1e-6, atol=1e-7, err_msg=f"{what}: ones vs none {k}")
+        np.testing.assert_allclose(ones[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=f"{what}: ones vs none {k}")
     gp = core_backward(backend, "float32", plain["save"], pr.U, dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T, **pr.p)
     go = core_backward(backend, "float32", ones["save"], pr.U, dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T,
                        rmask=np.ones_like(pr.rmask), **pr.p)
     for k in ("dxw", "dh0"):
-        np.testing.assert_allclose(go[k], gp[k], rtol=1e-6, atol=1e-7, err_msg=f"{what}: ones vs none {k}")
+        np.testing.assert_allclose(go[k], gp[k], rtol=1e-5, atol=1e-6, err_msg=f"{what}: ones vs none {k}")
 
 
 # ------------------------------------------------------------------ the persistent recurrence (cuda.rnn)
@@ -1005,6 +1007,9 @@ def test_the_recurrence_variant_point_is_listed():
         return
     assert pts["cuda.rnn"]["variants"] == ["auto", "stepwise", "persistent", "cluster"]
     avail = pts["cuda.rnn"]["available"]
+    if not any(b.startswith("cuda") for b in _BACKENDS):   # built with CUDA, no GPU here
+        assert avail == ["auto"], avail
+        return
     assert {"auto", "stepwise", "persistent"} <= set(avail), avail
     with pytest.raises(ValueError, match="cuda.rnn"):
         variants.force("cuda.rnn", "cluster9")
