@@ -209,6 +209,12 @@ gc_status gc_plan_loss_scale_end(gc_plan *p, gc_step_stats *st);
 gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed);
 gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed);
 void gc_plan_release_resident(gc_plan *p);
+/* resident.c: the device work of one training step on the batch already in the input and
+ * label buffers (forward, loss and metric totals, backward, update), and the capture of a
+ * step's work into a graph (*graph NULL on failure; the capture always ends) */
+gc_status gc_plan_device_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp);
+gc_status gc_plan_capture(gc_plan *p, gc_status (*work)(gc_plan *, int64_t, const gc_opt_hparams *), int64_t rows,
+                          const gc_opt_hparams *hp, void **graph);
 /* host arrays into the input nodes' buffers and the label buffer (nothing when checking) */
 gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows);
 /* the errors captured ops recorded without reading them (gpucmp.h graph_errors): read 0

@@ -84,12 +84,35 @@ static gc_status device_step(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
     }
     gc_tensor ty = gc_t2(p->data_y, p->sparse ? GC_I32 : GC_F32, p->data_n, w);
     gc_tensor by = gc_t2(p->y, p->sparse ? GC_I32 : GC_F32, rows, w);
-    gc_step_stats ignored;
     TRY(gc_plan_run(p, GC_OP_EMBEDDING_FWD, &none, &ty, &idx, NULL, &by, NULL, NULL));
+    return gc_plan_device_work(p, rows, hp);
+}
+
+gc_status gc_plan_device_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    gc_step_stats ignored;
     TRY(gc_plan_forward(p, rows, MODE_TRAIN, 0));
     TRY(gc_plan_loss_and_metrics(p, rows, 1, &ignored));
     TRY(gc_plan_backward(p, rows, 0));
     return gc_plan_update(p, hp);
+}
+
+gc_status gc_plan_capture(gc_plan *p, gc_status (*work)(gc_plan *, int64_t, const gc_opt_hparams *), int64_t rows,
+                          const gc_opt_hparams *hp, void **graph)
+{
+    const gc_backend *be = p->be;
+    *graph = NULL;
+    TRY(be->capture_begin(be));
+    gc_status s = work(p, rows, hp);
+    void *g = NULL;
+    gc_status e = be->capture_end(be, &g); /* always ends the capture */
+    if (s == GC_OK) s = e;
+    if (s != GC_OK) {
+        if (g) be->graph_destroy(be, g);
+        return s;
+    }
+    *graph = g;
+    return GC_OK;
 }
 
 static gc_status grow(gc_plan *p, void **buf, int64_t *cap, int64_t need, size_t elem)
@@ -121,18 +144,9 @@ static gc_status graph_step(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
         be->graph_destroy(be, p->graph);
         p->graph = NULL;
     }
-    TRY(be->capture_begin(be));
-    gc_status s = device_step(p, rows, hp);
-    void *g = NULL;
-    gc_status e = be->capture_end(be, &g); /* always ends the capture */
-    if (s == GC_OK) s = e;
-    if (s != GC_OK) {
-        if (g) be->graph_destroy(be, g);
-        return s;
-    }
-    p->graph = g;
+    TRY(gc_plan_capture(p, device_step, rows, hp, &p->graph));
     p->graph_rows = rows;
-    return be->graph_launch(be, g);
+    return be->graph_launch(be, p->graph);
 }
 
 gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, int64_t batch,

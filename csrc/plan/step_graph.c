@@ -53,29 +53,9 @@ static int same_baked_hparams(const gc_opt_hparams *a, const gc_opt_hparams *b)
            a->momentum == b->momentum && a->rho == b->rho && a->nesterov == b->nesterov;
 }
 
-/* the device work of one step on the batch already in the input and label buffers */
-static gc_status device_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
-{
-    gc_step_stats ignored;
-    TRY(gc_plan_forward(p, rows, MODE_TRAIN, 0));
-    TRY(gc_plan_loss_and_metrics(p, rows, 1, &ignored));
-    TRY(gc_plan_backward(p, rows, 0));
-    return gc_plan_update(p, hp);
-}
-
 static gc_status capture(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
 {
-    const gc_backend *be = p->be;
-    TRY(be->capture_begin(be));
-    gc_status s = device_work(p, rows, hp);
-    void *g = NULL;
-    gc_status e = be->capture_end(be, &g); /* always ends the capture */
-    if (s == GC_OK) s = e;
-    if (s != GC_OK) {
-        if (g) be->graph_destroy(be, g);
-        return s;
-    }
-    p->batch_graph = g;
+    TRY(gc_plan_capture(p, gc_plan_device_work, rows, hp, &p->batch_graph));
     p->batch_graph_hp = *hp;
     return GC_OK;
 }
@@ -96,10 +76,10 @@ static gc_status run(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
         return gc_plan_graph_errors(p, 1);
     }
     p->checking = 1;
-    gc_status s = device_work(p, rows, hp);
+    gc_status s = gc_plan_device_work(p, rows, hp);
     p->checking = 0;
     TRY(s);
-    TRY(device_work(p, rows, hp));
+    TRY(gc_plan_device_work(p, rows, hp));
     if (full) p->batch_warm_rows = rows;
     return GC_OK;
 }
