@@ -98,7 +98,7 @@ def emu_backward(lib, pr, save, max_nc, rows):
 
 
 # (B, T, u, max_nc, rows, extra Problem options): several groups (B / rows), several CTAs
-# per group (u / max_nc units each, the last one short), a row tile past 8 rows
+# per group (u / max_nc units each, the last one short), row tiles of 4 and of 8 rows
 SHAPES = [
     (3, 4, 7, 4, 2, dict(mask="mixed", sequences=True)),
     (5, 3, 33, 4, 2, dict(mask="left", go_backwards=True)),
@@ -106,6 +106,8 @@ SHAPES = [
     (2, 5, 70, 8, 1, dict(mask="right", sequences=True, zero_output_for_mask=True, h0=False, c0=False, bh=False)),
     (11, 3, 5, 2, 10, dict(mask="middle", go_backwards=True, sequences=True)),
     (4, 2, 16, 16, 4, dict(mask="mixed", zero_output_for_mask=True)),
+    (8, 3, 12, 2, 8, dict(mask="left", sequences=True)),  # rows a multiple of 8: the 8-row tiles
+    (18, 2, 120, 4, 9, dict(mask="mixed")),  # more h words per CTA than one batch of the gather
 ]
 
 

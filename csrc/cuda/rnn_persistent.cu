@@ -16,18 +16,23 @@
  *   shared memory (rows padded to an odd number of 32-bit words: conflict-free both for
  *   the forward's row reads and the backward's column reads).
  * - Forward step: z = h_{t-1} (R x u, float32, shared) . U_slice, the fused gate math
- *   and masks, y / save writes; the CTA's h slice goes to an exchange buffer in global
- *   memory (L2), then one release (fence + atomicAdd) on the group's step counter;
- *   peers poll it with ld.acquire.gpu until it reaches NC x the exchange's ordinal and
- *   read the group's whole h. GRU reset_before exchanges twice per step (h, then r*h).
+ *   and masks; each new h value goes to an exchange buffer in global memory (L2) at once,
+ *   as one 64-bit word with the exchange's ordinal in its high half, before the step's
+ *   y / save writes; the peers poll the words of the group's whole h themselves
+ *   (ld.relaxed.gpu) until they carry the ordinal: one L2 round trip per exchange, no
+ *   fence, no counter (the word is single-copy atomic: its tag vouches for its value).
+ *   The next step's xw is staged while those loads are in flight; h, xw and the mask
+ *   are double-buffered, so a step needs no barrier between its gate loop and the next
+ *   gather. GRU reset_before exchanges twice per step (h, then r*h).
  * - Backward step: each CTA computes its units' gate gradients dz from the saved
  *   activations, then its partial dh_{t-1} over ALL u units, dz_own . U_slice^T (the same
  *   slice as the forward), and exchanges these partials; every CTA sums the NC partials
  *   of its own units in CTA order (deterministic) and adds the direct part. reset_before
  *   exchanges twice (d(r*h), then dh). dxw / dm / dh0 / dc0 are written as rnn.cu does.
  * - Exchange buffers alternate by the exchange ordinal's parity: a CTA writes ordinal
- *   o + 2's data only after waiting for ordinal o + 1, which every peer signals after it
- *   has read ordinal o's, so two buffers suffice whatever the exchanges per step.
+ *   o + 2's data only after reading ordinal o + 1's from every peer, which each peer put
+ *   after it had read ordinal o's, so two buffers suffice whatever the exchanges per
+ *   step. The buffers are zeroed before each launch (tag 0 is no exchange's).
  * - Co-residency (the flags would deadlock otherwise): a cooperative launch
  *   (cudaLaunchAttributeCooperative, valid in stream capture: a cooperative kernel node),
  *   whose grid is sized from the occupancy query x the SMs the backend reports (its
@@ -37,8 +42,8 @@
  *   then leaves) and the backend's error flag slots 4-6 (code, exchange ordinal, block);
  *   a call outside capture resets the slots before and reads them after (one stream
  *   sync, as the embedding's bad-index check does) and returns a clear error.
- * - Graph capture: counters and the abort word live in the backend workspace and are
- *   zeroed by a cudaMemsetAsync before each launch; nothing is allocated once the
+ * - Graph capture: the exchange buffers and the abort word live in the backend
+ *   workspace and are zeroed by a cudaMemsetAsync before each launch; nothing is allocated once the
  *   workspace is sized (an eager call of the same shape sizes it).
  * Not taken (stepwise instead): recurrent dropout (rmask), a slice of U that does not fit
  * the per-block shared memory with NC <= 16, a grid that cannot be co-resident, a device
@@ -49,7 +54,7 @@
  * NC CTAs (cudaLaunchAttributeClusterDimension; NC = 16 needs the non-portable cluster
  * size). The exchange is a store into every peer's shared memory (mapa +
  * st.shared::cluster) and one hardware cluster barrier (arrive.release / wait.acquire) per
- * exchange instead of the global buffer + fence + counter + polling: no L2 round trip,
+ * exchange instead of the global tagged words and their polling: no L2 round trip,
  * no timeout (a hardware barrier cannot be left waiting: every CTA runs the same barrier
  * sequence), no workspace, no co-residency requirement between groups (each cluster's
  * CTAs are co-scheduled by the hardware; clusters are independent). The clusters' count
@@ -157,24 +162,23 @@ static int choose(const gc_backend *be, const void *kern, int bwd, size_t ts, pe
     return 1;
 }
 
-/* Workspace: [counters + abort word: ctl bytes][2 exchange buffers]; zeroes the control
- * part on the stream; resets the error slots outside capture. */
-static gc_status prepare(const gc_backend *be, int NG, int64_t xstride, pers_sync *y)
+/* Workspace: [the abort word: 256 bytes][2 exchange buffers of xstride words], all
+ * zeroed on the stream before each launch (a tag 0 is no exchange's: what a launch reads
+ * is its own); resets the error slots outside capture. */
+static gc_status prepare(const gc_backend *be, int64_t xstride, pers_sync *y)
 {
-    const size_t ctl = ((size_t)NG * PERS_CNT_STRIDE + 64) * sizeof(unsigned);
-    const size_t ctl_al = (ctl + 255) & ~(size_t)255;
+    const size_t ctl = 256, bytes = ctl + 2 * (size_t)xstride * sizeof(unsigned long long);
     void *ws = NULL;
-    gc_status st = gc_cuda_workspace(be, ctl_al + 2 * (size_t)xstride * sizeof(float), &ws);
+    gc_status st = gc_cuda_workspace(be, bytes, &ws);
     if (st) return st;
     int32_t *flag = gc_cuda_err_flag(be);
     if (!flag) return gc_fail(GC_ERR_BACKEND, "rnn: the backend has no error flag");
     cudaStream_t str = gc_cuda_stream(be);
-    GC_CUDA_TRY(cudaMemsetAsync(ws, 0, ctl, str));
+    GC_CUDA_TRY(cudaMemsetAsync(ws, 0, bytes, str));
     if (!gc_cuda_capturing(be)) GC_CUDA_TRY(cudaMemsetAsync(flag + PERS_ERR_SLOT, 0, 3 * sizeof(int32_t), str));
-    y->cnt = (unsigned *)ws;
-    y->abort = (int *)((unsigned *)ws + (size_t)NG * PERS_CNT_STRIDE);
+    y->abort = (int *)ws;
     y->status = flag + PERS_ERR_SLOT;
-    y->xbuf = (float *)((char *)ws + ctl_al);
+    y->xbuf = (unsigned long long *)((char *)ws + ctl);
     y->xstride = xstride;
     return GC_OK;
 }
@@ -262,7 +266,7 @@ static gc_status fwd_typed(const gc_backend *be, const gc_op_call *call, int for
     if (!choose(be, (const void *)rnn_pers_fwd<T>, 0, sizeof(T), &s, &grid, &smem, why)) return GC_OK;
     pers_fwd_args a;
     a.s = s;
-    gc_status st = prepare(be, grid / s.NC, (int64_t)s.B * s.u, &a.y);
+    gc_status st = prepare(be, (int64_t)s.B * s.u, &a.y);
     if (st) return st;
     a.xw = xw->data, a.U = call->in[1]->data, a.h0 = in_data(call->in[2]), a.c0 = in_data(call->in[3]);
     a.mask = (const float *)in_data(call->in[4]), a.bh = in_data(call->in[5]);
@@ -284,7 +288,7 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int for
     if (!choose(be, (const void *)rnn_pers_bwd<T>, 1, sizeof(T), &s, &grid, &smem, why)) return GC_OK;
     pers_bwd_args a;
     a.s = s;
-    gc_status st = prepare(be, grid / s.NC, (int64_t)s.NC * s.B * s.u, &a.y);
+    gc_status st = prepare(be, (int64_t)s.NC * s.B * s.u, &a.y);
     if (st) return st;
     a.dy = in_data(call->in[0]), a.dhT = in_data(call->in[1]), a.dcT = in_data(call->in[2]);
     a.U = call->in[3]->data, a.save = save->data, a.mask = (const float *)in_data(call->in[5]);

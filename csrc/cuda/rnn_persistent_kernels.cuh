@@ -23,7 +23,6 @@
 #define PERS_US_TARGET (32u << 10)  /* per-CTA slice of U the choice of NC aims below */
 #define PERS_ERR_SLOT 4             /* gc_cuda_err_flag slots 4-6 (0-1 loss, 2-3 embedding) */
 #define PERS_ERR_TIMEOUT 1
-#define PERS_CNT_STRIDE 32          /* one 128-byte line per group counter */
 
 namespace {
 
@@ -35,17 +34,17 @@ struct pers_shape {
     int64_t blk; /* B*T*u */
     unsigned long long timeout_ns;
     /* dynamic shared memory offsets in bytes (16-aligned) */
-    unsigned o_us, o_a, o_b, o_red, o_z, o_x, o_s0, o_s1, o_s2, o_s3, o_m, o_bh, o_ctl;
-    /* the cluster exchange's receive buffers (0 under the flags): the forward's second h
-     * buffer (the first is o_a), the backward's two partial-dh buffers */
-    unsigned o_h1, o_rx;
+    unsigned o_us, o_a, o_b, o_red, o_z, o_x, o_s0, o_s1, o_s2, o_s3, o_m, o_bh;
+    /* the forward's second buffers of h, xw and mask (the first are o_a, o_x, o_m); the
+     * backward's summed d(r*h) (reset_before) and the cluster's two receive buffers of
+     * partial dh (0 where unused) */
+    unsigned o_h1, o_x1, o_m1, o_dr, o_rx;
 };
 
 struct pers_sync {
-    unsigned *cnt;   /* per group, PERS_CNT_STRIDE apart */
-    int *abort;      /* this launch: nonzero = leave */
-    int *status;     /* the backend's error flag slots PERS_ERR_SLOT.. */
-    float *xbuf;     /* exchange buffers: 2 x xstride floats */
+    int *abort;              /* this launch: nonzero = leave */
+    int *status;             /* the backend's error flag slots PERS_ERR_SLOT.. */
+    unsigned long long *xbuf; /* exchange buffers: 2 x xstride words (ll_st), zeroed per launch */
     int64_t xstride;
 };
 
@@ -68,13 +67,6 @@ struct pers_bwd_args {
 /* ------------------------------------------------------------------ synchronisation */
 
 #ifndef GC_RNN_EMU
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
 __device__ __forceinline__ int ld_relaxed_s32(const int *p)
 {
     int v;
@@ -138,63 +130,166 @@ __device__ __forceinline__ void cl_st(float *p, unsigned rank, float v)
 }
 #endif
 
-/* Called by every thread after a __syncthreads that follows the CTA's writes of the
- * exchange: thread 0 makes them visible at gpu scope, then counts the CTA in. */
-__device__ __forceinline__ void pers_signal(const pers_sync &y, int grp)
+/* The flags exchange (XC = 0) sends each value as one 64-bit word: the float's bits in
+ * the low half, the exchange's ordinal (1, 2, ...; 0 = the launch's memset) in the high
+ * half. A naturally aligned 64-bit access is single-copy atomic, so a reader that sees
+ * the ordinal it waits for has the value of that exchange: no fence, no counter, no
+ * second round trip for the data (NCCL's LL protocol is built the same way). */
+#ifndef GC_RNN_EMU
+__device__ __forceinline__ unsigned long long ll_ld(const unsigned long long *p)
 {
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(y.cnt + (int64_t)grp * PERS_CNT_STRIDE, 1u);
-    }
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
 }
 
-/* Every thread: returns 1 once the group's counter reached target (the peers' data of
- * that exchange is then visible to the whole CTA), 0 when the launch is being abandoned
- * (a timeout here or in another CTA): the caller returns at once. */
-__device__ int pers_wait(const pers_sync &y, const pers_shape &s, int grp, unsigned target, unsigned ordinal,
-                         int *ctl)
+__device__ __forceinline__ void ll_st(unsigned long long *p, float v, unsigned tag)
 {
-    if (threadIdx.x == 0) {
-        const unsigned *cnt = y.cnt + (int64_t)grp * PERS_CNT_STRIDE;
-        int ok = 1;
-        if (ld_acquire_u32(cnt) < target) {
-            const unsigned long long t0 = global_ns();
-            unsigned spins = 0;
-            while (ld_acquire_u32(cnt) < target) {
-                if ((++spins & 15u) != 0) continue;
-                if (ld_relaxed_s32(y.abort)) {
-                    ok = 0;
-                    break;
-                }
-                if (global_ns() - t0 > s.timeout_ns) {
-                    atomicExch(y.abort, 1);
-                    if (atomicCAS(y.status, 0, PERS_ERR_TIMEOUT) == 0) {
-                        y.status[1] = (int)ordinal;
-                        y.status[2] = (int)blockIdx.x;
-                    }
-                    ok = 0;
-                    break;
-                }
-                if (spins > 4096) __nanosleep(128); /* a long wait: something is wrong, poll gently */
+    const unsigned long long w = ((unsigned long long)tag << 32) | (unsigned long long)__float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+#endif
+
+/* The slow path of ll_take: polls *p until it holds exchange `tag`; a wait longer than
+ * the timeout (or another CTA's) abandons the launch: *bad is set, 0 returned. */
+__device__ __noinline__ float ll_spin(int *abort, int *status, unsigned long long timeout_ns,
+                                      const unsigned long long *p, unsigned tag, int *bad)
+{
+    const unsigned long long t0 = global_ns();
+    for (unsigned spins = 1;; spins++) {
+        const unsigned long long w = ll_ld(p);
+        if ((unsigned)(w >> 32) == tag) return __uint_as_float((unsigned)w);
+        if ((spins & 15u) != 0) continue;
+        if (ld_relaxed_s32(abort)) break;
+        if (global_ns() - t0 > timeout_ns) {
+            atomicExch(abort, 1);
+            if (atomicCAS(status, 0, PERS_ERR_TIMEOUT) == 0) {
+                status[1] = (int)tag;
+                status[2] = (int)blockIdx.x;
+            }
+            break;
+        }
+        if (spins > 4096) __nanosleep(128); /* a long wait: something is wrong, poll gently */
+    }
+    *bad = 1;
+    return 0.0f;
+}
+
+/* the value of exchange `tag` at p, given a first load w of it (issued early, so that
+ * several loads are in flight at once) */
+__device__ __forceinline__ float ll_take(const pers_sync &y, const pers_shape &s, const unsigned long long *p,
+                                         unsigned long long w, unsigned tag, int *bad)
+{
+    if ((unsigned)(w >> 32) == tag) return __uint_as_float((unsigned)w);
+    if (*bad) return 0.0f;
+    return ll_spin(y.abort, y.status, s.timeout_ns, p, tag, bad);
+}
+
+#define PERS_LLB 4 /* exchange words a thread has in flight at once */
+
+/* AT[k][r] = exchange `tag`'s value of (row b0 + r, unit k) for r < nr (the group's rows
+ * of the h buffer src, row stride u). The first loads are issued, then between() runs
+ * (the step's staging: its loads overlap the exchange's latency), then every word is
+ * awaited. Returns 0 when the launch is abandoned (CTA-uniform after the caller's
+ * __syncthreads_and). */
+template <typename F>
+__device__ int ll_gather_rows_t(const pers_sync &y, const pers_shape &s, const unsigned long long *src, int nr,
+                                float *AT, unsigned tag, F between)
+{
+    const int u = s.u, n = nr * u;
+    int bad = 0;
+    unsigned long long w[PERS_LLB];
+    int base = threadIdx.x;
+#pragma unroll
+    for (int q = 0; q < PERS_LLB; q++)
+        if (base + q * PERS_NT < n) w[q] = ll_ld(src + base + q * PERS_NT);
+    between();
+    for (;;) {
+#pragma unroll
+        for (int q = 0; q < PERS_LLB; q++) {
+            const int i = base + q * PERS_NT;
+            if (i < n) {
+                const int r = i / u, k = i - r * u;
+                AT[k * s.RP + r] = ll_take(y, s, src + i, w[q], tag, &bad);
             }
         }
-        __threadfence();
-        ctl[0] = ok;
+        base += PERS_LLB * PERS_NT;
+        if (base >= n) break;
+#pragma unroll
+        for (int q = 0; q < PERS_LLB; q++)
+            if (base + q * PERS_NT < n) w[q] = ll_ld(src + base + q * PERS_NT);
     }
-    __syncthreads();
-    return ctl[0];
+    return !bad;
+}
+
+/* out[si] = add[si] + the sum over the NC CTAs (in CTA order: deterministic) of their
+ * partials of exchange `tag` for (row b0 + r, unit j0 + jj), each (r, jj < nu) of the
+ * CTA's; src = the exchange buffer (partials [c][B][u]). between() as above. */
+template <typename F>
+__device__ int ll_sum_partials(const pers_sync &y, const pers_shape &s, const unsigned long long *src, int b0,
+                               int nr, int j0, int nu, const float *add, float *out, unsigned tag, F between)
+{
+    const int64_t cs = (int64_t)s.B * s.u;
+    int bad = 0;
+    unsigned long long w[PERS_MAX_NC];
+    const int n = nr * nu;
+    int i = threadIdx.x;
+    if (i < n) {
+        const int r = i / nu, jj = i - r * nu;
+        const unsigned long long *p = src + (int64_t)(b0 + r) * s.u + j0 + jj;
+#pragma unroll
+        for (int c = 0; c < PERS_MAX_NC; c++)
+            if (c < s.NC) w[c] = ll_ld(p + c * cs);
+    }
+    between();
+    for (; i < n; i += PERS_NT) {
+        const int r = i / nu, jj = i - r * nu, si = r * s.UC + jj;
+        const unsigned long long *p = src + (int64_t)(b0 + r) * s.u + j0 + jj;
+        if (i != (int)threadIdx.x) {
+#pragma unroll
+            for (int c = 0; c < PERS_MAX_NC; c++)
+                if (c < s.NC) w[c] = ll_ld(p + c * cs);
+        }
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < PERS_MAX_NC; c++)
+            if (c < s.NC) acc += ll_take(y, s, p + c * cs, w[c], tag, &bad);
+        out[si] = (add ? add[si] : 0.0f) + acc;
+    }
+    return !bad;
 }
 
 /* ------------------------------------------------------------------ the products */
 
-/* Z[r][col] (row stride ldz) = sum_k AT[k][r] * Us[k][col], cols [c0, c1), all RP rows
- * (in tiles of 8); AT is (u, RP) float32. Columns are split over the threads, and K over
- * KS thread sets when the columns alone leave threads idle (partials in red, summed in a
- * fixed order). Ends with a __syncthreads. */
-template <typename T>
-__device__ void prod_fwd(const pers_shape &s, const T *Us, const float *AT, int c0, int c1, float *red, float *Z)
+/* RT accumulators of one (column, K range) item: acc[r] += AT[k][rt + r] * w_k over k of
+ * [k0, k1), where the weights of k are at Us + k * wstride (float4 loads of AT: RP, rt
+ * multiples of 4) */
+template <int RT, typename T>
+__device__ __forceinline__ void dot_rows(const T *w, int64_t wstride, const float *AT, int RP, int rt, int k0,
+                                         int k1, float *acc)
 {
-    const int u = s.u, RP = s.RP, ldu = s.ldu, ncols = c1 - c0;
+#pragma unroll
+    for (int r = 0; r < RT; r++) acc[r] = 0.0f;
+    for (int k = k0; k < k1; k++) {
+        const float wk = gc_to_f(w[(int64_t)k * wstride]);
+        const float *h = AT + k * RP + rt;
+#pragma unroll
+        for (int q = 0; q < RT; q += 4) {
+            const float4 a = *(const float4 *)(h + q);
+            acc[q] = fmaf(a.x, wk, acc[q]), acc[q + 1] = fmaf(a.y, wk, acc[q + 1]);
+            acc[q + 2] = fmaf(a.z, wk, acc[q + 2]), acc[q + 3] = fmaf(a.w, wk, acc[q + 3]);
+        }
+    }
+}
+
+/* Z[r][col] (row stride GCP) = sum_k AT[k][r] * Us[k][col], cols [c0, c1), all RP rows
+ * in tiles of RT (8 where RP allows, else 4: the rows are padded to 4 only). Columns are
+ * split over the threads, and K over KS thread sets when the columns alone leave threads
+ * idle (partials in red, summed in a fixed order). Ends with a __syncthreads. */
+template <int RT, typename T>
+__device__ void prod_fwd_rt(const pers_shape &s, const T *Us, const float *AT, int c0, int c1, float *red, float *Z)
+{
+    const int u = s.u, RP = s.RP, ncols = c1 - c0;
     int KS = 1;
     if (ncols < PERS_NT) {
         KS = PERS_NT / ncols;
@@ -203,36 +298,24 @@ __device__ void prod_fwd(const pers_shape &s, const T *Us, const float *AT, int 
         if (KS < 1) KS = 1;
     }
     const int Kc = (u + KS - 1) / KS;
-    for (int rt = 0; rt < RP; rt += 8) {
+    for (int rt = 0; rt < RP; rt += RT) {
         for (int item = threadIdx.x; item < ncols * KS; item += PERS_NT) {
             const int cc = item % ncols, ks = item / ncols, col = c0 + cc;
             const int k0 = ks * Kc, k1 = min(u, k0 + Kc);
-            float acc[8];
+            float acc[RT];
+            dot_rows<RT>(Us + col, s.ldu, AT, RP, rt, k0, k1, acc);
 #pragma unroll
-            for (int r = 0; r < 8; r++) acc[r] = 0.0f;
-            for (int k = k0; k < k1; k++) {
-                const float w = gc_to_f(Us[(int64_t)k * ldu + col]);
-                const float4 a = *(const float4 *)(AT + k * RP + rt);
-                const float4 b = *(const float4 *)(AT + k * RP + rt + 4);
-                acc[0] = fmaf(a.x, w, acc[0]), acc[1] = fmaf(a.y, w, acc[1]);
-                acc[2] = fmaf(a.z, w, acc[2]), acc[3] = fmaf(a.w, w, acc[3]);
-                acc[4] = fmaf(b.x, w, acc[4]), acc[5] = fmaf(b.y, w, acc[5]);
-                acc[6] = fmaf(b.z, w, acc[6]), acc[7] = fmaf(b.w, w, acc[7]);
-            }
-            if (KS == 1) {
-#pragma unroll
-                for (int r = 0; r < 8; r++) Z[(rt + r) * s.GCP + col] = acc[r];
-            } else {
-#pragma unroll
-                for (int r = 0; r < 8; r++) red[(ks * 8 + r) * ncols + cc] = acc[r];
+            for (int r = 0; r < RT; r++) {
+                if (KS == 1) Z[(rt + r) * s.GCP + col] = acc[r];
+                else red[(ks * RT + r) * ncols + cc] = acc[r];
             }
         }
         if (KS > 1) {
             __syncthreads();
-            for (int i = threadIdx.x; i < 8 * ncols; i += PERS_NT) {
+            for (int i = threadIdx.x; i < RT * ncols; i += PERS_NT) {
                 const int r = i / ncols, cc = i - r * ncols;
                 float v = red[r * ncols + cc];
-                for (int ks = 1; ks < KS; ks++) v += red[(ks * 8 + r) * ncols + cc];
+                for (int ks = 1; ks < KS; ks++) v += red[(ks * RT + r) * ncols + cc];
                 Z[(rt + r) * s.GCP + c0 + cc] = v;
             }
         }
@@ -240,29 +323,38 @@ __device__ void prod_fwd(const pers_shape &s, const T *Us, const float *AT, int 
     }
 }
 
-/* out[r * u + j] (global, r < nr) = sum over cols [c0, c1) of ZT[col][r] * Us[j][col],
- * every j < u: this CTA's partial of dz . U^T. ZT is (GCP, RP) float32. Threads over j,
- * the columns split over KS thread sets when u alone leaves threads idle. Ends with a
- * __syncthreads (the CTA's global writes are then ordered before a pers_signal). */
-/* one element of a CTA's partial dh (row r, unit j): flags: into the global exchange
- * buffer out (row stride u); cluster: into the owner CTA's receive buffer out (local
- * address; slot [c][r][j - owner's first unit], rows RP apart, UC wide) */
+template <typename T>
+__device__ void prod_fwd(const pers_shape &s, const T *Us, const float *AT, int c0, int c1, float *red, float *Z)
+{
+    if (s.RP % 8 == 0) prod_fwd_rt<8>(s, Us, AT, c0, c1, red, Z);
+    else prod_fwd_rt<4>(s, Us, AT, c0, c1, red, Z);
+}
+
+/* one element of a CTA's partial dh (row r, unit j) of exchange `tag`: flags: into the
+ * global exchange buffer out (unsigned long long, row stride u); cluster: into the owner
+ * CTA's receive buffer out (float, local address; slot [c][r][j - owner's first unit],
+ * rows RP apart, UC wide) */
 template <int XC>
-__device__ __forceinline__ void bwd_put(const pers_shape &s, float *out, int c, int r, int j, int owner, float v)
+__device__ __forceinline__ void bwd_put(const pers_shape &s, void *out, int c, int r, int j, unsigned tag, float v)
 {
     if constexpr (XC) {
-        cl_st(out + ((int64_t)c * s.RP + r) * s.UC + (j - owner * s.UC), (unsigned)owner, v);
+        const int owner = j / s.UC;
+        cl_st((float *)out + ((int64_t)c * s.RP + r) * s.UC + (j - owner * s.UC), (unsigned)owner, v);
     } else {
-        (void)c, (void)owner;
-        out[(int64_t)r * s.u + j] = v;
+        (void)c;
+        ll_st((unsigned long long *)out + (int64_t)r * s.u + j, v, tag);
     }
 }
 
-template <typename T, int XC>
-__device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int c0, int c1, float *red,
-                         float *out, int nr, int c)
+/* out[r * u + j] (r < nr) = sum over cols [c0, c1) of ZT[col][r] * Us[j][col], every
+ * j < u: this CTA's partial of dz . U^T, put with bwd_put. ZT is (GCP, RP) float32.
+ * Threads over j, the columns split over KS thread sets when u alone leaves threads idle.
+ * Ends with a __syncthreads. */
+template <int RT, typename T, int XC>
+__device__ void prod_bwd_rt(const pers_shape &s, const T *Us, const float *ZT, int c0, int c1, float *red,
+                            void *out, int nr, int c, unsigned tag)
 {
-    const int u = s.u, RP = s.RP, ldu = s.ldu, ncols = c1 - c0;
+    const int u = s.u, RP = s.RP, ncols = c1 - c0;
     int KS = 1;
     if (u < PERS_NT) {
         KS = PERS_NT / u;
@@ -271,58 +363,41 @@ __device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int 
         if (KS < 1) KS = 1;
     }
     const int Kc = (ncols + KS - 1) / KS;
-    for (int rt = 0; rt < RP; rt += 8) {
+    for (int rt = 0; rt < RP; rt += RT) {
         for (int item = threadIdx.x; item < u * KS; item += PERS_NT) {
             const int j = item % u, ks = item / u;
             const int q0 = c0 + ks * Kc, q1 = min(c1, q0 + Kc);
-            float acc[8];
+            float acc[RT];
+            dot_rows<RT>(Us + (int64_t)j * s.ldu, 1, ZT, RP, rt, q0, q1, acc);
 #pragma unroll
-            for (int r = 0; r < 8; r++) acc[r] = 0.0f;
-            const T *urow = Us + (int64_t)j * ldu;
-            for (int q = q0; q < q1; q++) {
-                const float w = gc_to_f(urow[q]);
-                const float4 a = *(const float4 *)(ZT + q * RP + rt);
-                const float4 b = *(const float4 *)(ZT + q * RP + rt + 4);
-                acc[0] = fmaf(a.x, w, acc[0]), acc[1] = fmaf(a.y, w, acc[1]);
-                acc[2] = fmaf(a.z, w, acc[2]), acc[3] = fmaf(a.w, w, acc[3]);
-                acc[4] = fmaf(b.x, w, acc[4]), acc[5] = fmaf(b.y, w, acc[5]);
-                acc[6] = fmaf(b.z, w, acc[6]), acc[7] = fmaf(b.w, w, acc[7]);
-            }
-            if (KS == 1) {
-                const int owner = XC ? j / s.UC : 0;
-#pragma unroll
-                for (int r = 0; r < 8; r++)
-                    if (rt + r < nr) bwd_put<XC>(s, out, c, rt + r, j, owner, acc[r]);
-            } else {
-#pragma unroll
-                for (int r = 0; r < 8; r++) red[(ks * 8 + r) * u + j] = acc[r];
+            for (int r = 0; r < RT; r++) {
+                if (KS == 1) {
+                    if (rt + r < nr) bwd_put<XC>(s, out, c, rt + r, j, tag, acc[r]);
+                } else {
+                    red[(ks * RT + r) * u + j] = acc[r];
+                }
             }
         }
         if (KS > 1) {
             __syncthreads();
-            for (int i = threadIdx.x; i < 8 * u; i += PERS_NT) {
+            for (int i = threadIdx.x; i < RT * u; i += PERS_NT) {
                 const int r = i / u, j = i - r * u;
                 if (rt + r >= nr) continue;
                 float v = red[r * u + j];
-                for (int ks = 1; ks < KS; ks++) v += red[(ks * 8 + r) * u + j];
-                bwd_put<XC>(s, out, c, rt + r, j, XC ? j / s.UC : 0, v);
+                for (int ks = 1; ks < KS; ks++) v += red[(ks * RT + r) * u + j];
+                bwd_put<XC>(s, out, c, rt + r, j, tag, v);
             }
         }
         __syncthreads();
     }
 }
 
-/* AT[k][r] = src[r * u + k] for r < nr (the group's rows of an exchange buffer); (r, k)
- * of i advance by PERS_NT without a division per element */
-__device__ __forceinline__ void load_rows_t(const pers_shape &s, const float *src, int nr, float *AT)
+template <typename T, int XC>
+__device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int c0, int c1, float *red, void *out,
+                         int nr, int c, unsigned tag)
 {
-    const int u = s.u, n = nr * u, dr = PERS_NT / u, dk = PERS_NT - dr * u;
-    int r = (int)threadIdx.x / u, k = (int)threadIdx.x - r * u;
-    for (int i = threadIdx.x; i < n; i += PERS_NT) {
-        AT[k * s.RP + r] = __ldcg(src + i);
-        r += dr, k += dk;
-        if (k >= u) k -= u, r++;
-    }
+    if (s.RP % 8 == 0) prod_bwd_rt<8, T, XC>(s, Us, ZT, c0, c1, red, out, nr, c, tag);
+    else prod_bwd_rt<4, T, XC>(s, Us, ZT, c0, c1, red, out, nr, c, tag);
 }
 
 template <typename T> __device__ __forceinline__ const T *cptr(const void *p) { return (const T *)p; }
@@ -379,8 +454,12 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     float *zs = (float *)(smem + s.o_z), *xs = (float *)(smem + s.o_x);
     float *hs = (float *)(smem + s.o_s0), *cs = (float *)(smem + s.o_s1), *es = (float *)(smem + s.o_s2);
     float *ms = (float *)(smem + s.o_m), *bhs = (float *)(smem + s.o_bh);
-    int *ctl = (int *)(smem + s.o_ctl);
-    float *const hb0 = hT, *const hb1 = XC ? (float *)(smem + s.o_h1) : hT; /* (no array: no stack) */
+    /* two buffers of h (both variants), of the staged xw and mask (the flags': a step's
+     * gather fills the other parity's while no barrier separates it from the previous
+     * step's gate loop); (no arrays: no stack) */
+    float *const hb0 = hT, *const hb1 = (float *)(smem + s.o_h1);
+    float *const xs0 = xs, *const xs1 = (float *)(smem + s.o_x1);
+    float *const ms0 = ms, *const ms1 = (float *)(smem + s.o_m1);
     const T *U = cptr<T>(a.U), *h0 = cptr<T>(a.h0), *c0 = cptr<T>(a.c0), *bh = cptr<T>(a.bh);
     T *out = (T *)a.out, *save = (T *)a.save;
 
@@ -395,7 +474,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     }
     for (int i = threadIdx.x; i < u * RP; i += PERS_NT) {
         hT[i] = 0.0f;
-        if (XC) hb1[i] = 0.0f;
+        hb1[i] = 0.0f;
         if (before) rhT[i] = 0.0f;
     }
     for (int i = threadIdx.x; i < RP * GCP; i += PERS_NT) zs[i] = 0.0f;
@@ -416,21 +495,25 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     if constexpr (XC) cl_sync(); /* the start barrier (a __syncthreads too) */
     else __syncthreads();
 
-    unsigned ord = 0; /* exchanges signalled so far */
+    unsigned ord = 0; /* exchanges put so far (the flags' tags: ord + 1 is the next) */
     const int64_t grow = (int64_t)b0 * u;
     for (int k = 0; k < s.T; k++) {
         const int t = s.gb ? s.T - 1 - k : k;
         const int last = k == s.T - 1;
-        if constexpr (XC) {
-            hT = (k & 1) ? hb1 : hb0; /* H_{k-1} (or the start barrier) was passed */
-        } else if (k > 0) {
-            if (!pers_wait(a.y, s, grp, (unsigned)s.NC * ord, ord, ctl)) return;
-            load_rows_t(s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, hT);
-            __syncthreads();
+        hT = (k & 1) ? hb1 : hb0; /* cluster: H_{k-1} (or the start barrier) was passed */
+        if constexpr (!XC) {
+            xs = (k & 1) ? xs1 : xs0;
+            ms = (k & 1) ? ms1 : ms0;
+            if (k > 0) {
+                /* h_{k-1} of the group's rows, while this step's xw and mask are staged */
+                const int ok = ll_gather_rows_t(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, hT, ord,
+                                                [&] { fwd_stage<T>(a, t, b0, nr, j0, nu, xs, ms); });
+                if (!__syncthreads_and(ok)) return;
+            }
         }
         if (before) {
             prod_fwd<T>(s, Us, hT, 0, 2 * UC, red, zs);
-            float *dst = a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
+            unsigned long long *dst = a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
                 const int r = i / nu, jj = i - r * nu, q = r * GCP + UC + jj;
                 const float rg = gc_rnn_act_apply(s.ract, xs[q] + zs[q]);
@@ -438,25 +521,24 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
                 if constexpr (XC) {
                     for (int p = 0; p < s.NC; p++) cl_st(rhT + (j0 + jj) * RP + r, (unsigned)p, v);
                 } else {
-                    dst[(int64_t)r * u + j0 + jj] = v;
+                    ll_st(dst + (int64_t)r * u + j0 + jj, v, ord + 1);
                 }
             }
+            ord++;
             if constexpr (XC) {
                 cl_sync(); /* X_k */
             } else {
-                __syncthreads();
-                pers_signal(a.y, grp);
-                ord++;
-                if (!pers_wait(a.y, s, grp, (unsigned)s.NC * ord, ord, ctl)) return;
-                load_rows_t(s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, rhT);
-                __syncthreads();
+                const int ok = ll_gather_rows_t(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, rhT, ord,
+                                                [] {});
+                if (!__syncthreads_and(ok)) return;
             }
             prod_fwd<T>(s, Us, rhT, 2 * UC, 3 * UC, red, zs);
         } else {
             prod_fwd<T>(s, Us, hT, 0, GCP, red, zs);
         }
-        /* the gates, the states, the outputs of (row, own unit) */
-        float *hnext = XC ? ((k & 1) ? hb0 : hb1) : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
+        /* the gates, the states, the outputs of (row, own unit); h goes to the peers first */
+        float *hnext = (k & 1) ? hb0 : hb1;
+        unsigned long long *xnext = XC ? nullptr : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
             const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
             const float *x = xs + r * GCP, *m = zs + r * GCP;
@@ -501,12 +583,17 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
                 break;
             }
             }
-            const int64_t o = ((int64_t)(b0 + r) * s.T + t) * u + j;
-            if (save)
-                for (int q = 0; q < S; q++) save[q * s.blk + o] = gc_from_f<T>(sv[q]);
-            float ev = es[si], hv = hp;
-            if (ms[r] != 0.0f) {
-                hv = hn;
+            const int live = ms[r] != 0.0f;
+            const float hv = live ? hn : hp;
+            if (!last) {
+                if constexpr (XC) {
+                    for (int p = 0; p < s.NC; p++) cl_st(hnext + j * RP + r, (unsigned)p, hv);
+                } else {
+                    ll_st(xnext + (int64_t)r * u + j, hv, ord + 1);
+                }
+            }
+            float ev = es[si];
+            if (live) {
                 if (s.cell == GC_RNN_LSTM) cs[si] = cn;
                 ev = hn;
             } else if (s.zo) {
@@ -514,15 +601,12 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             }
             es[si] = ev;
             hs[si] = hv;
+            const int64_t o = ((int64_t)(b0 + r) * s.T + t) * u + j;
+            if (save)
+                for (int q = 0; q < S; q++) save[q * s.blk + o] = gc_from_f<T>(sv[q]);
             if (s.seq) out[((int64_t)(b0 + r) * s.T + k) * u + j] = gc_from_f<T>(ev);
-            if (!last) {
-                if constexpr (XC) {
-                    for (int p = 0; p < s.NC; p++) cl_st(hnext + j * RP + r, (unsigned)p, hv);
-                } else {
-                    hnext[(int64_t)r * u + j] = hv;
-                }
-            }
         }
+        if (!last) ord++;
         if constexpr (XC) {
             if (!last) {
                 cl_arrive(); /* H_k: the h writes are released; stage while the peers finish */
@@ -532,15 +616,9 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             } else {
                 __syncthreads();
             }
-            continue;
         }
-        __syncthreads();
-        if (!last) {
-            pers_signal(a.y, grp);
-            ord++;
-            fwd_stage<T>(a, s.gb ? s.T - 2 - k : k + 1, b0, nr, j0, nu, xs, ms);
-            /* (the next step's first barrier orders the staging before its use) */
-        }
+        /* flags: no barrier here; the next step's gather writes the other parity's buffers,
+         * and its __syncthreads_and orders this gate loop before the next products */
     }
     T *hTo = (T *)a.hT, *cTo = (T *)a.cT;
     for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
@@ -596,8 +674,8 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
     float *dys = (float *)(smem + s.o_x);
     float *dh = (float *)(smem + s.o_s0), *dc = (float *)(smem + s.o_s1), *de = (float *)(smem + s.o_s2);
     float *dd = (float *)(smem + s.o_s3), *ms = (float *)(smem + s.o_m);
-    int *ctl = (int *)(smem + s.o_ctl);
     float *rx = (float *)(smem + s.o_rx); /* cluster: 2 x NC x RP x UC */
+    float *dr = (float *)(smem + s.o_dr); /* reset_before: the summed d(r*h) of (row, own unit) */
     const int64_t rxs = (int64_t)NC * RP * UC;
     const T *U = cptr<T>(a.U), *dy = cptr<T>(a.dy), *dhT = cptr<T>(a.dhT), *dcT = cptr<T>(a.dcT);
     T *dxw = (T *)a.dxw, *dm = (T *)a.dm;
@@ -693,23 +771,28 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         __syncthreads();
         if (before) {
             /* d(r*h) = da . U_h^T, exchanged, then the r gate and the r*h part of dd */
-            float *dst = XC ? rx + ((ord + 1) & 1) * rxs
-                            : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u;
-            prod_bwd<T, XC>(s, Us, dzT, 2 * UC, 3 * UC, red, dst, nr, c);
+            void *dst = XC ? (void *)(rx + ((ord + 1) & 1) * rxs)
+                           : (void *)(a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u);
+            prod_bwd<T, XC>(s, Us, dzT, 2 * UC, 3 * UC, red, dst, nr, c, ord + 1);
             ord++;
+            const float *rsrc = rx + (ord & 1) * rxs;
             if constexpr (XC) {
                 cl_sync();
+                for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
+                    const int r = i / nu, jj = i - r * nu;
+                    float v = 0.0f;
+                    for (int cc = 0; cc < NC; cc++) v += rsrc[(cc * RP + r) * UC + jj];
+                    dr[r * UC + jj] = v;
+                }
             } else {
-                pers_signal(a.y, grp);
-                if (!pers_wait(a.y, s, grp, (unsigned)NC * ord, ord, ctl)) return;
+                const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, nullptr,
+                                               dr, ord, [] {});
+                if (!__syncthreads_and(ok)) return;
             }
-            const float *src = a.y.xbuf + (ord & 1) * a.y.xstride, *rsrc = rx + (ord & 1) * rxs;
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
                 const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
                 if (ms[r] == 0.0f) continue;
-                float drh = 0.0f;
-                for (int cc = 0; cc < NC; cc++)
-                    drh += XC ? rsrc[(cc * RP + r) * UC + jj] : __ldcg(src + ((int64_t)cc * B + b0 + r) * u + j);
+                const float drh = dr[si];
                 const float hp = ss[si], rg = ss[2 * PS + si];
                 const float vr = drh * hp * gc_rnn_act_dout(s.ract, rg);
                 dzT[(UC + jj) * RP + r] = vr;
@@ -719,29 +802,31 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             __syncthreads();
         }
         /* phase B: this CTA's partial of dh_{t-1} over every unit, exchanged and summed */
-        float *dst = XC ? rx + ((ord + 1) & 1) * rxs
-                        : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u;
-        prod_bwd<T, XC>(s, Us, dzT, 0, before ? 2 * UC : GCP, red, dst, nr, c);
+        void *dst = XC ? (void *)(rx + ((ord + 1) & 1) * rxs)
+                       : (void *)(a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u);
+        prod_bwd<T, XC>(s, Us, dzT, 0, before ? 2 * UC : GCP, red, dst, nr, c, ord + 1);
         ord++;
         if constexpr (XC) {
             cl_arrive(); /* E_ord: released (prod_bwd ended with a __syncthreads: the stage is free) */
             if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
             cl_wait();
+            const float *rsrc = rx + (ord & 1) * rxs;
+            for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
+                const int r = i / nu, jj = i - r * nu, si = r * UC + jj;
+                float acc = 0.0f;
+                for (int cc = 0; cc < NC; cc++) acc += rsrc[(cc * RP + r) * UC + jj];
+                dh[si] = dd[si] + acc;
+            }
+            __syncthreads();
         } else {
-            pers_signal(a.y, grp);
-            if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
-            if (!pers_wait(a.y, s, grp, (unsigned)NC * ord, ord, ctl)) return;
+            /* the partials of the CTA's units, while the previous step's inputs are staged
+             * (prod_bwd ended with a __syncthreads: the stage is free) */
+            const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, dd, dh, ord,
+                                           [&] {
+                                               if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
+                                           });
+            if (!__syncthreads_and(ok)) return;
         }
-        const float *src = a.y.xbuf + (ord & 1) * a.y.xstride, *rsrc = rx + (ord & 1) * rxs;
-        for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-            const int r = i / nu, jj = i - r * nu, si = r * UC + jj;
-            float acc = 0.0f;
-            for (int cc = 0; cc < NC; cc++)
-                acc += XC ? rsrc[(cc * RP + r) * UC + jj]
-                          : __ldcg(src + ((int64_t)cc * B + b0 + r) * u + j0 + jj);
-            dh[si] = dd[si] + acc;
-        }
-        __syncthreads();
     }
     T *dh0 = (T *)a.dh0, *dc0 = (T *)a.dc0;
     for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
@@ -777,45 +862,37 @@ static inline void pers_pick_nc(pers_shape *s, size_t ts, int want_nc)
 
 static inline unsigned align16(size_t b) { return (unsigned)((b + 15) & ~(size_t)15); }
 
-/* the shared-memory layout for R rows (0 when it does not fit in 32 bits) */
+/* the shared-memory layout for R rows (padded to RP, a multiple of 4) */
 static inline size_t layout(pers_shape *s, int bwd, size_t ts, int xc = 0)
 {
-    s->RP = (s->R + 7) / 8 * 8;
+    s->RP = (s->R + 3) / 4 * 4;
     const size_t RP = (size_t)s->RP, u = (size_t)s->u, UC = (size_t)s->UC, GCP = (size_t)s->GCP;
     size_t o = 0;
-    s->o_us = 0;
-    o += align16(u * (size_t)s->ldu * ts);
-    s->o_a = (unsigned)o;
-    o += align16((bwd ? GCP : u) * RP * 4);
-    s->o_b = (unsigned)o;
-    if (!bwd && s->cell == GC_RNN_GRU_RESET_BEFORE) o += align16(u * RP * 4);
-    s->o_red = (unsigned)o;
-    o += align16(8 * PERS_NT * 4);
-    s->o_z = (unsigned)o;
-    o += align16(bwd ? (size_t)s->nsave * RP * UC * 4 : RP * GCP * 4);
-    s->o_x = (unsigned)o;
-    o += align16(bwd ? RP * UC * 4 : RP * GCP * 4);
-    s->o_s0 = (unsigned)o;
-    o += align16(RP * UC * 4);
-    s->o_s1 = (unsigned)o;
-    o += align16(RP * UC * 4);
-    s->o_s2 = (unsigned)o;
-    o += align16(RP * UC * 4);
-    s->o_s3 = (unsigned)o;
-    if (bwd) o += align16(RP * UC * 4);
-    s->o_m = (unsigned)o;
-    o += align16(RP * 4);
-    s->o_bh = (unsigned)o;
-    if (!bwd) o += align16(GCP * 4);
-    s->o_ctl = (unsigned)o;
-    o += 16;
-    s->o_h1 = s->o_rx = 0;
-    if (xc && !bwd) { /* the second h buffer (the first is o_a) */
-        s->o_h1 = (unsigned)align16(o);
-        o = s->o_h1 + align16(u * RP * 4);
-    } else if (xc) { /* two receive buffers of NC partials */
-        s->o_rx = (unsigned)align16(o);
-        o = s->o_rx + 2 * align16((size_t)s->NC * RP * UC * 4);
+    auto take = [&o](size_t bytes) {
+        const unsigned at = (unsigned)o;
+        o += align16(bytes);
+        return at;
+    };
+    s->o_h1 = s->o_x1 = s->o_m1 = s->o_dr = s->o_rx = 0;
+    s->o_us = take(u * (size_t)s->ldu * ts);
+    s->o_a = take((bwd ? GCP : u) * RP * 4);
+    s->o_b = take(!bwd && s->cell == GC_RNN_GRU_RESET_BEFORE ? u * RP * 4 : 0);
+    s->o_red = take(8 * PERS_NT * 4);
+    s->o_z = take(bwd ? (size_t)s->nsave * RP * UC * 4 : RP * GCP * 4);
+    s->o_x = take(bwd ? RP * UC * 4 : RP * GCP * 4);
+    s->o_s0 = take(RP * UC * 4);
+    s->o_s1 = take(RP * UC * 4);
+    s->o_s2 = take(RP * UC * 4);
+    s->o_s3 = take(bwd ? RP * UC * 4 : 0);
+    s->o_m = take(RP * 4);
+    s->o_bh = take(bwd ? 0 : GCP * 4);
+    if (!bwd) {
+        s->o_h1 = take(u * RP * 4);
+        s->o_x1 = take(RP * GCP * 4);
+        s->o_m1 = take(RP * 4);
+    } else {
+        if (s->cell == GC_RNN_GRU_RESET_BEFORE) s->o_dr = take(RP * UC * 4);
+        if (xc) s->o_rx = take(2 * (size_t)s->NC * RP * UC * 4);
     }
     return o;
 }

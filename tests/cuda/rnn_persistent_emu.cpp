@@ -4,9 +4,10 @@
  * (tests/test_rnn_persistent_emu.py builds this file with g++ and calls it via ctypes).
  *
  * What is emulated: threadIdx / blockIdx (thread-locals), __syncthreads (a std::barrier
- * per block), the dynamic shared memory (one buffer per block), the counters' atomics and
- * the PTX acquire load (std::atomic_ref; the release side is an acq_rel RMW, which is
- * what the CUDA fence + atomicAdd pair amounts to), the global timer (steady_clock).
+ * per block, __syncthreads_and with a per-block count), the dynamic shared memory (one
+ * buffer per block), the exchange's 64-bit tagged words (relaxed std::atomic_ref loads
+ * and stores: the word carries its own tag, so nothing stronger is needed, as on the GPU),
+ * the abort word's atomics, the global timer (steady_clock).
  * Every block of the grid runs at once, as the cooperative launch guarantees. float32
  * storage only (the storage type only changes the loads and stores). The grid is the
  * caller's: max_nc is the CTAs per group (fewer when u is smaller) and rows the rows per group, so small problems
@@ -28,6 +29,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 
 struct emu_dim {
@@ -42,6 +44,22 @@ static thread_local std::barrier<> *emu_bar;
 #define PERS_SMEM_DECL unsigned char *smem = emu_smem
 
 static inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+
+/* __syncthreads_and: every thread of a block makes the same sequence of calls; call g
+ * counts its zero predicates in slot g % 3 and clears slot (g + 2) % 3, whose last
+ * readers (call g - 1) all passed call g's barrier, and whose next writers (call g + 2)
+ * come after call g + 1's, which the clearing thread reaches only after clearing. */
+static thread_local std::atomic<int> *emu_and; /* 3 slots per block */
+static thread_local unsigned emu_and_gen;
+static inline int __syncthreads_and(int p)
+{
+    const unsigned g = emu_and_gen++;
+    if (!p) emu_and[g % 3].fetch_add(1);
+    emu_bar->arrive_and_wait();
+    const int all = emu_and[g % 3].load() == 0;
+    emu_and[(g + 2) % 3].store(0);
+    return all;
+}
 
 /* the cluster exchange (XC = 1): a std::barrier over the cluster's threads (split into
  * arrive / wait with the token), and the cluster's shared-memory bases for the remote stores */
@@ -60,15 +78,6 @@ static inline void cl_st(float *p, unsigned rank, float v)
     const ptrdiff_t off = (unsigned char *)p - emu_smem;
     *(float *)(emu_csmem[rank] + off) = v;
 }
-#ifdef __SANITIZE_THREAD__ /* TSan does not model fences; the RMW and the loads carry the order */
-static inline void __threadfence() {}
-#else
-static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-#endif
-static inline unsigned atomicAdd(unsigned *p, unsigned v)
-{
-    return std::atomic_ref<unsigned>(*p).fetch_add(v, std::memory_order_acq_rel);
-}
 static inline int atomicExch(int *p, int v) { return std::atomic_ref<int>(*p).exchange(v); }
 static inline int atomicCAS(int *p, int cmp, int v)
 {
@@ -76,11 +85,27 @@ static inline int atomicCAS(int *p, int cmp, int v)
     return cmp; /* the old value either way */
 }
 static inline void __nanosleep(unsigned) { std::this_thread::yield(); }
-static inline float __ldcg(const float *p) { return *p; }
-static inline unsigned ld_acquire_u32(const unsigned *p)
+static inline unsigned __float_as_uint(float v)
+{
+    unsigned u;
+    std::memcpy(&u, &v, 4);
+    return u;
+}
+static inline float __uint_as_float(unsigned u)
+{
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+}
+static inline unsigned long long ll_ld(const unsigned long long *p)
 {
     std::this_thread::yield(); /* two host cores and thousands of threads: let the others run */
-    return std::atomic_ref<unsigned>(*const_cast<unsigned *>(p)).load(std::memory_order_acquire);
+    return std::atomic_ref<unsigned long long>(*const_cast<unsigned long long *>(p)).load(std::memory_order_relaxed);
+}
+static inline void ll_st(unsigned long long *p, float v, unsigned tag)
+{
+    std::atomic_ref<unsigned long long>(*p).store(((unsigned long long)tag << 32) | __float_as_uint(v),
+                                                  std::memory_order_relaxed);
 }
 static inline int ld_relaxed_s32(const int *p)
 {
@@ -103,9 +128,8 @@ template <> inline float gc_from_f<float>(float v) { return v; }
 namespace {
 
 struct emu_ws {
-    std::vector<unsigned> cnt;
     std::vector<int> flags; /* [0] abort, [1..3] status */
-    std::vector<float> xbuf;
+    std::vector<unsigned long long> xbuf;
 };
 
 /* the shape as rnn_persistent.cu's common_checks + choose set it, with the caller's grid */
@@ -127,10 +151,9 @@ static int setup(pers_shape *s, int B, int T, int u, int cell, int act, int ract
 
 static void prepare(const pers_shape &s, int grid, int64_t xstride, emu_ws *w, pers_sync *y)
 {
-    w->cnt.assign((size_t)(grid / s.NC) * PERS_CNT_STRIDE, 0u);
+    (void)s, (void)grid;
     w->flags.assign(4, 0);
-    w->xbuf.assign((size_t)(2 * xstride), NAN); /* unwritten exchange data shows as NaN */
-    y->cnt = w->cnt.data();
+    w->xbuf.assign((size_t)(2 * xstride), 0ull); /* tag 0: no exchange's (the launch's memset) */
     y->abort = &w->flags[0];
     y->status = &w->flags[1];
     y->xbuf = w->xbuf.data();
@@ -145,6 +168,7 @@ template <typename Args> static int run(void (*kern)(Args), const Args &a, int g
     const int NC = a.s.NC;
     std::vector<std::vector<unsigned char>> smem((size_t)grid);
     std::vector<std::barrier<> *> bars((size_t)grid), cbars((size_t)(grid / NC));
+    std::vector<std::atomic<int>> ands((size_t)grid * 3);
     std::vector<unsigned char *> bases((size_t)grid);
     std::vector<std::thread> th;
     for (int b = 0; b < grid; b++) {
@@ -161,6 +185,8 @@ template <typename Args> static int run(void (*kern)(Args), const Args &a, int g
                 threadIdx = {(unsigned)t, 0, 0};
                 emu_smem = bases[(size_t)b];
                 emu_bar = bars[(size_t)b];
+                emu_and = ands.data() + (size_t)b * 3;
+                emu_and_gen = 0;
                 emu_cbar = cbars[(size_t)(b / NC)];
                 emu_csmem = bases.data() + (size_t)(b / NC * NC);
                 kern(a);
