@@ -26,6 +26,25 @@
 
 namespace {
 
+/* Phase timing for benchmarks/cuda/rnn_persistent_prof.cu only (GC_RNN_PROF): thread 0
+ * of block 0 adds the clock64 cycles since its previous mark to slot `slot` of
+ * g_pers_prof[kind] (0 forward, 1 backward). Nothing in the library's build. */
+#if defined(GC_RNN_PROF) && !defined(GC_RNN_EMU)
+__device__ unsigned long long g_pers_prof[2][8];
+#define PERS_PROF_START long long pers_t_ = clock64()
+#define PERS_PROF(kind, slot)                                                              \
+    do {                                                                                   \
+        if (blockIdx.x == 0 && threadIdx.x == 0) {                                         \
+            const long long t_ = clock64();                                                \
+            g_pers_prof[kind][slot] += (unsigned long long)(t_ - pers_t_);                 \
+            pers_t_ = t_;                                                                  \
+        }                                                                                  \
+    } while (0)
+#else
+#define PERS_PROF_START
+#define PERS_PROF(kind, slot) ((void)0)
+#endif
+
 /* ------------------------------------------------------------------ shapes */
 
 struct pers_shape {
@@ -39,6 +58,7 @@ struct pers_shape {
      * backward's summed d(r*h) (reset_before) and the cluster's two receive buffers of
      * partial dh (0 where unused) */
     unsigned o_h1, o_x1, o_m1, o_dr, o_rx;
+    unsigned o_z1; /* the backward's second buffer of the staged save blocks */
 };
 
 struct pers_sync {
@@ -150,42 +170,67 @@ __device__ __forceinline__ void ll_st(unsigned long long *p, float v, unsigned t
 }
 #endif
 
-/* The slow path of ll_take: polls *p until it holds exchange `tag`; a wait longer than
- * the timeout (or another CTA's) abandons the launch: *bad is set, 0 returned. */
-__device__ __noinline__ float ll_spin(int *abort, int *status, unsigned long long timeout_ns,
-                                      const unsigned long long *p, unsigned tag, int *bad)
+/* 4-byte asynchronous copies global -> shared (sm_80+; float32 storage only): the next
+ * step's inputs are fetched while this step computes, off the recurrence's critical
+ * path. A thread's copies are complete after cp_async_wait_all, visible to the CTA after
+ * the barrier that follows it. */
+#ifndef GC_RNN_EMU
+__device__ __forceinline__ void cp_async4(float *dst, const float *src)
 {
-    const unsigned long long t0 = global_ns();
-    for (unsigned spins = 1;; spins++) {
-        const unsigned long long w = ll_ld(p);
-        if ((unsigned)(w >> 32) == tag) return __uint_as_float((unsigned)w);
-        if ((spins & 15u) != 0) continue;
-        if (ld_relaxed_s32(abort)) break;
-        if (global_ns() - t0 > timeout_ns) {
-            atomicExch(abort, 1);
-            if (atomicCAS(status, 0, PERS_ERR_TIMEOUT) == 0) {
-                status[1] = (int)tag;
-                status[2] = (int)blockIdx.x;
-            }
-            break;
-        }
-        if (spins > 4096) __nanosleep(128); /* a long wait: something is wrong, poll gently */
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#endif
+
+/* Called every 16th poll of a wait that began at t0 (global_ns): 1 = leave, the launch
+ * is being abandoned (another CTA's timeout, or this wait's, which it then declares:
+ * the abort word for every CTA, the status slots for the host). */
+__device__ __noinline__ int ll_give_up(int *abort, int *status, unsigned long long t0,
+                                       unsigned long long timeout_ns, unsigned tag)
+{
+    if (ld_relaxed_s32(abort)) return 1;
+    if (global_ns() - t0 <= timeout_ns) return 0;
+    atomicExch(abort, 1);
+    if (atomicCAS(status, 0, PERS_ERR_TIMEOUT) == 0) {
+        status[1] = (int)tag;
+        status[2] = (int)blockIdx.x;
     }
-    *bad = 1;
-    return 0.0f;
+    return 1;
 }
 
-/* the value of exchange `tag` at p, given a first load w of it (issued early, so that
- * several loads are in flight at once) */
-__device__ __forceinline__ float ll_take(const pers_sync &y, const pers_shape &s, const unsigned long long *p,
-                                         unsigned long long w, unsigned tag, int *bad)
+/* Waits until each word p + q * stride (bit q of `pending`, q < CNT) holds exchange
+ * `tag`, its value then in v[q]; w[q] holds a first load of each (issued early). Every
+ * word still pending is reloaded in each round, so the words are in flight together:
+ * the wait ends one memory latency after the last of them was put. Returns 0 when the
+ * launch is abandoned. */
+template <int CNT>
+__device__ __forceinline__ int ll_wait(const pers_sync &y, const pers_shape &s, const unsigned long long *p,
+                                       int64_t stride, unsigned long long *w, float *v, unsigned pending,
+                                       unsigned tag)
 {
-    if ((unsigned)(w >> 32) == tag) return __uint_as_float((unsigned)w);
-    if (*bad) return 0.0f;
-    return ll_spin(y.abort, y.status, s.timeout_ns, p, tag, bad);
+    unsigned long long t0 = 0;
+    for (unsigned round = 0;; round++) {
+#pragma unroll
+        for (int q = 0; q < CNT; q++)
+            if (((pending >> q) & 1u) && (unsigned)(w[q] >> 32) == tag) {
+                v[q] = __uint_as_float((unsigned)w[q]);
+                pending &= ~(1u << q);
+            }
+        if (!pending) return 1;
+        if (round == 0) t0 = global_ns();
+        else if ((round & 15u) == 0) {
+            if (ll_give_up(y.abort, y.status, t0, s.timeout_ns, tag)) return 0;
+            if (round > 4096) __nanosleep(128); /* a long wait: something is wrong, poll gently */
+        }
+#pragma unroll
+        for (int q = 0; q < CNT; q++)
+            if ((pending >> q) & 1u) w[q] = ll_ld(p + q * stride);
+    }
 }
 
-#define PERS_LLB 4 /* exchange words a thread has in flight at once */
+#define PERS_LLB 4 /* exchange words (and staging loads) a thread has in flight at once */
 
 /* AT[k][r] = exchange `tag`'s value of (row b0 + r, unit k) for r < nr (the group's rows
  * of the h buffer src, row stride u). The first loads are issued, then between() runs
@@ -197,29 +242,31 @@ __device__ int ll_gather_rows_t(const pers_sync &y, const pers_shape &s, const u
                                 float *AT, unsigned tag, F between)
 {
     const int u = s.u, n = nr * u;
-    int bad = 0;
     unsigned long long w[PERS_LLB];
-    int base = threadIdx.x;
+    float v[PERS_LLB];
+    int ok = 1;
+    for (int base = threadIdx.x; base < n || base == (int)threadIdx.x; base += PERS_LLB * PERS_NT) {
+        unsigned pending = 0;
 #pragma unroll
-    for (int q = 0; q < PERS_LLB; q++)
-        if (base + q * PERS_NT < n) w[q] = ll_ld(src + base + q * PERS_NT);
-    between();
-    for (;;) {
+        for (int q = 0; q < PERS_LLB; q++)
+            if (base + q * PERS_NT < n) {
+                w[q] = ll_ld(src + base + q * PERS_NT);
+                pending |= 1u << q;
+            }
+        if (base == (int)threadIdx.x) between();
+        if (!pending) break;
+        if (ok) ok = ll_wait<PERS_LLB>(y, s, src + base, PERS_NT, w, v, pending, tag);
+        if (!ok) continue;
 #pragma unroll
         for (int q = 0; q < PERS_LLB; q++) {
             const int i = base + q * PERS_NT;
             if (i < n) {
                 const int r = i / u, k = i - r * u;
-                AT[k * s.RP + r] = ll_take(y, s, src + i, w[q], tag, &bad);
+                AT[k * s.RP + r] = v[q];
             }
         }
-        base += PERS_LLB * PERS_NT;
-        if (base >= n) break;
-#pragma unroll
-        for (int q = 0; q < PERS_LLB; q++)
-            if (base + q * PERS_NT < n) w[q] = ll_ld(src + base + q * PERS_NT);
     }
-    return !bad;
+    return ok;
 }
 
 /* out[si] = add[si] + the sum over the NC CTAs (in CTA order: deterministic) of their
@@ -230,54 +277,75 @@ __device__ int ll_sum_partials(const pers_sync &y, const pers_shape &s, const un
                                int nr, int j0, int nu, const float *add, float *out, unsigned tag, F between)
 {
     const int64_t cs = (int64_t)s.B * s.u;
-    int bad = 0;
+    const unsigned all = s.NC >= 32 ? ~0u : (1u << s.NC) - 1u;
     unsigned long long w[PERS_MAX_NC];
+    float v[PERS_MAX_NC];
     const int n = nr * nu;
-    int i = threadIdx.x;
-    if (i < n) {
+    int ok = 1;
+    for (int i = threadIdx.x; i < n || i == (int)threadIdx.x; i += PERS_NT) {
         const int r = i / nu, jj = i - r * nu;
         const unsigned long long *p = src + (int64_t)(b0 + r) * s.u + j0 + jj;
-#pragma unroll
-        for (int c = 0; c < PERS_MAX_NC; c++)
-            if (c < s.NC) w[c] = ll_ld(p + c * cs);
-    }
-    between();
-    for (; i < n; i += PERS_NT) {
-        const int r = i / nu, jj = i - r * nu, si = r * s.UC + jj;
-        const unsigned long long *p = src + (int64_t)(b0 + r) * s.u + j0 + jj;
-        if (i != (int)threadIdx.x) {
+        const int live = i < n;
+        if (live) {
 #pragma unroll
             for (int c = 0; c < PERS_MAX_NC; c++)
                 if (c < s.NC) w[c] = ll_ld(p + c * cs);
         }
+        if (i == (int)threadIdx.x) between();
+        if (!live) break;
+        if (ok) ok = ll_wait<PERS_MAX_NC>(y, s, p, cs, w, v, all, tag);
+        if (!ok) continue;
         float acc = 0.0f;
 #pragma unroll
         for (int c = 0; c < PERS_MAX_NC; c++)
-            if (c < s.NC) acc += ll_take(y, s, p + c * cs, w[c], tag, &bad);
+            if (c < s.NC) acc += v[c];
+        const int si = r * s.UC + jj;
         out[si] = (add ? add[si] : 0.0f) + acc;
     }
-    return !bad;
+    return ok;
 }
 
 /* ------------------------------------------------------------------ the products */
 
 /* RT accumulators of one (column, K range) item: acc[r] += AT[k][rt + r] * w_k over k of
- * [k0, k1), where the weights of k are at Us + k * wstride (float4 loads of AT: RP, rt
- * multiples of 4) */
+ * [k0, k1) in order, where the weight of k is at w + k * wstride (float4 loads of AT:
+ * RP, rt multiples of 4). The loads of 8 k are issued before their FMAs: a CTA has 8
+ * warps, too few to hide a shared-memory latency per k. */
 template <int RT, typename T>
 __device__ __forceinline__ void dot_rows(const T *w, int64_t wstride, const float *AT, int RP, int rt, int k0,
                                          int k1, float *acc)
 {
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = 0.0f;
-    for (int k = k0; k < k1; k++) {
-        const float wk = gc_to_f(w[(int64_t)k * wstride]);
-        const float *h = AT + k * RP + rt;
+    const T *wp = w + (int64_t)k0 * wstride;
+    const float *hp = AT + k0 * RP + rt;
+    int k = k0;
+    for (; k + 8 <= k1; k += 8, wp += 8 * wstride, hp += 8 * RP) {
+        float wk[8];
+        float4 h[8][RT / 4];
 #pragma unroll
-        for (int q = 0; q < RT; q += 4) {
-            const float4 a = *(const float4 *)(h + q);
-            acc[q] = fmaf(a.x, wk, acc[q]), acc[q + 1] = fmaf(a.y, wk, acc[q + 1]);
-            acc[q + 2] = fmaf(a.z, wk, acc[q + 2]), acc[q + 3] = fmaf(a.w, wk, acc[q + 3]);
+        for (int e = 0; e < 8; e++) {
+            wk[e] = gc_to_f(wp[e * wstride]);
+#pragma unroll
+            for (int q = 0; q < RT / 4; q++) h[e][q] = *(const float4 *)(hp + e * RP + 4 * q);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+#pragma unroll
+            for (int q = 0; q < RT / 4; q++) {
+                float *c = acc + 4 * q;
+                c[0] = fmaf(h[e][q].x, wk[e], c[0]), c[1] = fmaf(h[e][q].y, wk[e], c[1]);
+                c[2] = fmaf(h[e][q].z, wk[e], c[2]), c[3] = fmaf(h[e][q].w, wk[e], c[3]);
+            }
+    }
+    for (; k < k1; k++, wp += wstride, hp += RP) {
+        const float wk = gc_to_f(*wp);
+#pragma unroll
+        for (int q = 0; q < RT / 4; q++) {
+            const float4 a = *(const float4 *)(hp + 4 * q);
+            float *c = acc + 4 * q;
+            c[0] = fmaf(a.x, wk, c[0]), c[1] = fmaf(a.y, wk, c[1]);
+            c[2] = fmaf(a.z, wk, c[2]), c[3] = fmaf(a.w, wk, c[3]);
         }
     }
 }
@@ -418,6 +486,23 @@ __device__ void fwd_stage(const pers_fwd_args &a, int t, int b0, int nr, int j0,
     for (int r = threadIdx.x; r < nr; r += PERS_NT) ms[r] = a.mask ? a.mask[(int64_t)(b0 + r) * s.T + t] : 1.0f;
 }
 
+/* fwd_stage's copies of the CTA's own xw and mask elements as cp.async (float32, the
+ * flags variant): the padding columns (jj >= nu) and an absent mask's ones are written
+ * once at the start, so the copies alone refill a buffer. */
+__device__ void fwd_prefetch(const pers_fwd_args &a, int t, int b0, int nr, int j0, int nu, float *xs, float *ms)
+{
+    const pers_shape &s = a.s;
+    const float *xw = (const float *)a.xw;
+    const int64_t Gu = (int64_t)s.G * s.u;
+    for (int i = threadIdx.x; i < nr * s.GCP; i += PERS_NT) {
+        const int r = i / s.GCP, col = i - r * s.GCP, g = col / s.UC, jj = col - g * s.UC;
+        if (jj < nu) cp_async4(xs + i, xw + ((int64_t)(b0 + r) * s.T + t) * Gu + (int64_t)g * s.u + j0 + jj);
+    }
+    if (a.mask)
+        for (int r = threadIdx.x; r < nr; r += PERS_NT) cp_async4(ms + r, a.mask + (int64_t)(b0 + r) * s.T + t);
+    cp_async_commit();
+}
+
 /* XC = 0: the flags exchange through global memory (a.y); XC = 1: the cluster exchange
  * through distributed shared memory (a.y unused; one group = one cluster of NC CTAs,
  * CTA c of the group = cluster rank c, as a 1-D cluster over a 1-D grid numbers them).
@@ -449,6 +534,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     const int u = s.u, UC = s.UC, GCP = s.GCP, RP = s.RP;
     const int64_t Gu = (int64_t)s.G * u;
     const int before = s.cell == GC_RNN_GRU_RESET_BEFORE;
+    constexpr bool ASYNC = sizeof(T) == 4 && !XC; /* the next step's inputs by cp.async */
     T *Us = (T *)(smem + s.o_us);
     float *hT = (float *)(smem + s.o_a), *rhT = (float *)(smem + s.o_b), *red = (float *)(smem + s.o_red);
     float *zs = (float *)(smem + s.o_z), *xs = (float *)(smem + s.o_x);
@@ -477,7 +563,8 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         hb1[i] = 0.0f;
         if (before) rhT[i] = 0.0f;
     }
-    for (int i = threadIdx.x; i < RP * GCP; i += PERS_NT) zs[i] = 0.0f;
+    for (int i = threadIdx.x; i < RP * GCP; i += PERS_NT) zs[i] = xs1[i] = 0.0f;
+    for (int r = threadIdx.x; r < RP; r += PERS_NT) ms1[r] = 1.0f;
     __syncthreads();
     /* the initial state: every unit of the group's rows (h0 is an input all CTAs read) */
     for (int i = threadIdx.x; i < nr * u; i += PERS_NT) {
@@ -496,6 +583,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     else __syncthreads();
 
     unsigned ord = 0; /* exchanges put so far (the flags' tags: ord + 1 is the next) */
+    PERS_PROF_START;
     const int64_t grow = (int64_t)b0 * u;
     for (int k = 0; k < s.T; k++) {
         const int t = s.gb ? s.T - 1 - k : k;
@@ -505,11 +593,22 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             xs = (k & 1) ? xs1 : xs0;
             ms = (k & 1) ? ms1 : ms0;
             if (k > 0) {
-                /* h_{k-1} of the group's rows, while this step's xw and mask are staged */
-                const int ok = ll_gather_rows_t(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, hT, ord,
-                                                [&] { fwd_stage<T>(a, t, b0, nr, j0, nu, xs, ms); });
+                /* h_{k-1} of the group's rows, while this step's xw and mask are staged
+                 * (float32: the copies the previous step issued complete) */
+                const int ok = ll_gather_rows_t(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride + grow, nr, hT, ord, [&] {
+                    if constexpr (ASYNC) cp_async_wait_all();
+                    else fwd_stage<T>(a, t, b0, nr, j0, nu, xs, ms);
+                    PERS_PROF(0, 4);
+                });
+                PERS_PROF(0, 0);
                 if (!__syncthreads_and(ok)) return;
+                PERS_PROF(0, 1);
             }
+            /* the next step's inputs into the other buffers, whose last reader (the previous
+             * step's gate loop) every thread has passed */
+            if constexpr (ASYNC)
+                if (!last) fwd_prefetch(a, s.gb ? s.T - 2 - k : k + 1, b0, nr, j0, nu, (k & 1) ? xs0 : xs1,
+                                        (k & 1) ? ms0 : ms1);
         }
         if (before) {
             prod_fwd<T>(s, Us, hT, 0, 2 * UC, red, zs);
@@ -536,6 +635,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         } else {
             prod_fwd<T>(s, Us, hT, 0, GCP, red, zs);
         }
+        PERS_PROF(0, 2);
         /* the gates, the states, the outputs of (row, own unit); h goes to the peers first */
         float *hnext = (k & 1) ? hb0 : hb1;
         unsigned long long *xnext = XC ? nullptr : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
@@ -607,6 +707,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             if (s.seq) out[((int64_t)(b0 + r) * s.T + k) * u + j] = gc_from_f<T>(ev);
         }
         if (!last) ord++;
+        PERS_PROF(0, 3);
         if constexpr (XC) {
             if (!last) {
                 cl_arrive(); /* H_k: the h writes are released; stage while the peers finish */
@@ -633,22 +734,62 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
 
 /* ------------------------------------------------------------------ backward */
 
-/* the step's inputs of (row, own unit): every save block, dy (sequences), the mask */
+/* the step's inputs of (row, own unit): every save block, dy (sequences), the mask. The
+ * (block, row, unit) items are spread over all the threads and each thread's loads are
+ * issued together (PERS_LLB at a time) before they are stored: the stage sits on the
+ * step's critical path, so it should cost one memory latency, not one per block. */
 template <typename T>
 __device__ void bwd_stage(const pers_bwd_args &a, int k, int b0, int nr, int j0, int nu, float *ss, float *dys,
                           float *ms)
 {
     const pers_shape &s = a.s;
-    const int t = s.gb ? s.T - 1 - k : k, UC = s.UC, n = nr * UC;
+    const int t = s.gb ? s.T - 1 - k : k, UC = s.UC, n = nr * UC, tot = (s.nsave + 1) * n;
     const T *save = cptr<T>(a.save), *dy = cptr<T>(a.dy);
-    for (int i = threadIdx.x; i < n; i += PERS_NT) {
-        const int r = i / UC, jj = i - r * UC;
-        if (jj >= nu) continue;
-        const int64_t b = b0 + r, o = (b * s.T + t) * s.u + j0 + jj;
-        for (int q = 0; q < s.nsave; q++) ss[q * s.RP * UC + i] = gc_to_f(save[q * s.blk + o]);
-        dys[i] = (s.seq && dy) ? gc_to_f(dy[(b * s.T + k) * s.u + j0 + jj]) : 0.0f;
+    const int want_dy = s.seq && dy;
+    for (int base = threadIdx.x; base < tot; base += PERS_LLB * PERS_NT) {
+        float v[PERS_LLB];
+#pragma unroll
+        for (int e = 0; e < PERS_LLB; e++) {
+            const int idx = base + e * PERS_NT;
+            v[e] = 0.0f;
+            if (idx < tot) {
+                const int q = idx / n, i = idx - q * n, r = i / UC, jj = i - r * UC;
+                const int64_t b = b0 + r;
+                if (jj < nu && q < s.nsave) v[e] = gc_to_f(save[q * s.blk + (b * s.T + t) * s.u + j0 + jj]);
+                else if (jj < nu && want_dy) v[e] = gc_to_f(dy[(b * s.T + k) * s.u + j0 + jj]);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < PERS_LLB; e++) {
+            const int idx = base + e * PERS_NT;
+            if (idx < tot) {
+                const int q = idx / n, i = idx - q * n;
+                (q < s.nsave ? ss + q * s.RP * UC : dys)[i] = v[e];
+            }
+        }
     }
     for (int r = threadIdx.x; r < nr; r += PERS_NT) ms[r] = a.mask ? a.mask[(int64_t)(b0 + r) * s.T + t] : 1.0f;
+}
+
+/* bwd_stage's copies of the CTA's own elements as cp.async (float32, the flags
+ * variant): absent dy / mask leave the zeros / ones written at the start. */
+__device__ void bwd_prefetch(const pers_bwd_args &a, int k, int b0, int nr, int j0, int nu, float *ss, float *dys,
+                             float *ms)
+{
+    const pers_shape &s = a.s;
+    const int t = s.gb ? s.T - 1 - k : k, UC = s.UC, n = nr * UC, tot = (s.nsave + 1) * n;
+    const float *save = (const float *)a.save, *dy = (const float *)a.dy;
+    const int want_dy = s.seq && dy;
+    for (int idx = threadIdx.x; idx < tot; idx += PERS_NT) {
+        const int q = idx / n, i = idx - q * n, r = i / UC, jj = i - r * UC;
+        if (jj >= nu) continue;
+        const int64_t b = b0 + r;
+        if (q < s.nsave) cp_async4(ss + q * s.RP * UC + i, save + q * s.blk + (b * s.T + t) * s.u + j0 + jj);
+        else if (want_dy) cp_async4(dys + i, dy + (b * s.T + k) * s.u + j0 + jj);
+    }
+    if (a.mask)
+        for (int r = threadIdx.x; r < nr; r += PERS_NT) cp_async4(ms + r, a.mask + (int64_t)(b0 + r) * s.T + t);
+    cp_async_commit();
 }
 
 /* XC as for rnn_pers_fwd. Backward, cluster: each CTA writes its partial of every unit
@@ -669,11 +810,16 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
     const int u = s.u, UC = s.UC, GCP = s.GCP, RP = s.RP, NC = s.NC;
     const int64_t Gu = (int64_t)s.G * u, B = s.B;
     const int before = s.cell == GC_RNN_GRU_RESET_BEFORE;
+    constexpr bool ASYNC = sizeof(T) == 4 && !XC; /* the previous step's inputs by cp.async */
     T *Us = (T *)(smem + s.o_us);
-    float *dzT = (float *)(smem + s.o_a), *red = (float *)(smem + s.o_red), *ss = (float *)(smem + s.o_z);
-    float *dys = (float *)(smem + s.o_x);
+    float *dzT = (float *)(smem + s.o_a), *red = (float *)(smem + s.o_red);
+    /* the staged inputs of step k are in buffer k & 1 (ss: save blocks, dys: dy, ms: mask) */
+    float *const ss0 = (float *)(smem + s.o_z), *const ss1 = (float *)(smem + s.o_z1);
+    float *const dys0 = (float *)(smem + s.o_x), *const dys1 = (float *)(smem + s.o_x1);
+    float *const ms0 = (float *)(smem + s.o_m), *const ms1 = (float *)(smem + s.o_m1);
+    float *ss = ss0, *dys = dys0, *ms = ms0;
     float *dh = (float *)(smem + s.o_s0), *dc = (float *)(smem + s.o_s1), *de = (float *)(smem + s.o_s2);
-    float *dd = (float *)(smem + s.o_s3), *ms = (float *)(smem + s.o_m);
+    float *dd = (float *)(smem + s.o_s3);
     float *rx = (float *)(smem + s.o_rx); /* cluster: 2 x NC x RP x UC */
     float *dr = (float *)(smem + s.o_dr); /* reset_before: the summed d(r*h) of (row, own unit) */
     const int64_t rxs = (int64_t)NC * RP * UC;
@@ -695,13 +841,24 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         de[i] = (!s.seq && dy && own) ? gc_to_f(dy[o]) : 0.0f;
         dd[i] = 0.0f;
     }
-    bwd_stage<T>(a, s.T - 1, b0, nr, j0, nu, ss, dys, ms);
+    for (int i = threadIdx.x; i < RP * UC; i += PERS_NT) dys0[i] = dys1[i] = 0.0f;
+    for (int r = threadIdx.x; r < RP; r += PERS_NT) ms0[r] = ms1[r] = 1.0f;
+    __syncthreads();
+    bwd_stage<T>(a, s.T - 1, b0, nr, j0, nu, ((s.T - 1) & 1) ? ss1 : ss0, ((s.T - 1) & 1) ? dys1 : dys0,
+                 ((s.T - 1) & 1) ? ms1 : ms0);
     if constexpr (XC) cl_sync(); /* the start barrier */
     else __syncthreads();
 
     unsigned ord = 0;
+    PERS_PROF_START;
     for (int k = s.T - 1; k >= 0; k--) {
         const int t = s.gb ? s.T - 1 - k : k;
+        ss = (k & 1) ? ss1 : ss0, dys = (k & 1) ? dys1 : dys0, ms = (k & 1) ? ms1 : ms0;
+        float *const ssn = (k & 1) ? ss0 : ss1, *const dysn = (k & 1) ? dys0 : dys1, *const msn = (k & 1) ? ms0 : ms1;
+        /* step k - 1's inputs into the other buffers (their last reader, step k + 1, ended
+         * with a barrier) */
+        if constexpr (ASYNC)
+            if (k > 0) bwd_prefetch(a, k - 1, b0, nr, j0, nu, ssn, dysn, msn);
         /* phase A: the gate gradients of (row, own unit) */
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
             const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
@@ -801,14 +958,16 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             }
             __syncthreads();
         }
+        PERS_PROF(1, 0);
         /* phase B: this CTA's partial of dh_{t-1} over every unit, exchanged and summed */
         void *dst = XC ? (void *)(rx + ((ord + 1) & 1) * rxs)
                        : (void *)(a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + ((int64_t)c * B + b0) * u);
         prod_bwd<T, XC>(s, Us, dzT, 0, before ? 2 * UC : GCP, red, dst, nr, c, ord + 1);
         ord++;
+        PERS_PROF(1, 2);
         if constexpr (XC) {
             cl_arrive(); /* E_ord: released (prod_bwd ended with a __syncthreads: the stage is free) */
-            if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
+            if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ssn, dysn, msn);
             cl_wait();
             const float *rsrc = rx + (ord & 1) * rxs;
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
@@ -823,9 +982,14 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
              * (prod_bwd ended with a __syncthreads: the stage is free) */
             const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, dd, dh, ord,
                                            [&] {
-                                               if (k > 0) bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ss, dys, ms);
+                                               if constexpr (ASYNC) cp_async_wait_all();
+                                               else if (k > 0)
+                                                   bwd_stage<T>(a, k - 1, b0, nr, j0, nu, ssn, dysn, msn);
+                                               PERS_PROF(1, 4);
                                            });
+            PERS_PROF(1, 3);
             if (!__syncthreads_and(ok)) return;
+            PERS_PROF(1, 5);
         }
     }
     T *dh0 = (T *)a.dh0, *dc0 = (T *)a.dc0;
@@ -873,7 +1037,7 @@ static inline size_t layout(pers_shape *s, int bwd, size_t ts, int xc = 0)
         o += align16(bytes);
         return at;
     };
-    s->o_h1 = s->o_x1 = s->o_m1 = s->o_dr = s->o_rx = 0;
+    s->o_h1 = s->o_x1 = s->o_m1 = s->o_dr = s->o_rx = s->o_z1 = 0;
     s->o_us = take(u * (size_t)s->ldu * ts);
     s->o_a = take((bwd ? GCP : u) * RP * 4);
     s->o_b = take(!bwd && s->cell == GC_RNN_GRU_RESET_BEFORE ? u * RP * 4 : 0);
@@ -891,6 +1055,9 @@ static inline size_t layout(pers_shape *s, int bwd, size_t ts, int xc = 0)
         s->o_x1 = take(RP * GCP * 4);
         s->o_m1 = take(RP * 4);
     } else {
+        s->o_z1 = take((size_t)s->nsave * RP * UC * 4);
+        s->o_x1 = take(RP * UC * 4);
+        s->o_m1 = take(RP * 4);
         if (s->cell == GC_RNN_GRU_RESET_BEFORE) s->o_dr = take(RP * UC * 4);
         if (xc) s->o_rx = take(2 * (size_t)s->NC * RP * UC * 4);
     }

@@ -7,7 +7,7 @@
  * per block, __syncthreads_and with a per-block count), the dynamic shared memory (one
  * buffer per block), the exchange's 64-bit tagged words (relaxed std::atomic_ref loads
  * and stores: the word carries its own tag, so nothing stronger is needed, as on the GPU),
- * the abort word's atomics, the global timer (steady_clock).
+ * the abort word's atomics, the global timer (steady_clock), cp.async (a plain copy).
  * Every block of the grid runs at once, as the cooperative launch guarantees. float32
  * storage only (the storage type only changes the loads and stores). The grid is the
  * caller's: max_nc is the CTAs per group (fewer when u is smaller) and rows the rows per group, so small problems
@@ -102,6 +102,10 @@ static inline unsigned long long ll_ld(const unsigned long long *p)
     std::this_thread::yield(); /* two host cores and thousands of threads: let the others run */
     return std::atomic_ref<unsigned long long>(*const_cast<unsigned long long *>(p)).load(std::memory_order_relaxed);
 }
+/* cp.async: the copy happens at once (the kernels wait before any use) */
+static inline void cp_async4(float *dst, const float *src) { *dst = *src; }
+static inline void cp_async_commit() {}
+static inline void cp_async_wait_all() {}
 static inline void ll_st(unsigned long long *p, float v, unsigned tag)
 {
     std::atomic_ref<unsigned long long>(*p).store(((unsigned long long)tag << 32) | __float_as_uint(v),
