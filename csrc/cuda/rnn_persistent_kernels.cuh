@@ -486,20 +486,33 @@ __device__ void fwd_stage(const pers_fwd_args &a, int t, int b0, int nr, int j0,
     for (int r = threadIdx.x; r < nr; r += PERS_NT) ms[r] = a.mask ? a.mask[(int64_t)(b0 + r) * s.T + t] : 1.0f;
 }
 
+/* The threads that issue a step's prefetch: those without a gate item (tid >= busy, the
+ * gate loops' item count) while there are any, so that issuing the copies overlaps the
+ * gate math instead of delaying it; all of them otherwise. */
+__device__ __forceinline__ void pf_threads(int busy, int *first, int *stride)
+{
+    *first = busy < PERS_NT ? busy : 0;
+    *stride = PERS_NT - *first;
+}
+
 /* fwd_stage's copies of the CTA's own xw and mask elements as cp.async (float32, the
- * flags variant): the padding columns (jj >= nu) and an absent mask's ones are written
- * once at the start, so the copies alone refill a buffer. */
+ * flags variant), issued by the threads pf_threads picks: the padding columns (jj >= nu)
+ * and an absent mask's ones are written once at the start, so the copies alone refill a
+ * buffer. Every thread commits its (possibly empty) group. */
 __device__ void fwd_prefetch(const pers_fwd_args &a, int t, int b0, int nr, int j0, int nu, float *xs, float *ms)
 {
     const pers_shape &s = a.s;
     const float *xw = (const float *)a.xw;
     const int64_t Gu = (int64_t)s.G * s.u;
-    for (int i = threadIdx.x; i < nr * s.GCP; i += PERS_NT) {
+    int f, st;
+    pf_threads(nr * nu, &f, &st);
+    const int me = (int)threadIdx.x - f;
+    for (int i = me; me >= 0 && i < nr * s.GCP; i += st) {
         const int r = i / s.GCP, col = i - r * s.GCP, g = col / s.UC, jj = col - g * s.UC;
         if (jj < nu) cp_async4(xs + i, xw + ((int64_t)(b0 + r) * s.T + t) * Gu + (int64_t)g * s.u + j0 + jj);
     }
     if (a.mask)
-        for (int r = threadIdx.x; r < nr; r += PERS_NT) cp_async4(ms + r, a.mask + (int64_t)(b0 + r) * s.T + t);
+        for (int r = me; me >= 0 && r < nr; r += st) cp_async4(ms + r, a.mask + (int64_t)(b0 + r) * s.T + t);
     cp_async_commit();
 }
 
@@ -604,11 +617,6 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
                 if (!__syncthreads_and(ok)) return;
                 PERS_PROF(0, 1);
             }
-            /* the next step's inputs into the other buffers, whose last reader (the previous
-             * step's gate loop) every thread has passed */
-            if constexpr (ASYNC)
-                if (!last) fwd_prefetch(a, s.gb ? s.T - 2 - k : k + 1, b0, nr, j0, nu, (k & 1) ? xs0 : xs1,
-                                        (k & 1) ? ms0 : ms1);
         }
         if (before) {
             prod_fwd<T>(s, Us, hT, 0, 2 * UC, red, zs);
@@ -636,6 +644,12 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             prod_fwd<T>(s, Us, hT, 0, GCP, red, zs);
         }
         PERS_PROF(0, 2);
+        /* the next step's inputs into the other buffers (their last reader, the previous
+         * step's gate loop, every thread passed at this step's gather), by the threads
+         * without a gate item while the others run the gate loop */
+        if constexpr (ASYNC)
+            if (!last) fwd_prefetch(a, s.gb ? s.T - 2 - k : k + 1, b0, nr, j0, nu, (k & 1) ? xs0 : xs1,
+                                    (k & 1) ? ms0 : ms1);
         /* the gates, the states, the outputs of (row, own unit); h goes to the peers first */
         float *hnext = (k & 1) ? hb0 : hb1;
         unsigned long long *xnext = XC ? nullptr : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
@@ -780,7 +794,10 @@ __device__ void bwd_prefetch(const pers_bwd_args &a, int k, int b0, int nr, int 
     const int t = s.gb ? s.T - 1 - k : k, UC = s.UC, n = nr * UC, tot = (s.nsave + 1) * n;
     const float *save = (const float *)a.save, *dy = (const float *)a.dy;
     const int want_dy = s.seq && dy;
-    for (int idx = threadIdx.x; idx < tot; idx += PERS_NT) {
+    int f, st;
+    pf_threads(nr * nu, &f, &st);
+    const int me = (int)threadIdx.x - f;
+    for (int idx = me; me >= 0 && idx < tot; idx += st) {
         const int q = idx / n, i = idx - q * n, r = i / UC, jj = i - r * UC;
         if (jj >= nu) continue;
         const int64_t b = b0 + r;
@@ -788,7 +805,7 @@ __device__ void bwd_prefetch(const pers_bwd_args &a, int k, int b0, int nr, int 
         else if (want_dy) cp_async4(dys + i, dy + (b * s.T + k) * s.u + j0 + jj);
     }
     if (a.mask)
-        for (int r = threadIdx.x; r < nr; r += PERS_NT) cp_async4(ms + r, a.mask + (int64_t)(b0 + r) * s.T + t);
+        for (int r = me; me >= 0 && r < nr; r += st) cp_async4(ms + r, a.mask + (int64_t)(b0 + r) * s.T + t);
     cp_async_commit();
 }
 
@@ -856,7 +873,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         ss = (k & 1) ? ss1 : ss0, dys = (k & 1) ? dys1 : dys0, ms = (k & 1) ? ms1 : ms0;
         float *const ssn = (k & 1) ? ss0 : ss1, *const dysn = (k & 1) ? dys0 : dys1, *const msn = (k & 1) ? ms0 : ms1;
         /* step k - 1's inputs into the other buffers (their last reader, step k + 1, ended
-         * with a barrier) */
+         * with a barrier), by the threads without a gate item during phase A */
         if constexpr (ASYNC)
             if (k > 0) bwd_prefetch(a, k - 1, b0, nr, j0, nu, ssn, dysn, msn);
         /* phase A: the gate gradients of (row, own unit) */
