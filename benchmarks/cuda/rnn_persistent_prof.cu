@@ -12,6 +12,7 @@
  *          [-DGC_RNN_PROF] -o rnn_prof benchmarks/cuda/rnn_persistent_prof.cu
  *     ./rnn_prof [B T u cell] [nc ...]        # default 64 100 128 1 (LSTM), nc 4 8 16
  */
+#include "cuda_check.h"
 #include "rnn_persistent_kernels.cuh"
 
 #include <algorithm>
@@ -20,14 +21,6 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 static float *dev_random(size_t n, float scale, std::mt19937 &g)
 {

@@ -22,6 +22,7 @@
  *
  *     nvcc -O3 -arch=sm_90a -o sync_latency benchmarks/cuda/sync_latency.cu && ./sync_latency
  */
+#include "cuda_check.h"
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -32,14 +33,6 @@
 
 namespace cg = cooperative_groups;
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 __global__ void grid_sync_kernel(int n)
 {
