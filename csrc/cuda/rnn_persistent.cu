@@ -20,15 +20,19 @@
  *   as one 64-bit word with the exchange's ordinal in its high half, before the step's
  *   y / save writes; the peers poll the words of the group's whole h themselves
  *   (ld.relaxed.gpu) until they carry the ordinal: one L2 round trip per exchange, no
- *   fence, no counter (the word is single-copy atomic: its tag vouches for its value).
- *   The next step's xw is staged while those loads are in flight; h, xw and the mask
- *   are double-buffered, so a step needs no barrier between its gate loop and the next
+ *   fence, no counter (the word is single-copy atomic: its tag vouches for its value;
+ *   a reader takes only the exact ordinal it waits for, so a protocol error would show
+ *   as a timeout, never as a wrong value). The next step's xw and mask come by cp.async,
+ *   issued a step ahead by the threads without gate items (float32; the half types stage
+ *   them while the exchange's loads are in flight); h, xw and the mask are
+ *   double-buffered, so a step needs no barrier between its gate loop and the next
  *   gather. GRU reset_before exchanges twice per step (h, then r*h).
  * - Backward step: each CTA computes its units' gate gradients dz from the saved
  *   activations, then its partial dh_{t-1} over ALL u units, dz_own . U_slice^T (the same
  *   slice as the forward), and exchanges these partials; every CTA sums the NC partials
  *   of its own units in CTA order (deterministic) and adds the direct part. reset_before
  *   exchanges twice (d(r*h), then dh). dxw / dm / dh0 / dc0 are written as rnn.cu does.
+ *   The previous step's saved activations, dy and mask come by cp.async as above.
  * - Exchange buffers alternate by the exchange ordinal's parity: a CTA writes ordinal
  *   o + 2's data only after reading ordinal o + 1's from every peer, which each peer put
  *   after it had read ordinal o's, so two buffers suffice whatever the exchanges per
