@@ -16,7 +16,7 @@ section 2). time = T x step + (launches outside the steps) x launch, with
 - the floor: a per-step latency that no SM count removes. `units` is what it is paid
   per: stepwise, the kernel launches of a step (each a graph node plus a kernel that
   waits on the one before); persistent, the exchanges of the state among the CTAs of a
-  group (flag release / acquire through L2). It is a calibrated quantity of the origin,
+  group (tagged words through L2: csrc/cuda/rnn_persistent.cu). It is a calibrated quantity of the origin,
   fitted with `e` to the ops the calibration timed at several cells, batches and widths
   (least squares in log time), per variant and direction, on the whole card and on each
   SM partition (each keeps its own fit);
@@ -30,8 +30,8 @@ section 2). time = T x step + (launches outside the steps) x launch, with
 Without calibrated recurrent ops the defaults are derived from what was measured on an
 H200 (RESULTS.md, the synchronisation latencies; the calibration's own launch cost):
 stepwise, one graph-replayed launch (the calibration's peaks.launch_s) per launch of a
-step; persistent, 1800 cycles per exchange (flags among 8 groups at once, ~0.9 us at
-1980 MHz); e = 0.25 (stepwise SIMT tiles) and 0.5 (persistent, U on chip): guesses,
+step; persistent, 1800 cycles per exchange (what the earlier flags cost among 8 groups at
+once, ~0.9 us at 1980 MHz: an upper bound for the tagged words); e = 0.25 (stepwise SIMT tiles) and 0.5 (persistent, U on chip): guesses,
 flagged as estimated wherever they are used.
 
 Why it is built this way: a bandwidth roofline projects a latency-bound loop as if it
