@@ -43,6 +43,8 @@ def emu(tmp_path_factory):
     lib.emu_rnn_bwd.argtypes = ints + [f] * 10 + [ctypes.POINTER(ctypes.c_int)]
     lib.emu_rnn_fwd.restype = lib.emu_rnn_bwd.restype = ctypes.c_int
     lib.emu_set_cluster.argtypes = [ctypes.c_int]
+    lib.emu_set_timeout_ms.argtypes = [ctypes.c_int]
+    lib.emu_set_absent.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -63,7 +65,7 @@ def _ints(pr, B, T, u, max_nc, rows):
             int(p["sequences"]), int(p["zero_output_for_mask"]), int(p["go_backwards"]), max_nc, rows)
 
 
-def emu_forward(lib, pr, max_nc, rows):
+def emu_forward(lib, pr, max_nc, rows, status=0):
     B, T, Gu = pr.xw.shape
     u = pr.U.shape[0]
     cell = pr.p["cell"]
@@ -75,12 +77,12 @@ def emu_forward(lib, pr, max_nc, rows):
     grid = (ctypes.c_int * 3)()
     st = lib.emu_rnn_fwd(*_ints(pr, B, T, u, max_nc, rows), *[_p(a) for a in ins], _p(y), _p(save), _p(hT), _p(cT),
                          grid)
-    assert st == 0, f"emulated forward: status {st} (a wait timed out)"
+    assert st == status, f"emulated forward: status {st}, expected {status} (1: a wait timed out)"
     return {"y": y.astype(np.float64), "save": save.astype(np.float64), "h": hT.astype(np.float64),
             "c": None if cT is None else cT.astype(np.float64)}, tuple(grid)
 
 
-def emu_backward(lib, pr, save, max_nc, rows):
+def emu_backward(lib, pr, save, max_nc, rows, status=0):
     S, B, T, u = save.shape
     cell = pr.p["cell"]
     G = gates(cell)
@@ -92,7 +94,7 @@ def emu_backward(lib, pr, save, max_nc, rows):
     grid = (ctypes.c_int * 3)()
     st = lib.emu_rnn_bwd(*_ints(pr, B, T, u, max_nc, rows), *[_p(a) for a in ins], _p(dxw), _p(dm), _p(dh0), _p(dc0),
                          grid)
-    assert st == 0, f"emulated backward: status {st} (a wait timed out)"
+    assert st == status, f"emulated backward: status {st}, expected {status} (1: a wait timed out)"
     return {"dxw": dxw.astype(np.float64), "dm": None if dm is None else dm.astype(np.float64),
             "dh0": dh0.astype(np.float64), "dc0": None if dc0 is None else dc0.astype(np.float64)}, tuple(grid)
 
@@ -147,3 +149,24 @@ def test_emulated_persistent_kernels_match_the_oracle(emu, cell, shape, exchange
         rel_check("dm", g["dm"], wb["dm"], tol, what)
     if pr.mask is not None:
         assert np.all(g["dxw"][pr.mask == 0] == 0.0), f"{what}: dxw of masked steps is not zero"
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_a_block_that_never_runs_makes_the_others_time_out_and_leave(emu, cell):
+    """The flags exchange's only failure mode: a block of the grid is not running (the
+    cooperative launch should rule it out). Its peers must not hang: each wait gives up
+    after the time limit, the abort word sends every other block home (through the
+    CTA-uniform __syncthreads_and), and the status word says "timed out" (1), which the
+    host turns into an error. Block 1 is left out here; the call returns."""
+    emu.emu_set_cluster(0)
+    rng = np.random.default_rng(_seed())
+    pr = Problem(rng, "float32", cell, B=6, T=4, u=24, act="tanh", ract="sigmoid", mask="mixed")
+    emu.emu_set_timeout_ms(50)
+    emu.emu_set_absent(1)
+    try:
+        got, grid = emu_forward(emu, pr, 4, 3, status=1)
+        assert grid[0] >= 2, grid
+        emu_backward(emu, pr, np.zeros_like(got["save"], dtype=np.float32), 4, 3, status=1)
+    finally:
+        emu.emu_set_absent(-1)
+        emu.emu_set_timeout_ms(120000)

@@ -11,7 +11,8 @@
  * Every block of the grid runs at once, as the cooperative launch guarantees. float32
  * storage only (the storage type only changes the loads and stores). The grid is the
  * caller's: max_nc is the CTAs per group (fewer when u is smaller) and rows the rows per group, so small problems
- * exercise several groups and several CTAs per group. */
+ * exercise several groups and several CTAs per group. emu_set_absent leaves one block
+ * out (its threads return at once) to check that the others time out and leave. */
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -136,6 +137,11 @@ struct emu_ws {
     std::vector<unsigned long long> xbuf;
 };
 
+/* the waits' time limit (emu_set_timeout_ms) and a block that never runs (emu_set_absent:
+ * what a grid that is not all resident looks like to the others; -1 = none) */
+static unsigned long long g_timeout_ns = 120ull * 1000000000ull;
+static int g_absent = -1;
+
 /* the shape as rnn_persistent.cu's common_checks + choose set it, with the caller's grid */
 static int setup(pers_shape *s, int B, int T, int u, int cell, int act, int ract, int seq, int zo, int gb, int bwd,
                  int max_nc, int rows)
@@ -149,7 +155,7 @@ static int setup(pers_shape *s, int B, int T, int u, int cell, int act, int ract
     pers_pick_nc(s, sizeof(float), max_nc);
     s->R = rows < 1 ? 1 : (rows > B ? B : rows);
     (void)layout(s, bwd, sizeof(float));
-    s->timeout_ns = 120ull * 1000000000ull;
+    s->timeout_ns = g_timeout_ns;
     return (B + s->R - 1) / s->R * s->NC;
 }
 
@@ -193,7 +199,7 @@ template <typename Args> static int run(void (*kern)(Args), const Args &a, int g
                 emu_and_gen = 0;
                 emu_cbar = cbars[(size_t)(b / NC)];
                 emu_csmem = bases.data() + (size_t)(b / NC * NC);
-                kern(a);
+                if (b != g_absent) kern(a);
             });
     for (auto &x : th) x.join();
     for (auto *b : bars) delete b;
@@ -206,6 +212,8 @@ template <typename Args> static int run(void (*kern)(Args), const Args &a, int g
 extern "C" {
 
 void emu_set_cluster(int on) { g_xc = on; }
+void emu_set_timeout_ms(int ms) { g_timeout_ns = (unsigned long long)ms * 1000000ull; }
+void emu_set_absent(int block) { g_absent = block; }
 
 /* forward: float32 arrays as rnn_fwd takes them (NULL for absent optional ones); returns
  * the status word (0 = finished, else the timeout code) */
