@@ -2,7 +2,8 @@
 tests/cuda/rnn_persistent_emu.cpp (one std::thread per CUDA thread, a barrier per block),
 against the float64 oracle -- the same checks as tests/test_rnn_ops.py, on grids chosen to
 exercise several groups of rows and several CTAs per group (uneven last group / last CTA),
-every cell, masks of every pattern, go_backwards, sequences, absent h0 / c0 / bh. This
+every cell, masks of every pattern, go_backwards, sequences, absent h0 / c0 / bh; and that a
+block that never runs makes the others time out and leave instead of hanging. This
 runs wherever g++ (C++20) is found, GPU or not; on a GPU tests/test_rnn_ops.py runs the real
 kernels. float32 only (the storage type only changes loads and stores).
 """
