@@ -19,8 +19,9 @@ endif
 
 CONV_ARCH_DEFAULT := -gencode=arch=compute_90a,code=sm_90a
 CONV_ARCH := $(or $(GC_ARCH),$(CONV_ARCH_DEFAULT))
+CONV_LIB_ARCH := $(or $(GC_LIB_ARCH),$(CONV_ARCH))
 CONV_OBJDIR := $(OUT)/obj/conv
-CONV_NVFLAGS := -std=c++17 -O3 -lineinfo --expt-relaxed-constexpr -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(CONV_ARCH) $(DEFS)
+CONV_NVFLAGS := -std=c++17 -O3 -lineinfo --expt-relaxed-constexpr -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(DEFS)
 CONV_CFLAGS := -std=c11 -O2 -I$(ROOT)/csrc/include
 
 CONV_CORE := status dtype geometry op_run validate oplist variants
@@ -38,11 +39,11 @@ $(OUT)/test_conv: $(CONV_OBJDIR)/test_conv.o $(CONV_CU_OBJ) $(CONV_CORE_OBJ)
 
 $(CONV_OBJDIR)/test_conv.o: $(ROOT)/tests/cuda/test_conv.cu $(CONV_HDR)
 	@mkdir -p $(CONV_OBJDIR)
-	$(GC_NVCC) $(CONV_NVFLAGS) -c $< -o $@
+	$(GC_NVCC) $(CONV_NVFLAGS) $(CONV_ARCH) -c $< -o $@
 
 $(CONV_OBJDIR)/%.o: $(ROOT)/csrc/cuda/%.cu $(CONV_HDR)
 	@mkdir -p $(CONV_OBJDIR)
-	$(GC_NVCC) $(CONV_NVFLAGS) -Xptxas -v -c $< -o $@ 2> $(CONV_OBJDIR)/$*.ptxas.txt || (cat $(CONV_OBJDIR)/$*.ptxas.txt; false)
+	$(GC_NVCC) $(CONV_NVFLAGS) $(CONV_LIB_ARCH) -Xptxas -v -c $< -o $@ 2> $(CONV_OBJDIR)/$*.ptxas.txt || (cat $(CONV_OBJDIR)/$*.ptxas.txt; false)
 
 $(CONV_OBJDIR)/core_%.o: $(ROOT)/csrc/core/%.c $(ROOT)/csrc/include/gpucmp.h $(ROOT)/csrc/include/gpucmp_variants.h
 	@mkdir -p $(CONV_OBJDIR)

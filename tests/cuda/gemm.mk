@@ -18,10 +18,11 @@ endif
 
 GEMM_ARCH_DEFAULT := -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
 GEMM_ARCH := $(or $(GC_ARCH),$(GEMM_ARCH_DEFAULT))
+GEMM_LIB_ARCH := $(or $(GC_LIB_ARCH),$(GEMM_ARCH))
 GEMM_WATCHDOG ?= 8000000000LL
 GEMM_OBJDIR := $(OUT)/obj/gemm
 GEMM_NVFLAGS := -DGC_GEMM_WATCHDOG=$(GEMM_WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC \
-                -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(GEMM_ARCH) $(DEFS)
+                -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(DEFS)
 GEMM_CU := $(addprefix $(ROOT)/csrc/cuda/,gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu \
              gemm_vendor.cu tensor_map.cu) $(ROOT)/tests/cuda/test_gemm.cu
 GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c $(ROOT)/csrc/core/variants.c
@@ -35,9 +36,9 @@ $(OUT)/test_gemm: $(GEMM_OBJ)
 	$(GC_NVCC) $(GEMM_ARCH) -o $@ $(GEMM_OBJ) -ldl -lpthread
 
 $(GEMM_OBJDIR)/%.cu.o: $(ROOT)/csrc/cuda/%.cu $(GEMM_HDR) | $(GEMM_OBJDIR)
-	$(GC_NVCC) $(GEMM_NVFLAGS) -c $< -o $@
+	$(GC_NVCC) $(GEMM_NVFLAGS) $(GEMM_LIB_ARCH) -c $< -o $@
 $(GEMM_OBJDIR)/test_gemm.cu.o: $(ROOT)/tests/cuda/test_gemm.cu $(GEMM_HDR) | $(GEMM_OBJDIR)
-	$(GC_NVCC) $(GEMM_NVFLAGS) -c $< -o $@
+	$(GC_NVCC) $(GEMM_NVFLAGS) $(GEMM_ARCH) -c $< -o $@
 $(GEMM_OBJDIR)/%.c.o: $(ROOT)/csrc/core/%.c $(ROOT)/csrc/include/gpucmp.h $(ROOT)/csrc/include/gpucmp_variants.h | $(GEMM_OBJDIR)
 	$(GC_CC) -O2 -std=c11 -fPIC -I$(ROOT)/csrc/include -c $< -o $@
 $(GEMM_OBJDIR):
