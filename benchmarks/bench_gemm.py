@@ -10,7 +10,11 @@ its power limit and the clock it holds there, as gpucmp.benchmark() and a traini
 see it; the default columns time bursts of `--repeats` samples of one call.
 
     python benchmarks/bench_gemm.py [--sizes 1024 2048] [--gpu-sizes 4096 8192] [--quick]
-        [--sustained-s 1.0]
+        [--sustained-s 1.0] [--gpu-shapes 6400x512x256 256x512x6400:tn] [--dtypes float32]
+
+--gpu-shapes MxNxK[:ab] times given shapes instead of the squares (a, b = n or t: whether
+op(A) / op(B) is transposed; the recurrent layers' GEMMs are not square): gpucmp, cuBLAS
+and torch.matmul on the same operands' layout; --dtypes limits the dtypes of either table.
 
 To compare against a current NumPy fairly, run with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
 unset (some machines set them for old OpenBLAS builds; they slow a current one down).
@@ -58,6 +62,9 @@ def torch_cpu_gflops(n, reps):
         return None
 
 
+DTYPES = ("float32", "tfloat32", "float16", "bfloat16")
+
+
 def cpu_rows(sizes, repeats):
     has_torch = try_import_torch() is not None
     rng = np.random.default_rng()
@@ -91,7 +98,20 @@ def cpu_rows(sizes, repeats):
     return rows, cols
 
 
-def gpu_rows(device, sizes, repeats, sustained_s=0.0):
+def parse_shape(text):
+    """'6400x512x256:nt' -> (6400, 512, 256, False, True); ValueError naming the text."""
+    dims, _, trans = text.partition(":")
+    try:
+        m, n, k = (int(v) for v in dims.split("x"))
+    except ValueError:
+        raise ValueError(f"--gpu-shapes: {text!r} is not MxNxK[:ab]") from None
+    trans = trans or "nn"
+    if len(trans) != 2 or set(trans) - {"n", "t"} or min(m, n, k) < 1:
+        raise ValueError(f"--gpu-shapes: {text!r} is not MxNxK[:ab] with positive sizes, a and b in n/t")
+    return m, n, k, trans[0] == "t", trans[1] == "t"
+
+
+def gpu_rows(device, sizes, repeats, sustained_s=0.0, shapes=None, dtypes=DTYPES):
     """Times whole run_op calls on device-resident data is not possible through run_op (it
     stages host arrays), so the GPU benchmark uses the plan-free timing helper in _core
     when present; otherwise it reports that it cannot measure."""
@@ -101,17 +121,19 @@ def gpu_rows(device, sizes, repeats, sustained_s=0.0):
         return [], []
     torch = try_import_torch()
     rows = []
-    for n in sizes:
-        flops = 2.0 * n ** 3
-        for dtype in ("float32", "tfloat32", "float16", "bfloat16"):
-            row = {"n": n, "dtype": dtype}
+    cases = shapes or [(n, n, n, False, False) for n in sizes]
+    for m, n, k, ta, tb in cases:
+        flops = 2.0 * m * n * k
+        for dtype in dtypes:
+            row = {"n": f"{m}x{n}x{k}:{'tn'[not ta]}{'tn'[not tb]}" if shapes else n, "dtype": dtype}
             for impl in ("own", "vendor"):
                 try:
-                    sec = bench(device, n, n, n, dtype, impl, repeats)
+                    sec = bench(device, m, n, k, dtype, impl, repeats, trans_a=ta, trans_b=tb)
                     row[f"{impl} TFLOP/s"] = flops / sec / 1e12
                     if sustained_s > 0:
                         inner = max(1, int(sustained_s / sec))
-                        sec = bench(device, n, n, n, dtype, impl, 3, warmup=inner, inner=inner)
+                        sec = bench(device, m, n, k, dtype, impl, 3, trans_a=ta, trans_b=tb, warmup=inner,
+                                    inner=inner)
                         row[f"{impl} sustained"] = flops / sec / 1e12
                 except (NotImplementedError, RuntimeError, ValueError) as e:
                     row[f"{impl} TFLOP/s"] = f"n/a ({e})"
@@ -121,9 +143,10 @@ def gpu_rows(device, sizes, repeats, sustained_s=0.0):
                 tdt = {"float32": torch.float32, "tfloat32": torch.float32, "float16": torch.float16,
                        "bfloat16": torch.bfloat16}[dtype]
                 torch.backends.cuda.matmul.allow_tf32 = dtype == "tfloat32"
-                a = torch.randn(n, n, device="cuda", dtype=tdt)
-                b = torch.randn(n, n, device="cuda", dtype=tdt)
-                t, _, _ = timeit(lambda: torch.matmul(a, b), repeats=repeats, warmup=3,
+                a = torch.randn(*((k, m) if ta else (m, k)), device="cuda", dtype=tdt)
+                b = torch.randn(*((n, k) if tb else (k, n)), device="cuda", dtype=tdt)
+                opa, opb = (a.t() if ta else a), (b.t() if tb else b)
+                t, _, _ = timeit(lambda: torch.matmul(opa, opb), repeats=repeats, warmup=3,
                                  sync=torch.cuda.synchronize)
                 row["torch TFLOP/s"] = flops / t / 1e12
             rows.append(row)
@@ -142,7 +165,15 @@ def main():
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--sustained-s", type=float, default=0.0,
                     help="also time samples of at least this many seconds (the card at its power limit)")
+    ap.add_argument("--gpu-shapes", nargs="+", metavar="MxNxK[:ab]",
+                    help="GPU shapes instead of --gpu-sizes' squares (a, b: n or t)")
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES),
+                    help="GPU dtypes to time (tfloat32: float32 with TF32 allowed)")
     args = ap.parse_args()
+    try:
+        shapes = [parse_shape(s) for s in args.gpu_shapes] if args.gpu_shapes else None
+    except ValueError as e:
+        ap.error(str(e))
     if args.quick:
         args.sizes, args.gpu_sizes, args.repeats = [128, 256], [512], 3
     print(header("GEMM benchmark"))
@@ -153,7 +184,7 @@ def main():
         print(table(rows, cols))
     gpus = [d for d in gpucmp.available_devices() if d.startswith("cuda")]
     if gpus:
-        rows, cols = gpu_rows(gpus[0], args.gpu_sizes, args.repeats, args.sustained_s)
+        rows, cols = gpu_rows(gpus[0], args.gpu_sizes, args.repeats, args.sustained_s, shapes, args.dtypes)
         if rows:
             print(f"\n## GPU {gpus[0]} (TFLOP/s)\n")
             print(table(rows, cols))

@@ -47,6 +47,44 @@ __device__ unsigned long long g_pers_prof[2][8];
 
 /* ------------------------------------------------------------------ shapes */
 
+/* n / d for 0 <= n < 2^31 and a divisor fixed for the launch: a multiply-high, an add and a
+ * shift. GPUs have no integer divider (n / d with a run-time d is ~25 dependent
+ * instructions) and the step loop splits flat indices in every phase. With sh = ceil(log2 d)
+ * and mul = floor(2^32 (2^sh - d) / d) + 1, (umulhi(n, mul) + n) >> sh == n / d (the
+ * round-up method of Granlund and Montgomery); pers_div_of fills it on the host. */
+struct pers_div {
+    int d;
+    unsigned mul, sh;
+};
+
+static inline pers_div pers_div_of(int d)
+{
+    pers_div v;
+    v.d = d < 1 ? 1 : d;
+    v.sh = 0;
+    while ((1ull << v.sh) < (unsigned long long)v.d) v.sh++;
+    v.mul = (unsigned)(((1ull << 32) * ((1ull << v.sh) - (unsigned long long)v.d)) / (unsigned long long)v.d + 1);
+    return v;
+}
+
+__device__ __forceinline__ int pdiv(int n, const pers_div &v)
+{
+#ifdef __CUDA_ARCH__
+    const unsigned hi = __umulhi((unsigned)n, v.mul);
+#else
+    const unsigned hi = (unsigned)(((unsigned long long)(unsigned)n * v.mul) >> 32);
+#endif
+    return (int)((hi + (unsigned)n) >> v.sh);
+}
+
+/* how a product spreads over the CTA's threads (prod_fwd_rt / prod_bwd_rt): KS thread
+ * sets split K (forward) or the columns (backward) in ranges of Kc; cols divides an item
+ * index into (column or unit, set) */
+struct pers_split {
+    int KS, Kc;
+    pers_div cols;
+};
+
 struct pers_shape {
     int B, T, u, G, cell, act, ract, seq, zo, gb;
     int NC, UC, GCP, ldu, R, RP, nsave;
@@ -59,7 +97,23 @@ struct pers_shape {
      * partial dh (0 where unused) */
     unsigned o_h1, o_x1, o_m1, o_dr, o_rx;
     unsigned o_z1; /* the backward's second buffer of the staged save blocks */
+    /* the launch's divisors (layout fills them): u, GCP, UC (= the units of every CTA but
+     * the last), the last CTA's units, R * UC and the last group's rows * UC */
+    pers_div d_u, d_gcp, d_uc, d_nu_last, d_ruc, d_ruc_last;
+    /* the products' splits over column ranges of GCP, 2 UC and UC columns (forward: sf,
+     * backward: sb; pers_split_of picks one) */
+    pers_split sf[3], sb[3];
 };
+
+/* by value, each array element named by a constant index: a reference or a run-time index
+ * into the kernel's copy of the shape would put that copy in local memory */
+__device__ __forceinline__ pers_split pers_split_of(const pers_split (&sp)[3], const pers_shape &s, int ncols)
+{
+    pers_split p = sp[2];
+    if (ncols == s.GCP) p = sp[0];
+    else if (ncols == 2 * s.UC) p = sp[1];
+    return p;
+}
 
 struct pers_sync {
     int *abort;              /* this launch: nonzero = leave */
@@ -261,7 +315,7 @@ __device__ int ll_gather_rows_t(const pers_sync &y, const pers_shape &s, const u
         for (int q = 0; q < PERS_LLB; q++) {
             const int i = base + q * PERS_NT;
             if (i < n) {
-                const int r = i / u, k = i - r * u;
+                const int r = pdiv(i, s.d_u), k = i - r * u;
                 AT[k * s.RP + r] = v[q];
             }
         }
@@ -274,7 +328,8 @@ __device__ int ll_gather_rows_t(const pers_sync &y, const pers_shape &s, const u
  * CTA's; src = the exchange buffer (partials [c][B][u]). between() as above. */
 template <typename F>
 __device__ int ll_sum_partials(const pers_sync &y, const pers_shape &s, const unsigned long long *src, int b0,
-                               int nr, int j0, int nu, const float *add, float *out, unsigned tag, F between)
+                               int nr, int j0, int nu, const pers_div &dnu, const float *add, float *out,
+                               unsigned tag, F between)
 {
     const int64_t cs = (int64_t)s.B * s.u;
     const unsigned all = s.NC >= 32 ? ~0u : (1u << s.NC) - 1u;
@@ -283,7 +338,7 @@ __device__ int ll_sum_partials(const pers_sync &y, const pers_shape &s, const un
     const int n = nr * nu;
     int ok = 1;
     for (int i = threadIdx.x; i < n || i == (int)threadIdx.x; i += PERS_NT) {
-        const int r = i / nu, jj = i - r * nu;
+        const int r = pdiv(i, dnu), jj = i - r * nu;
         const unsigned long long *p = src + (int64_t)(b0 + r) * s.u + j0 + jj;
         const int live = i < n;
         if (live) {
@@ -350,6 +405,21 @@ __device__ __forceinline__ void dot_rows(const T *w, int64_t wstride, const floa
     }
 }
 
+/* p[0] + p[stride] + ... + p[(n - 1) stride] (the K sets' partials of one result) in four
+ * independent chains, combined in a fixed order: deterministic, and the loads in flight
+ * together instead of one shared-memory latency per set */
+__device__ __forceinline__ float sum_sets(const float *p, int n, int stride)
+{
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int q = 0;
+    for (; q + 4 <= n; q += 4) {
+        a0 += p[q * stride], a1 += p[(q + 1) * stride];
+        a2 += p[(q + 2) * stride], a3 += p[(q + 3) * stride];
+    }
+    for (; q < n; q++) a0 += p[q * stride];
+    return (a0 + a1) + (a2 + a3);
+}
+
 /* Z[r][col] (row stride GCP) = sum_k AT[k][r] * Us[k][col], cols [c0, c1), all RP rows
  * in tiles of RT (8 where RP allows, else 4: the rows are padded to 4 only). Columns are
  * split over the threads, and K over KS thread sets when the columns alone leave threads
@@ -358,17 +428,11 @@ template <int RT, typename T>
 __device__ void prod_fwd_rt(const pers_shape &s, const T *Us, const float *AT, int c0, int c1, float *red, float *Z)
 {
     const int u = s.u, RP = s.RP, ncols = c1 - c0;
-    int KS = 1;
-    if (ncols < PERS_NT) {
-        KS = PERS_NT / ncols;
-        const int kmax = (u + 7) / 8;
-        if (KS > kmax) KS = kmax;
-        if (KS < 1) KS = 1;
-    }
-    const int Kc = (u + KS - 1) / KS;
+    const pers_split sp = pers_split_of(s.sf, s, ncols);
+    const int KS = sp.KS, Kc = sp.Kc;
     for (int rt = 0; rt < RP; rt += RT) {
         for (int item = threadIdx.x; item < ncols * KS; item += PERS_NT) {
-            const int cc = item % ncols, ks = item / ncols, col = c0 + cc;
+            const int ks = KS == 1 ? 0 : pdiv(item, sp.cols), cc = item - ks * ncols, col = c0 + cc;
             const int k0 = ks * Kc, k1 = min(u, k0 + Kc);
             float acc[RT];
             dot_rows<RT>(Us + col, s.ldu, AT, RP, rt, k0, k1, acc);
@@ -381,10 +445,8 @@ __device__ void prod_fwd_rt(const pers_shape &s, const T *Us, const float *AT, i
         if (KS > 1) {
             __syncthreads();
             for (int i = threadIdx.x; i < RT * ncols; i += PERS_NT) {
-                const int r = i / ncols, cc = i - r * ncols;
-                float v = red[r * ncols + cc];
-                for (int ks = 1; ks < KS; ks++) v += red[(ks * RT + r) * ncols + cc];
-                Z[(rt + r) * s.GCP + c0 + cc] = v;
+                const int r = pdiv(i, sp.cols), cc = i - r * ncols;
+                Z[(rt + r) * s.GCP + c0 + cc] = sum_sets(red + r * ncols + cc, KS, RT * ncols);
             }
         }
         __syncthreads(); /* Z complete; red free for the next tile */
@@ -423,17 +485,11 @@ __device__ void prod_bwd_rt(const pers_shape &s, const T *Us, const float *ZT, i
                             void *out, int nr, int c, unsigned tag)
 {
     const int u = s.u, RP = s.RP, ncols = c1 - c0;
-    int KS = 1;
-    if (u < PERS_NT) {
-        KS = PERS_NT / u;
-        const int kmax = (ncols + 3) / 4;
-        if (KS > kmax) KS = kmax;
-        if (KS < 1) KS = 1;
-    }
-    const int Kc = (ncols + KS - 1) / KS;
+    const pers_split sp = pers_split_of(s.sb, s, ncols);
+    const int KS = sp.KS, Kc = sp.Kc;
     for (int rt = 0; rt < RP; rt += RT) {
         for (int item = threadIdx.x; item < u * KS; item += PERS_NT) {
-            const int j = item % u, ks = item / u;
+            const int ks = KS == 1 ? 0 : pdiv(item, sp.cols), j = item - ks * u;
             const int q0 = c0 + ks * Kc, q1 = min(c1, q0 + Kc);
             float acc[RT];
             dot_rows<RT>(Us + (int64_t)j * s.ldu, 1, ZT, RP, rt, q0, q1, acc);
@@ -449,11 +505,9 @@ __device__ void prod_bwd_rt(const pers_shape &s, const T *Us, const float *ZT, i
         if (KS > 1) {
             __syncthreads();
             for (int i = threadIdx.x; i < RT * u; i += PERS_NT) {
-                const int r = i / u, j = i - r * u;
+                const int r = pdiv(i, s.d_u), j = i - r * u;
                 if (rt + r >= nr) continue;
-                float v = red[r * u + j];
-                for (int ks = 1; ks < KS; ks++) v += red[(ks * RT + r) * u + j];
-                bwd_put<XC>(s, out, c, rt + r, j, tag, v);
+                bwd_put<XC>(s, out, c, rt + r, j, tag, sum_sets(red + r * u + j, KS, RT * u));
             }
         }
         __syncthreads();
@@ -470,6 +524,25 @@ __device__ void prod_bwd(const pers_shape &s, const T *Us, const float *ZT, int 
 
 template <typename T> __device__ __forceinline__ const T *cptr(const void *p) { return (const T *)p; }
 
+/* The gate loops' activations. F = 1: Keras' defaults (tanh, and sigmoid for the gates),
+ * with the kind a constant, so the activation functions' switches fold away (they sit on
+ * the step's critical path, several per gate item); F = 0: the layer's own kinds. The
+ * same functions either way (gpucmp_rnn_act.h), so the results are identical. */
+template <bool F>
+struct pers_acts {
+    int act, ract;
+    __device__ __forceinline__ float a(float x) const { return gc_rnn_act_apply(F ? GC_RNN_TANH : act, x); }
+    __device__ __forceinline__ float r(float x) const { return gc_rnn_act_apply(F ? GC_RNN_SIGMOID : ract, x); }
+    __device__ __forceinline__ float da(float y) const { return gc_rnn_act_dout(F ? GC_RNN_TANH : act, y); }
+    __device__ __forceinline__ float dr(float y) const { return gc_rnn_act_dout(F ? GC_RNN_SIGMOID : ract, y); }
+};
+
+/* F = 1 applies: tanh, and sigmoid gates where the cell has gates */
+__device__ __forceinline__ bool pers_default_acts(const pers_shape &s)
+{
+    return s.act == GC_RNN_TANH && (s.cell == GC_RNN_SIMPLE || s.ract == GC_RNN_SIGMOID);
+}
+
 /* ------------------------------------------------------------------ forward */
 
 /* the step's inputs of this CTA (xw of its columns, mask of its rows) into shared memory */
@@ -480,7 +553,7 @@ __device__ void fwd_stage(const pers_fwd_args &a, int t, int b0, int nr, int j0,
     const T *xw = cptr<T>(a.xw);
     const int64_t Gu = (int64_t)s.G * s.u;
     for (int i = threadIdx.x; i < nr * s.GCP; i += PERS_NT) {
-        const int r = i / s.GCP, col = i - r * s.GCP, g = col / s.UC, jj = col - g * s.UC;
+        const int r = pdiv(i, s.d_gcp), col = i - r * s.GCP, g = pdiv(col, s.d_uc), jj = col - g * s.UC;
         xs[i] = jj < nu ? gc_to_f(xw[((int64_t)(b0 + r) * s.T + t) * Gu + (int64_t)g * s.u + j0 + jj]) : 0.0f;
     }
     for (int r = threadIdx.x; r < nr; r += PERS_NT) ms[r] = a.mask ? a.mask[(int64_t)(b0 + r) * s.T + t] : 1.0f;
@@ -508,7 +581,7 @@ __device__ void fwd_prefetch(const pers_fwd_args &a, int t, int b0, int nr, int 
     pf_threads(nr * nu, &f, &st);
     const int me = (int)threadIdx.x - f;
     for (int i = me; me >= 0 && i < nr * s.GCP; i += st) {
-        const int r = i / s.GCP, col = i - r * s.GCP, g = col / s.UC, jj = col - g * s.UC;
+        const int r = pdiv(i, s.d_gcp), col = i - r * s.GCP, g = pdiv(col, s.d_uc), jj = col - g * s.UC;
         if (jj < nu) cp_async4(xs + i, xw + ((int64_t)(b0 + r) * s.T + t) * Gu + (int64_t)g * s.u + j0 + jj);
     }
     if (a.mask)
@@ -544,9 +617,11 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
     const int grp = blockIdx.x / s.NC, c = blockIdx.x - grp * s.NC;
     const int b0 = grp * s.R, nr = min(s.R, s.B - b0);
     const int j0 = c * s.UC, nu = min(s.UC, s.u - j0);
+    const pers_div dnu = nu == s.UC ? s.d_uc : s.d_nu_last;
     const int u = s.u, UC = s.UC, GCP = s.GCP, RP = s.RP;
     const int64_t Gu = (int64_t)s.G * u;
     const int before = s.cell == GC_RNN_GRU_RESET_BEFORE;
+    const bool fast = pers_default_acts(s);
     constexpr bool ASYNC = sizeof(T) == 4 && !XC; /* the next step's inputs by cp.async */
     T *Us = (T *)(smem + s.o_us);
     float *hT = (float *)(smem + s.o_a), *rhT = (float *)(smem + s.o_b), *red = (float *)(smem + s.o_red);
@@ -622,7 +697,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             prod_fwd<T>(s, Us, hT, 0, 2 * UC, red, zs);
             unsigned long long *dst = a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-                const int r = i / nu, jj = i - r * nu, q = r * GCP + UC + jj;
+                const int r = pdiv(i, dnu), jj = i - r * nu, q = r * GCP + UC + jj;
                 const float rg = gc_rnn_act_apply(s.ract, xs[q] + zs[q]);
                 const float v = rg * hT[(j0 + jj) * RP + r];
                 if constexpr (XC) {
@@ -653,8 +728,9 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         /* the gates, the states, the outputs of (row, own unit); h goes to the peers first */
         float *hnext = (k & 1) ? hb0 : hb1;
         unsigned long long *xnext = XC ? nullptr : a.y.xbuf + ((ord + 1) & 1) * a.y.xstride + grow;
+        auto gate_loop = [=](auto acts) {
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-            const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
+            const int r = pdiv(i, dnu), jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
             const float *x = xs + r * GCP, *m = zs + r * GCP;
             const float hp = hT[j * RP + r];
             float hn, cn = 0.0f, sv[7];
@@ -662,17 +738,17 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             sv[0] = hp;
             switch (s.cell) {
             case GC_RNN_SIMPLE:
-                hn = gc_rnn_act_apply(s.act, x[jj] + m[jj]);
+                hn = acts.a(x[jj] + m[jj]);
                 sv[1] = hn;
                 break;
             case GC_RNN_LSTM: {
                 const float cp = cs[si];
-                const float ig = gc_rnn_act_apply(s.ract, x[jj] + m[jj]);
-                const float fg = gc_rnn_act_apply(s.ract, x[UC + jj] + m[UC + jj]);
-                const float gg = gc_rnn_act_apply(s.act, x[2 * UC + jj] + m[2 * UC + jj]);
-                const float og = gc_rnn_act_apply(s.ract, x[3 * UC + jj] + m[3 * UC + jj]);
+                const float ig = acts.r(x[jj] + m[jj]);
+                const float fg = acts.r(x[UC + jj] + m[UC + jj]);
+                const float gg = acts.a(x[2 * UC + jj] + m[2 * UC + jj]);
+                const float og = acts.r(x[3 * UC + jj] + m[3 * UC + jj]);
                 cn = fg * cp + ig * gg;
-                hn = og * gc_rnn_act_apply(s.act, cn);
+                hn = og * acts.a(cn);
                 sv[1] = cp, sv[2] = ig, sv[3] = fg, sv[4] = gg, sv[5] = og, sv[6] = cn;
                 S = 7;
                 break;
@@ -680,17 +756,17 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
             case GC_RNN_GRU: {
                 const float mz = m[jj] + bhs[jj], mr = m[UC + jj] + bhs[UC + jj];
                 const float mh = m[2 * UC + jj] + bhs[2 * UC + jj];
-                const float z = gc_rnn_act_apply(s.ract, x[jj] + mz), rg = gc_rnn_act_apply(s.ract, x[UC + jj] + mr);
-                const float hh = gc_rnn_act_apply(s.act, x[2 * UC + jj] + rg * mh);
+                const float z = acts.r(x[jj] + mz), rg = acts.r(x[UC + jj] + mr);
+                const float hh = acts.a(x[2 * UC + jj] + rg * mh);
                 hn = z * hp + (1.0f - z) * hh;
                 sv[1] = z, sv[2] = rg, sv[3] = hh, sv[4] = mh;
                 S = 5;
                 break;
             }
             default: { /* reset_before: m's h block is (r*h).U_h */
-                const float z = gc_rnn_act_apply(s.ract, x[jj] + m[jj]);
-                const float rg = gc_rnn_act_apply(s.ract, x[UC + jj] + m[UC + jj]);
-                const float hh = gc_rnn_act_apply(s.act, x[2 * UC + jj] + m[2 * UC + jj]);
+                const float z = acts.r(x[jj] + m[jj]);
+                const float rg = acts.r(x[UC + jj] + m[UC + jj]);
+                const float hh = acts.a(x[2 * UC + jj] + m[2 * UC + jj]);
                 hn = z * hp + (1.0f - z) * hh;
                 sv[1] = z, sv[2] = rg, sv[3] = hh, sv[4] = rg * hp;
                 S = 5;
@@ -720,6 +796,9 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
                 for (int q = 0; q < S; q++) save[q * s.blk + o] = gc_from_f<T>(sv[q]);
             if (s.seq) out[((int64_t)(b0 + r) * s.T + k) * u + j] = gc_from_f<T>(ev);
         }
+        };
+        if (fast) gate_loop(pers_acts<true>{s.act, s.ract});
+        else gate_loop(pers_acts<false>{s.act, s.ract});
         if (!last) ord++;
         PERS_PROF(0, 3);
         if constexpr (XC) {
@@ -758,6 +837,7 @@ __device__ void bwd_stage(const pers_bwd_args &a, int k, int b0, int nr, int j0,
 {
     const pers_shape &s = a.s;
     const int t = s.gb ? s.T - 1 - k : k, UC = s.UC, n = nr * UC, tot = (s.nsave + 1) * n;
+    const pers_div dn = nr == s.R ? s.d_ruc : s.d_ruc_last;
     const T *save = cptr<T>(a.save), *dy = cptr<T>(a.dy);
     const int want_dy = s.seq && dy;
     for (int base = threadIdx.x; base < tot; base += PERS_LLB * PERS_NT) {
@@ -767,7 +847,7 @@ __device__ void bwd_stage(const pers_bwd_args &a, int k, int b0, int nr, int j0,
             const int idx = base + e * PERS_NT;
             v[e] = 0.0f;
             if (idx < tot) {
-                const int q = idx / n, i = idx - q * n, r = i / UC, jj = i - r * UC;
+                const int q = pdiv(idx, dn), i = idx - q * n, r = pdiv(i, s.d_uc), jj = i - r * UC;
                 const int64_t b = b0 + r;
                 if (jj < nu && q < s.nsave) v[e] = gc_to_f(save[q * s.blk + (b * s.T + t) * s.u + j0 + jj]);
                 else if (jj < nu && want_dy) v[e] = gc_to_f(dy[(b * s.T + k) * s.u + j0 + jj]);
@@ -777,7 +857,7 @@ __device__ void bwd_stage(const pers_bwd_args &a, int k, int b0, int nr, int j0,
         for (int e = 0; e < PERS_LLB; e++) {
             const int idx = base + e * PERS_NT;
             if (idx < tot) {
-                const int q = idx / n, i = idx - q * n;
+                const int q = pdiv(idx, dn), i = idx - q * n;
                 (q < s.nsave ? ss + q * s.RP * UC : dys)[i] = v[e];
             }
         }
@@ -792,13 +872,14 @@ __device__ void bwd_prefetch(const pers_bwd_args &a, int k, int b0, int nr, int 
 {
     const pers_shape &s = a.s;
     const int t = s.gb ? s.T - 1 - k : k, UC = s.UC, n = nr * UC, tot = (s.nsave + 1) * n;
+    const pers_div dn = nr == s.R ? s.d_ruc : s.d_ruc_last;
     const float *save = (const float *)a.save, *dy = (const float *)a.dy;
     const int want_dy = s.seq && dy;
     int f, st;
     pf_threads(nr * nu, &f, &st);
     const int me = (int)threadIdx.x - f;
     for (int idx = me; me >= 0 && idx < tot; idx += st) {
-        const int q = idx / n, i = idx - q * n, r = i / UC, jj = i - r * UC;
+        const int q = pdiv(idx, dn), i = idx - q * n, r = pdiv(i, s.d_uc), jj = i - r * UC;
         if (jj >= nu) continue;
         const int64_t b = b0 + r;
         if (q < s.nsave) cp_async4(ss + q * s.RP * UC + i, save + q * s.blk + (b * s.T + t) * s.u + j0 + jj);
@@ -824,9 +905,11 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
     const int grp = blockIdx.x / s.NC, c = blockIdx.x - grp * s.NC;
     const int b0 = grp * s.R, nr = min(s.R, s.B - b0);
     const int j0 = c * s.UC, nu = min(s.UC, s.u - j0);
+    const pers_div dnu = nu == s.UC ? s.d_uc : s.d_nu_last;
     const int u = s.u, UC = s.UC, GCP = s.GCP, RP = s.RP, NC = s.NC;
     const int64_t Gu = (int64_t)s.G * u, B = s.B;
     const int before = s.cell == GC_RNN_GRU_RESET_BEFORE;
+    const bool fast = pers_default_acts(s);
     constexpr bool ASYNC = sizeof(T) == 4 && !XC; /* the previous step's inputs by cp.async */
     T *Us = (T *)(smem + s.o_us);
     float *dzT = (float *)(smem + s.o_a), *red = (float *)(smem + s.o_red);
@@ -877,8 +960,9 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         if constexpr (ASYNC)
             if (k > 0) bwd_prefetch(a, k - 1, b0, nr, j0, nu, ssn, dysn, msn);
         /* phase A: the gate gradients of (row, own unit) */
+        auto gate_loop = [=](auto acts) {
         for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-            const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
+            const int r = pdiv(i, dnu), jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
             const int64_t row = ((int64_t)(b0 + r) * s.T + t) * Gu;
             const float dev = de[si] + dys[si];
             if (ms[r] == 0.0f) {
@@ -896,7 +980,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             const float hp = ss[si];
             switch (s.cell) {
             case GC_RNN_SIMPLE: {
-                const float da = g * gc_rnn_act_dout(s.act, ss[PS + si]);
+                const float da = g * acts.da(ss[PS + si]);
                 dzT[jj * RP + r] = da;
                 dxw[row + j] = gc_from_f<T>(da);
                 dd[si] = 0.0f;
@@ -905,10 +989,10 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             case GC_RNN_LSTM: {
                 const float cp = ss[PS + si], ig = ss[2 * PS + si], fg = ss[3 * PS + si];
                 const float gg = ss[4 * PS + si], og = ss[5 * PS + si], cn = ss[6 * PS + si];
-                const float ac = gc_rnn_act_apply(s.act, cn);
-                const float dcn = dc[si] + g * og * gc_rnn_act_dout(s.act, ac);
-                const float v0 = dcn * gg * gc_rnn_act_dout(s.ract, ig), v1 = dcn * cp * gc_rnn_act_dout(s.ract, fg);
-                const float v2 = dcn * ig * gc_rnn_act_dout(s.act, gg), v3 = g * ac * gc_rnn_act_dout(s.ract, og);
+                const float ac = acts.a(cn);
+                const float dcn = dc[si] + g * og * acts.da(ac);
+                const float v0 = dcn * gg * acts.dr(ig), v1 = dcn * cp * acts.dr(fg);
+                const float v2 = dcn * ig * acts.da(gg), v3 = g * ac * acts.dr(og);
                 dzT[jj * RP + r] = v0, dzT[(UC + jj) * RP + r] = v1;
                 dzT[(2 * UC + jj) * RP + r] = v2, dzT[(3 * UC + jj) * RP + r] = v3;
                 dxw[row + j] = gc_from_f<T>(v0), dxw[row + u + j] = gc_from_f<T>(v1);
@@ -919,14 +1003,14 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             }
             default: { /* GRU, both variants */
                 const float zg = ss[PS + si], rg = ss[2 * PS + si], hh = ss[3 * PS + si], s4 = ss[4 * PS + si];
-                const float da = g * (1.0f - zg) * gc_rnn_act_dout(s.act, hh);
-                const float vz = g * (hp - hh) * gc_rnn_act_dout(s.ract, zg);
+                const float da = g * (1.0f - zg) * acts.da(hh);
+                const float vz = g * (hp - hh) * acts.dr(zg);
                 dzT[jj * RP + r] = vz;
                 dxw[row + j] = gc_from_f<T>(vz);
                 dd[si] = g * zg;
                 dxw[row + 2 * u + j] = gc_from_f<T>(da);
                 if (s.cell == GC_RNN_GRU) {
-                    const float vr = da * s4 * gc_rnn_act_dout(s.ract, rg);
+                    const float vr = da * s4 * acts.dr(rg);
                     dzT[(UC + jj) * RP + r] = vr;
                     dzT[(2 * UC + jj) * RP + r] = da * rg;
                     dxw[row + u + j] = gc_from_f<T>(vr);
@@ -942,6 +1026,9 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             }
             }
         }
+        };
+        if (fast) gate_loop(pers_acts<true>{s.act, s.ract});
+        else gate_loop(pers_acts<false>{s.act, s.ract});
         __syncthreads();
         if (before) {
             /* d(r*h) = da . U_h^T, exchanged, then the r gate and the r*h part of dd */
@@ -953,18 +1040,18 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             if constexpr (XC) {
                 cl_sync();
                 for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-                    const int r = i / nu, jj = i - r * nu;
+                    const int r = pdiv(i, dnu), jj = i - r * nu;
                     float v = 0.0f;
                     for (int cc = 0; cc < NC; cc++) v += rsrc[(cc * RP + r) * UC + jj];
                     dr[r * UC + jj] = v;
                 }
             } else {
-                const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, nullptr,
+                const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, dnu, nullptr,
                                                dr, ord, [] {});
                 if (!__syncthreads_and(ok)) return;
             }
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-                const int r = i / nu, jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
+                const int r = pdiv(i, dnu), jj = i - r * nu, j = j0 + jj, si = r * UC + jj;
                 if (ms[r] == 0.0f) continue;
                 const float drh = dr[si];
                 const float hp = ss[si], rg = ss[2 * PS + si];
@@ -988,7 +1075,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             cl_wait();
             const float *rsrc = rx + (ord & 1) * rxs;
             for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
-                const int r = i / nu, jj = i - r * nu, si = r * UC + jj;
+                const int r = pdiv(i, dnu), jj = i - r * nu, si = r * UC + jj;
                 float acc = 0.0f;
                 for (int cc = 0; cc < NC; cc++) acc += rsrc[(cc * RP + r) * UC + jj];
                 dh[si] = dd[si] + acc;
@@ -997,7 +1084,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
         } else {
             /* the partials of the CTA's units, while the previous step's inputs are staged
              * (prod_bwd ended with a __syncthreads: the stage is free) */
-            const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, dd, dh, ord,
+            const int ok = ll_sum_partials(a.y, s, a.y.xbuf + (ord & 1) * a.y.xstride, b0, nr, j0, nu, dnu, dd, dh, ord,
                                            [&] {
                                                if constexpr (ASYNC) cp_async_wait_all();
                                                else if (k > 0)
@@ -1041,6 +1128,56 @@ static inline void pers_pick_nc(pers_shape *s, size_t ts, int want_nc)
     s->GCP = G * s->UC;
 }
 
+/* the products' thread sets: forward, K split over KS sets when the columns alone leave
+ * threads idle (at least 8 k each); backward, the columns split over KS sets when the u
+ * units leave threads idle (at least 4 columns each) */
+static inline pers_split pers_split_fwd(int u, int ncols)
+{
+    pers_split p;
+    p.KS = 1;
+    if (ncols < PERS_NT) {
+        p.KS = PERS_NT / ncols;
+        const int kmax = (u + 7) / 8;
+        if (p.KS > kmax) p.KS = kmax;
+        if (p.KS < 1) p.KS = 1;
+    }
+    p.Kc = (u + p.KS - 1) / p.KS;
+    p.cols = pers_div_of(ncols);
+    return p;
+}
+
+static inline pers_split pers_split_bwd(int u, int ncols)
+{
+    pers_split p;
+    p.KS = 1;
+    if (u < PERS_NT) {
+        p.KS = PERS_NT / u;
+        const int kmax = (ncols + 3) / 4;
+        if (p.KS > kmax) p.KS = kmax;
+        if (p.KS < 1) p.KS = 1;
+    }
+    p.Kc = (ncols + p.KS - 1) / p.KS;
+    p.cols = pers_div_of(u);
+    return p;
+}
+
+/* the launch's divisors and product splits (NC, UC, GCP and R chosen) */
+static inline void pers_fill_divs(pers_shape *s)
+{
+    const int NG = (s->B + s->R - 1) / s->R;
+    s->d_u = pers_div_of(s->u);
+    s->d_gcp = pers_div_of(s->GCP);
+    s->d_uc = pers_div_of(s->UC);
+    s->d_nu_last = pers_div_of(s->u - (s->NC - 1) * s->UC);
+    s->d_ruc = pers_div_of(s->R * s->UC);
+    s->d_ruc_last = pers_div_of((s->B - (NG - 1) * s->R) * s->UC);
+    const int ncols[3] = {s->GCP, 2 * s->UC, s->UC};
+    for (int i = 0; i < 3; i++) {
+        s->sf[i] = pers_split_fwd(s->u, ncols[i]);
+        s->sb[i] = pers_split_bwd(s->u, ncols[i]);
+    }
+}
+
 static inline unsigned align16(size_t b) { return (unsigned)((b + 15) & ~(size_t)15); }
 
 /* the shared-memory layout for R rows (padded to RP, a multiple of 4) */
@@ -1078,6 +1215,7 @@ static inline size_t layout(pers_shape *s, int bwd, size_t ts, int xc = 0)
         if (s->cell == GC_RNN_GRU_RESET_BEFORE) s->o_dr = take(RP * UC * 4);
         if (xc) s->o_rx = take(2 * (size_t)s->NC * RP * UC * 4);
     }
+    pers_fill_divs(s);
     return o;
 }
 
