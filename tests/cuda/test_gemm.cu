@@ -7,10 +7,13 @@
  *
  * Correctness: against a double-precision host reference on fresh random inputs
  * (seed printed; --seed N replays), for f32 exact (SIMT), f32 as TF32, f16 and bf16,
- * every path this device runs (auto, mma.sync forced, wgmma forced where sm_90a code
- * is present, the small-GEMM kernel forced, cuBLASLt), all four transpose cases, odd
- * sizes (1x1x1, 37x53x71, 127x129x65, K=0, 1000x3x500 ...), alpha / beta / bias /
- * every elementwise act.
+ * every path this device runs (auto, SIMT forced for f32, mma.sync forced, wgmma forced
+ * where sm_90a code is present, the small-GEMM kernel forced, cuBLASLt), all four
+ * transpose cases, odd sizes (1x1x1, 37x53x71, 127x129x65, K=0, 1000x3x500 ...),
+ * alpha / beta / bias / every elementwise act. The SIMT kernel also on its own: its
+ * 16-byte load path and scalar fallback (aligned, either or both operands misaligned,
+ * odd or aligned leading dimensions longer than the rows, K < 8, tails), and (not with
+ * --quick) the recurrent layers' GEMMs at full size (M 6400, K up to 6400, split K).
  * C is poisoned with NaN when beta == 0 (an unwritten element stays NaN). The strided
  * cases call gc_cuda_gemm directly with leading dimensions larger than the rows (NaN
  * in the padding: never to be read), pointers off 16-byte alignment (the scalar-load
@@ -20,10 +23,11 @@
  * nearest), 1e-2 for f16 / bf16 (when C has >= 64 elements), every element within
  * 1e-5*max(1,sqrt(K)/8) / 4e-3 / 2e-2 of the magnitude of the terms it sums, no NaN.
  *
- * Benchmark (--bench): TFLOP/s at 4096^3 and 8192^3 for f32 (SIMT), TF32, f16 and bf16,
- * ours and cuBLASLt side by side (CUDA events around each call, 3 warm-ups, median of
- * 15), each result spot-checked on 256 random elements against a double reference;
- * then the GEMMs of the seed CNN (28x28x1 -> conv32 -> pool -> conv64 -> pool -> conv64
+ * Benchmark (--bench): TFLOP/s at 4096^3 and 8192^3 for f32 (SIMT, all four transpose
+ * cases), TF32, f16 and bf16, ours and cuBLASLt side by side (CUDA events around each
+ * call, 3 warm-ups, median of 15), each result spot-checked on 256 random elements
+ * against a double reference; then the exact-f32 GEMMs of a recurrent layer's training
+ * step (LSTM / GRU / SimpleRNN, batch 64 x 100 steps); then the GEMMs of the seed CNN (28x28x1 -> conv32 -> pool -> conv64 -> pool -> conv64
  * -> dense64 -> dense10, batch 128, im2col shapes, forward and two backward) in us.
  *
  * usage: test_gemm [--seed N] [--bench] [--quick] [--only-bench]   exit status 0 = pass
@@ -164,8 +168,14 @@ static void problem_make(problem &p, int dtype, int ta, int tb, int64_t M, int64
 {
     p.dtype = dtype; p.ta = ta; p.tb = tb; p.M = M; p.N = N; p.K = K; p.ep = ep;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    p.lda = ac + pad; p.ldb = bc + pad; p.ldc = N + pad;
-    p.off_a = misalign ? 1 : 0; p.off_b = misalign ? 3 : 0; p.off_c = misalign ? 1 : 0;
+    /* pad < 0: each leading dimension rounded up to a multiple of 4 elements, plus 4
+     * (longer than the row and 16-byte aligned for f32: the SIMT kernel's float4 path) */
+    auto ld_of = [pad](int64_t c) { return pad >= 0 ? c + pad : (c + 3) / 4 * 4 + 4; };
+    p.lda = ld_of(ac); p.ldb = ld_of(bc); p.ldc = ld_of(N);
+    /* misalign: 1 = A, B and C off 16-byte alignment, 2 = A only, 3 = B only */
+    p.off_a = misalign == 1 || misalign == 2 ? 1 : 0;
+    p.off_b = misalign == 1 || misalign == 3 ? 3 : 0;
+    p.off_c = misalign == 1 ? 1 : 0;
     const float nanv = nanf("");
     const double sa = K > 0 ? sqrt(3.0 / (double)K) : 1.0; /* outputs of order 1 */
     p.A.assign((size_t)(ar * p.lda + 1), nanv);
@@ -187,19 +197,27 @@ static void problem_make(problem &p, int dtype, int ta, int tb, int64_t M, int64
         from_storage(dtype, tmp.data(), v.data(), v.size());
     };
     round_trip(p.A); round_trip(p.B); round_trip(p.C0); round_trip(p.bias);
-    /* reference */
+    /* reference: row i of op(A) times op(B) with op(B) in a dense K x N double copy, so
+     * that the inner loop runs along contiguous memory (the LSTM shapes have K = 6400) */
     p.ref.assign((size_t)(M * N), 0.0);
     p.mag.assign((size_t)(M * N), 0.0);
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            double s = 0, sa = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const double a = ta ? p.A[k * p.lda + i] : p.A[i * p.lda + k];
-                const double b = tb ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j];
-                s += a * b;
-                sa += fabs(a * b);
+    std::vector<double> bd((size_t)(K * N)), s((size_t)N), sabs((size_t)N);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) bd[k * N + j] = tb ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j];
+    for (int64_t i = 0; i < M; i++) {
+        std::fill(s.begin(), s.end(), 0.0);
+        std::fill(sabs.begin(), sabs.end(), 0.0);
+        for (int64_t k = 0; k < K; k++) {
+            const double a = ta ? p.A[k * p.lda + i] : p.A[i * p.lda + k];
+            const double *brow = &bd[k * N];
+            for (int64_t j = 0; j < N; j++) {
+                const double t = a * brow[j];
+                s[j] += t;
+                sabs[j] += fabs(t);
             }
-            double v = ep.alpha * s, m = fabs(ep.alpha) * sa;
+        }
+        for (int64_t j = 0; j < N; j++) {
+            double v = ep.alpha * s[j], m = fabs(ep.alpha) * sabs[j];
             if (ep.beta != 0) {
                 v += ep.beta * (double)p.C0[i * p.ldc + j];
                 m += fabs(ep.beta * (double)p.C0[i * p.ldc + j]);
@@ -211,6 +229,7 @@ static void problem_make(problem &p, int dtype, int ta, int tb, int64_t M, int64
             p.ref[i * N + j] = act_d(ep.act, v);
             p.mag[i * N + j] = m + fabs(p.ref[i * N + j]); /* the acts have |act'| <= 1 */
         }
+    }
     /* device */
     auto up = [&](const std::vector<float> &v, int off, void **d) {
         const size_t n = v.size() + 8;
@@ -341,7 +360,7 @@ static void run_case(problem &p, int mode, const char *path, int via_op)
     char what[256];
     snprintf(what, sizeof what, "%-4s %-6s->%-8s %s%s %5lldx%5lldx%5lld ld+%lld%s a=%.2g b=%.2g bias=%d act=%d",
              mode_name[mode], path, taken, p.ta ? "T" : "N", p.tb ? "T" : "N", (long long)p.M,
-             (long long)p.N, (long long)p.K, (long long)(p.ldc - p.N), p.off_a ? " unaligned" : "",
+             (long long)p.N, (long long)p.K, (long long)(p.ldc - p.N), p.off_a && p.off_b ? " unaligned" : p.off_a ? " A unaligned" : p.off_b ? " B unaligned" : "",
              p.ep.alpha, p.ep.beta, p.ep.bias, p.ep.act);
     if (st != GC_OK || ce != cudaSuccess) {
         printf("FAIL %s: status %s (%s) cuda %s\n", what, gc_status_name(st), gc_last_error(),
@@ -385,6 +404,7 @@ static void correctness(int quick)
                 run_case(p, mode, "small", 1);
                 if (mode == MODE_F32) {
                     run_case(p, mode, "auto", 1);
+                    run_case(p, mode, "simt", 1);
                     run_case(p, mode, "vendor", 1);
                 } else {
                     run_case(p, mode, "auto", 1);
@@ -408,6 +428,7 @@ static void correctness(int quick)
                     run_case(p, mode, "small", 0);
                     if (mode == MODE_F32) {
                         run_case(p, mode, "auto", 0);
+                        run_case(p, mode, "simt", 0);
                     } else {
                         run_case(p, mode, "mma", 0);
                         if (wgmma_ok()) run_case(p, mode, "wgmma", 0);
@@ -416,6 +437,50 @@ static void correctness(int quick)
                     problem_free(p);
                 }
             }
+    /* exact f32 on the SIMT kernel (forced, TF32 off): its 16-byte load path (operand
+     * pointer and leading dimension multiples of 4 floats, here with rows longer than the
+     * matrix) and the scalar fallback (either operand or both misaligned, odd leading
+     * dimensions), every transpose case, M / N off the 128 tile, K off the 8-slice and
+     * K < 8 */
+    {
+        std::vector<sz> fsizes = {{129, 131, 13}, {300, 136, 67}, {64, 260, 5}, {260, 64, 3},
+                                  {1, 200, 9},    {200, 1, 9},    {131, 257, 8}, {33, 40, 1},
+                                  {256, 128, 130}, {140, 390, 700}};
+        for (const sz &s : fsizes)
+            for (int lay = 0; lay < 4; lay++)
+                for (int var = 0; var < 5; var++) {
+                    /* var 0: dense (pad 0; aligned only when the row lengths are multiples
+                     * of 4), 1: aligned rows longer than the matrix, 2: all misaligned +
+                     * odd pad, 3: A misaligned, 4: B misaligned (aligned pads) */
+                    static const int pads[5] = {0, -1, 5, -1, -1}, mis[5] = {0, 0, 1, 2, 3};
+                    problem p;
+                    problem_make(p, GC_F32, lay >> 1, lay & 1, s.M, s.N, s.K, pads[var], mis[var],
+                                 combos[(ci++) % 6]);
+                    run_case(p, MODE_F32, "simt", var == 0);
+                    problem_free(p);
+                }
+    }
+    /* the recurrent layers' GEMMs at their real sizes (batch 64 x 100 steps, 256 inputs,
+     * LSTM 4 x 128, GRU 3 x 128, SimpleRNN 128 units): input projection with bias, data
+     * gradient, weight gradients (few output tiles, long K: split K, also with beta = 1 to
+     * accumulate) */
+    if (!quick) {
+        struct rs { int64_t M, N, K; int ta, tb; epi_combo ep; };
+        const epi_combo fwd = {1.0f, 0.0f, 1, GC_ACT_LINEAR}, plain = {1.0f, 0.0f, 0, GC_ACT_LINEAR},
+                        accum = {1.0f, 1.0f, 0, GC_ACT_LINEAR};
+        const rs rsh[] = {
+            {6400, 512, 256, 0, 0, fwd},   {6400, 256, 512, 0, 1, plain}, {256, 512, 6400, 1, 0, plain},
+            {128, 512, 6400, 1, 0, accum}, {6400, 384, 256, 0, 0, fwd},   {6400, 128, 256, 0, 0, fwd},
+            {256, 384, 6400, 1, 0, plain}, {6400, 256, 384, 0, 1, plain}, {128, 128, 6400, 1, 0, plain},
+        };
+        for (const rs &r : rsh) {
+            problem p;
+            problem_make(p, GC_F32, r.ta, r.tb, r.M, r.N, r.K, 0, 0, r.ep);
+            run_case(p, MODE_F32, "simt", 1);
+            run_case(p, MODE_F32, "auto", 1);
+            problem_free(p);
+        }
+    }
     /* TF32 on wgmma without the rounding copy: report the truncation error */
     if (wgmma_ok()) {
         problem p;
@@ -551,6 +616,9 @@ static void bench_square(void)
     struct row { const char *name; int mode; const char *force; int ta, tb, round, mc; };
     const row rows[] = {
         {"f32 (exact, SIMT)", MODE_F32, "auto", 0, 0, 1, 1},
+        {"f32 NT (SIMT)", MODE_F32, "auto", 0, 1, 1, 1},
+        {"f32 TN (SIMT)", MODE_F32, "auto", 1, 0, 1, 1},
+        {"f32 TT (SIMT)", MODE_F32, "auto", 1, 1, 1, 1},
         {"tf32 NN", MODE_TF32, "auto", 0, 0, 1, 1},
         {"tf32 NN truncating", MODE_TF32, "auto", 0, 0, 0, 1},
         {"tf32 NT", MODE_TF32, "auto", 0, 1, 1, 1},
@@ -602,6 +670,51 @@ static void bench_square(void)
     gc_cuda_gemm_set_tf32_round(1);
     gc_cuda_gemm_set_wgmma_multicast(1);
     printf("wgmma persistent grid: %d clusters of 2 blocks resident\n", gc_cuda_gemm_wgmma_clusters(&g_be));
+}
+
+/* The exact-f32 GEMMs of one recurrent layer's training step (batch 64 x 100 steps,
+ * 256 inputs, 128 units): what the SIMT kernel is tuned for. */
+static void bench_rnn(void)
+{
+    printf("\n== recurrent layers' GEMMs, exact f32 (TF32 off), us per call and TFLOP/s, median of 30 ==\n");
+    printf("%-28s %6s %5s %5s %3s %9s %7s %9s %7s %7s %8s\n", "gemm", "M", "N", "K", "op", "ours",
+           "TFLOP/s", "cuBLASLt", "TFLOP/s", "ratio", "path");
+    struct g { const char *name; int64_t M, N, K; int ta, tb, bias; };
+    const g gs[] = {
+        {"LSTM x W (bias)", 6400, 512, 256, 0, 0, 1},  {"LSTM dX = dG W^T", 6400, 256, 512, 0, 1, 0},
+        {"LSTM dW = x^T dG", 256, 512, 6400, 1, 0, 0}, {"LSTM dU = h^T dG", 128, 512, 6400, 1, 0, 0},
+        {"GRU x W (bias)", 6400, 384, 256, 0, 0, 1},   {"GRU dW = x^T dG", 256, 384, 6400, 1, 0, 0},
+        {"SimpleRNN x W (bias)", 6400, 128, 256, 0, 0, 1},
+    };
+    for (const g &x : gs) {
+        float *A, *B, *C, *bias;
+        CK(cudaMalloc(&A, x.M * x.K * 4));
+        CK(cudaMalloc(&B, x.K * x.N * 4));
+        CK(cudaMalloc(&C, x.M * x.N * 4));
+        CK(cudaMalloc(&bias, x.N * 4));
+        fill(GC_F32, A, x.M * x.K, 3, 1.0f);
+        fill(GC_F32, B, x.K * x.N, 4, 1.0f);
+        fill(GC_F32, bias, x.N, 5, 1.0f);
+        gc_gemm_desc d;
+        memset(&d, 0, sizeof d);
+        d.dtype = GC_F32; d.trans_a = x.ta; d.trans_b = x.tb; d.M = x.M; d.N = x.N; d.K = x.K;
+        d.A = A; d.lda = x.ta ? x.M : x.K; d.B = B; d.ldb = x.tb ? x.K : x.N; d.C = C; d.ldc = x.N;
+        d.bias = x.bias ? bias : NULL; d.alpha = 1; d.beta = 0; d.act = GC_ACT_LINEAR;
+        gc_set_allow_tf32(0);
+        force_path("auto");
+        const float ms = time_gemm(d, 5, 30);
+        const char *path = last_path();
+        d.impl = GC_IMPL_VENDOR;
+        const float msv = time_gemm(d, 5, 30);
+        const double fl = 2.0 * x.M * x.N * x.K;
+        printf("%-28s %6lld %5lld %5lld  %c%c %9.1f %7.1f %9.1f %7.1f %6.0f%% %8s\n", x.name, (long long)x.M,
+               (long long)x.N, (long long)x.K, x.ta ? 'T' : 'N', x.tb ? 'T' : 'N', ms * 1e3,
+               ms > 0 ? fl / (ms * 1e-3) / 1e12 : 0.0, msv * 1e3, msv > 0 ? fl / (msv * 1e-3) / 1e12 : 0.0,
+               msv > 0 && ms > 0 ? 100.0 * msv / ms : 0.0, path);
+        fflush(stdout);
+        cudaFree(A); cudaFree(B); cudaFree(C); cudaFree(bias);
+    }
+    gc_set_allow_tf32(1);
 }
 
 static void bench_cnn(void)
@@ -690,6 +803,7 @@ int main(int argc, char **argv)
     }
     if (bench) {
         bench_square();
+        bench_rnn();
         bench_cnn();
     }
     return g_fail ? 1 : 0;
