@@ -27,22 +27,32 @@
 namespace {
 
 /* Phase timing for benchmarks/cuda/rnn_persistent_prof.cu only (GC_RNN_PROF): thread 0
- * of block 0 adds the clock64 cycles since its previous mark to slot `slot` of
- * g_pers_prof[kind] (0 forward, 1 backward). Nothing in the library's build. */
+ * of block 0 adds the clock64 cycles since its previous mark to its slot `slot` (a
+ * constant: the 8 sums stay in registers, so a mark costs no memory round trip on the
+ * step's chain) and PERS_PROF_END adds the sums to g_pers_prof[kind] (0 forward,
+ * 1 backward) once at the kernel's end. Nothing in the library's build. */
 #if defined(GC_RNN_PROF) && !defined(GC_RNN_EMU)
 __device__ unsigned long long g_pers_prof[2][8];
-#define PERS_PROF_START long long pers_t_ = clock64()
+#define PERS_PROF_START                                                                    \
+    long long pers_t_ = clock64();                                                         \
+    unsigned long long pers_acc_[8] = {0, 0, 0, 0, 0, 0, 0, 0}
 #define PERS_PROF(kind, slot)                                                              \
     do {                                                                                   \
         if (blockIdx.x == 0 && threadIdx.x == 0) {                                         \
             const long long t_ = clock64();                                                \
-            g_pers_prof[kind][slot] += (unsigned long long)(t_ - pers_t_);                 \
+            pers_acc_[slot] += (unsigned long long)(t_ - pers_t_);                         \
             pers_t_ = t_;                                                                  \
         }                                                                                  \
+    } while (0)
+#define PERS_PROF_END(kind)                                                                \
+    do {                                                                                   \
+        if (blockIdx.x == 0 && threadIdx.x == 0)                                           \
+            for (int q_ = 0; q_ < 8; q_++) g_pers_prof[kind][q_] += pers_acc_[q_];         \
     } while (0)
 #else
 #define PERS_PROF_START
 #define PERS_PROF(kind, slot) ((void)0)
+#define PERS_PROF_END(kind) ((void)0)
 #endif
 
 /* ------------------------------------------------------------------ shapes */
@@ -814,6 +824,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_fwd(pers_fwd_args a)
         /* flags: no barrier here; the next step's gather writes the other parity's buffers,
          * and its __syncthreads_and orders this gate loop before the next products */
     }
+    PERS_PROF_END(0);
     T *hTo = (T *)a.hT, *cTo = (T *)a.cT;
     for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
         const int r = i / nu, jj = i - r * nu, si = r * UC + jj;
@@ -1096,6 +1107,7 @@ __global__ void __launch_bounds__(PERS_NT, 1) rnn_pers_bwd(pers_bwd_args a)
             PERS_PROF(1, 5);
         }
     }
+    PERS_PROF_END(1);
     T *dh0 = (T *)a.dh0, *dc0 = (T *)a.dc0;
     for (int i = threadIdx.x; i < nr * nu; i += PERS_NT) {
         const int r = i / nu, jj = i - r * nu, si = r * UC + jj;
