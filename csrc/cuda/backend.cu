@@ -44,6 +44,7 @@
 #include <cudaTypedefs.h>
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -377,7 +378,21 @@ extern "C" int gc_cuda_sm_count(const gc_backend *be)
 }
 extern "C" size_t gc_cuda_smem_optin(const gc_backend *be)
 {
-    return st_of(be) ? st_of(be)->smem_optin : 0;
+    if (!st_of(be)) return 0;
+    size_t v = st_of(be)->smem_optin;
+    const int kb = gc_variant_forced(GC_VP_CUDA_SMEM_LIMIT_KB);
+    if (kb > 0) {
+        if ((size_t)kb << 10 < v) v = (size_t)kb << 10;
+        gc_variant_ran(GC_VP_CUDA_SMEM_LIMIT_KB, kb);
+    }
+    return v;
+}
+extern "C" int gc_cuda_smem_blocks_per_sm(const gc_backend *be, size_t smem)
+{
+    const int kb = gc_variant_forced(GC_VP_CUDA_SMEM_LIMIT_KB);
+    if (!st_of(be) || kb <= 0) return INT_MAX;
+    const size_t per_sm = ((size_t)kb + 1) << 10;
+    return smem ? (int)(per_sm / smem) : INT_MAX;
 }
 extern "C" int32_t *gc_cuda_err_flag(const gc_backend *be) { return st_of(be) ? st_of(be)->err_flag : NULL; }
 extern "C" void *gc_cuda_scratch(const gc_backend *be) { return st_of(be) ? st_of(be)->scratch : NULL; }

@@ -72,8 +72,14 @@ cudaStream_t gc_cuda_stream(const gc_backend *be);
 /* Compute capability major*10+minor (90 for H100/H200, 86 for the A4000/A5000). */
 int gc_cuda_cc(const gc_backend *be);
 int gc_cuda_sm_count(const gc_backend *be);
-/* cudaDevAttrMaxSharedMemoryPerBlockOptin in bytes. */
+/* cudaDevAttrMaxSharedMemoryPerBlockOptin in bytes, or less under the cuda.smem_limit_kb
+ * knob (a smaller card's limit, planned for on this one: tests of the A4000/A5000's
+ * kernel choices on an H200). */
 size_t gc_cuda_smem_optin(const gc_backend *be);
+/* At most this many blocks of `smem` bytes of dynamic + static shared memory per SM as
+ * the knob's card would hold them (its per-SM memory: the limit + 1 KB, as sm_86's 100 KB
+ * against 99 KB per block); INT_MAX without the knob (the occupancy query alone). */
+int gc_cuda_smem_blocks_per_sm(const gc_backend *be, size_t smem);
 
 /* A per-backend scratch area of at least `bytes` bytes, valid until the next call of
  * gc_cuda_workspace on the same backend (ops on the one stream are ordered, so one op

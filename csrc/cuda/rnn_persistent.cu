@@ -134,6 +134,7 @@ static int choose(const gc_backend *be, const void *kern, int bwd, size_t ts, pe
         (void)cudaGetLastError();
         occ = 0;
     }
+    occ = min(occ, gc_cuda_smem_blocks_per_sm(be, smem)); /* a smaller card's SM under cuda.smem_limit_kb */
     if (occ < 1) {
         *why = "no block of the kernel fits on an SM";
         return 0;
@@ -149,6 +150,7 @@ static int choose(const gc_backend *be, const void *kern, int bwd, size_t ts, pe
             (void)cudaGetLastError();
             occ2 = 0;
         }
+        occ2 = min(occ2, gc_cuda_smem_blocks_per_sm(be, smem2));
         if (occ2 >= 1 && (int64_t)((B + t.R - 1) / t.R) * NC <= (int64_t)occ2 * sms) {
             *s = t;
             smem = smem2;

@@ -122,7 +122,11 @@ extern "C" {
     K(CUDA_CONV2D_WGRAD_WGMMA_SPLITS, "cuda.conv2d.wgrad_wgmma_splits", "cuda", 1, 65535, \
       "split-K ranges of the wgmma weight gradient (at most one per 64-pixel K-block)") \
     K(CUDA_CONV2D_WGRAD_WGMMA_STAGES, "cuda.conv2d.wgrad_wgmma_stages", "cuda", 2, 8, \
-      "at most this many ring stages of the wgmma weight gradient (even; >= 4 alternating)")
+      "at most this many ring stages of the wgmma weight gradient (even; >= 4 alternating)") \
+    K(CUDA_SMEM_LIMIT_KB, "cuda.smem_limit_kb", "cuda", 16, 227, \
+      "plan every kernel for at most this many KB of shared memory per block (and one KB more " \
+      "per SM): 99 plans as an sm_86 card (RTX A4000 / A5000) does; with GPUCMP_CUDA_SMS=48 an " \
+      "A4000's SMs too")
 
 #define GC_VP_ENUM_C_(id, name, be, list, help) GC_VP_##id,
 #define GC_VP_ENUM_K_(id, name, be, lo, hi, help) GC_VP_##id,
