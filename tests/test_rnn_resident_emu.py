@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import reference as ref
-from test_rnn_ops import BOUNDED, CELLS, TOL, Problem, _seed, gates, oracle_kw, rel_check, save_blocks
+from test_rnn_ops import (BOUNDED, CELLS, TOL, Problem, _seed, gates, oracle_kw, rel_check, resident_refusal,
+                          save_blocks)
 from test_rnn_persistent_emu import ACT_ID, CELL_ID, ROOT, _f32, _p
 
 
@@ -174,28 +175,19 @@ def test_emulated_resident_without_save_dy_and_optional_outputs(emu):
         assert np.all(dxw == 0.0), cell
 
 
-def resident_takes(cell, u, bwd):
-    """The Python twin of rres_plan (and of test_rnn_ops.resident_refusal): a K split over
-    power-of-two slices with at most 64 of U's floats per lane, u * lanes per unit <= 256."""
-    G = gates(cell)
-    gp = 1 if bwd or G == 1 else 4
-    K = G * u if bwd else u
-    ks = 1
-    while ks <= 32 and gp * ks <= 32 and u * gp * ks <= 256:
-        if -(-K // ks) <= 64:
-            return True
-        ks *= 2
-    return False
-
-
 @pytest.mark.parametrize("cell", CELLS)
 def test_the_plan_takes_the_small_recurrences_and_refuses_the_rest(emu, cell):
+    """rres_plan takes SimpleRNN u <= 128 and LSTM / GRU u <= 64 (both passes), with a
+    template KC holding each lane's slice, and agrees with the Python twin the CUDA tests
+    use to expect a refusal (test_rnn_ops.resident_refusal)."""
     info = (ctypes.c_int * 2)()
     limit = 128 if cell == "simple" else 64
     for u in list(range(1, 140)) + [200, 256, 1024]:
         for bwd in (0, 1):
             ok = emu.emu_res_plan(u, CELL_ID[cell], bwd, info)
-            assert ok == resident_takes(cell, u, bwd), (cell, u, bwd)
+            U = np.zeros((u, 1))  # the twin reads U's shape only
+            twin = resident_refusal("rnn_bwd" if bwd else "rnn_fwd", (None, U, None, U), {"cell": cell}) is None
+            assert ok == twin, f"rres_plan and test_rnn_ops.resident_refusal disagree: {cell} u={u} bwd={bwd}"
             assert ok == (u <= limit), (cell, u, bwd, tuple(info))
             if ok:
                 ks, kc = info[0], info[1]
