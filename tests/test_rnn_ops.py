@@ -21,8 +21,10 @@ GPUCMP_TEST_SEED=<seed> replays a run):
   against a per-gate hand computation of one step;
 - bad inputs: a ValueError / TypeError naming the argument;
 - on CUDA, every case for each recurrence of the variant point cuda.rnn (backend ids
-  "cuda:0/stepwise", "cuda:0/persistent": forced, and `last` checked after each call;
-  recurrent dropout is refused by the persistent kernel and then runs stepwise), shapes
+  "cuda:0/stepwise", "cuda:0/persistent", "cuda:0/cluster", "cuda:0/resident": forced, and
+  `last` checked after each call; recurrent dropout is refused by the persistent and
+  resident kernels and then runs stepwise; a U too large for the resident kernel's
+  registers is refused by it with a clear error, then runs under auto), shapes
   that give the persistent kernel several groups of rows and several CTAs per group,
   float16 / bfloat16 storage on it, a shape too large for it (forced: a clear error,
   auto: stepwise ran), and a CUDA-graph capture and replay of a training step through it.
@@ -49,7 +51,7 @@ ACTS = ref.RNN_ACTIVATIONS
 _BACKENDS = tuple(_core.backends())
 _CUDA = tuple(b for b in _BACKENDS if b.startswith("cuda")) or ("cuda:0",)
 # the recurrences of the variant point cuda.rnn a CUDA case runs (each forced in turn)
-RNN_VARIANTS = ("stepwise", "persistent", "cluster")
+RNN_VARIANTS = ("stepwise", "persistent", "cluster", "resident")
 BACKENDS = [pytest.param("cpu", id="cpu")] + [pytest.param(f"{b}/{v}", id=f"{b}-{v}", marks=pytest.mark.cuda)
                                               for b in _CUDA for v in RNN_VARIANTS]
 DTYPES = ("float32", "float16", "bfloat16")
@@ -141,11 +143,35 @@ def rnn_variant_skip(var):
     return None
 
 
+def resident_refusal(op, ins, p, rmask=None):
+    """Why cuda.rnn=resident refuses this call (None: it runs it) -- the Python twin of
+    rres_plan (csrc/cuda/rnn_resident_kernels.cuh): recurrent dropout, or a U that does not
+    fit in a block's registers (K = u forward, G*u backward, split over power-of-two slices
+    of at most 64 floats per lane, u * lanes per unit <= 256 with 4 lanes per unit (one per
+    gate) in the gated cells' forward): SimpleRNN u <= 128, LSTM / GRU u <= 64."""
+    if rmask is not None:
+        return "recurrent dropout"
+    U = ins[1] if op == "rnn_fwd" else ins[3]
+    u = U.shape[0]
+    G = gates(p.get("cell", "lstm"))
+    bwd = op == "rnn_bwd"
+    gp = 1 if bwd or G == 1 else 4
+    K = G * u if bwd else u
+    ks = 1
+    while gp * ks <= 32 and u * gp * ks <= 256:
+        if -(-K // ks) <= 64:
+            return None
+        ks *= 2
+    return "U does not fit in one block's registers"
+
+
 def run_rnn(op, backend, ins, outs, p, rmask=None):
     """run_op on `backend`, which may name a cuda.rnn variant ("cuda:0/persistent"): that
     variant is forced for the call and `last` must report it. Recurrent dropout is not
-    the persistent kernel's: forced, it refuses (NotImplementedError, nothing written),
-    then the call runs under auto, which must take the stepwise path."""
+    the persistent or resident kernels': forced, they refuse (NotImplementedError naming
+    the variant, nothing written), then the call runs under auto, which must take the
+    stepwise path. A U too large for the resident kernel: refused the same way, then auto
+    runs it (persistent or stepwise)."""
     be, _, var = backend.partition("/")
     if not var:
         _core.run_op(op, be, ins, outs, p)
@@ -154,9 +180,13 @@ def run_rnn(op, backend, ins, outs, p, rmask=None):
     if why:
         pytest.skip(why)
     want = var
-    if var in ("persistent", "cluster") and rmask is not None:
+    if (var in ("persistent", "cluster") and rmask is not None) or \
+            (var == "resident" and resident_refusal(op, ins, p, rmask)):
+        before = [None if o is None else o.copy() for o in outs]
         with variants.forced("cuda.rnn", var), pytest.raises(NotImplementedError, match=var):
             _core.run_op(op, be, ins, outs, p)
+        for o, b in zip(outs, before):  # a refused call writes nothing (the outputs are NaN-poisoned)
+            assert o is None or np.array_equal(o, b, equal_nan=True), f"{op}: cuda.rnn={var} refused but wrote"
         var = want = "auto"
     with variants.forced("cuda.rnn", var):
         _core.run_op(op, be, ins, outs, p)
@@ -968,12 +998,12 @@ def test_recurrence_variants_half_storage_on_grid_shapes(backend, dtype, cell):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("var", ("persistent", "cluster"))
+@pytest.mark.parametrize("var", ("persistent", "cluster", "resident"))
 @pytest.mark.parametrize("cell", ("lstm", "gru"))
 def test_persistent_refuses_a_shape_too_large_and_auto_runs_stepwise(cell, var):
-    """U of u = 1024 does not fit on chip in 16 CTAs on any device: forced persistent (or
-    cluster) is a NotImplementedError naming the variant and writing nothing; auto runs it
-    stepwise."""
+    """U of u = 1024 does not fit on chip in 16 CTAs (nor in one block's registers) on any
+    device: forced persistent (or cluster, or resident) is a NotImplementedError naming the
+    variant and writing nothing; auto runs it stepwise."""
     if _CUDA[0] not in _BACKENDS:
         pytest.skip("no CUDA backend")
     why = rnn_variant_skip(var)
@@ -1010,12 +1040,12 @@ def test_the_recurrence_variant_point_is_listed():
     if not _core.built_with_cuda:
         assert "cuda.rnn" not in pts
         return
-    assert pts["cuda.rnn"]["variants"] == ["auto", "stepwise", "persistent", "cluster"]
+    assert pts["cuda.rnn"]["variants"] == ["auto", "stepwise", "persistent", "cluster", "resident"]
     avail = pts["cuda.rnn"]["available"]
     if not any(b.startswith("cuda") for b in _BACKENDS):   # built with CUDA, no GPU here
         assert avail == ["auto"], avail
         return
-    assert {"auto", "stepwise", "persistent"} <= set(avail), avail
+    assert {"auto", "stepwise", "persistent", "resident"} <= set(avail), avail
     with pytest.raises(ValueError, match="cuda.rnn"):
         variants.force("cuda.rnn", "cluster9")
     if "cluster" not in avail:  # forcing an unavailable variant is refused, naming it
@@ -1044,11 +1074,12 @@ def _rnn_plan(backend, cell, seed, B, T, F, u, classes=3):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("var", ("persistent", "cluster"))
+@pytest.mark.parametrize("var", ("persistent", "cluster", "resident"))
 @pytest.mark.parametrize("cell", CELLS)
 def test_persistent_recurrence_in_a_captured_graph(cell, var):
     """Training steps of an rnn -> dense plan with cuda.rnn=persistent (or cluster: a
-    cluster launch is a kernel node with its cluster dimension), replayed from a CUDA graph
+    cluster launch is a kernel node with its cluster dimension; or resident, a plain
+    launch, on a U it holds in registers: u = 48), replayed from a CUDA graph
     (train_steps) and run op by op: the same weights bit for bit (the kernel is
     deterministic), steps replayed, and the forced kernel is what ran."""
     if _CUDA[0] not in _BACKENDS:
@@ -1058,7 +1089,7 @@ def test_persistent_recurrence_in_a_captured_graph(cell, var):
         pytest.skip(why)
     seed = _seed()
     rng = np.random.default_rng(seed)
-    B, T, F, u = 16, 9, 5, 70
+    B, T, F, u = 16, 9, 5, (48 if var == "resident" else 70)
     n = 6 * B
     x = rng.standard_normal((n, T, F)).astype(np.float32)
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]

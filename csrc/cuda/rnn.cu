@@ -21,9 +21,9 @@
  * and one matmul per gate block, m_g = hm_g . U_g; backward one matmul per gate into dr
  * (B, G*u), dr_g = dz_g . U_g^T, summed with the mask into dh = dd + sum_g dr_g * rmask_g
  * (both in the workspace).
- * gc_cuda_op_rnn_fwd / _bwd first offer the call to the persistent kernel
- * (rnn_persistent.cu, one launch for all steps; variant point cuda.rnn) and run this
- * stepwise path where it declines. */
+ * gc_cuda_op_rnn_fwd / _bwd first offer the call to the one-launch kernels (variant
+ * point cuda.rnn: rnn_resident.cu for a small U, then rnn_persistent.cu) and run this
+ * stepwise path where they decline. */
 #include "common.cuh"
 #include "gpucmp_rnn_act.h"
 #include "gpucmp_variants.h"
@@ -439,21 +439,37 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
 
 } // namespace
 
-/* cuda.rnn: auto takes the persistent kernel (rnn_persistent.cu) wherever it is eligible,
- * else the stepwise loop above; persistent and cluster (the persistent kernels exchanging
- * through a thread-block cluster's shared memory; never auto's choice for now) refuse an
- * ineligible call (saying why); stepwise never tries them. `last` reports what ran. */
+/* cuda.rnn: auto takes the resident kernel (rnn_resident.cu: all of U in each CTA's
+ * registers) wherever it is eligible, else the persistent kernel (rnn_persistent.cu)
+ * wherever that is, else the stepwise loop above; resident, persistent and cluster (the
+ * persistent kernels exchanging through a thread-block cluster's shared memory; never
+ * auto's choice for now) refuse an ineligible call (saying why); stepwise never tries
+ * them. `last` reports what ran. */
 typedef gc_status (*rnn_pers_fn)(const gc_backend *, const gc_op_call *, int *, const char **);
 
-static gc_status try_persistent(const gc_backend *be, const gc_op_call *call, rnn_pers_fn fn, rnn_pers_fn cfn,
-                                const char *what, int *ran)
+static gc_status try_persistent(const gc_backend *be, const gc_op_call *call, rnn_pers_fn rfn, rnn_pers_fn fn,
+                                rnn_pers_fn cfn, const char *what, int *ran)
 {
     *ran = 0;
     const int v = gc_variant_forced(GC_VP_CUDA_RNN);
     if (v == GC_V_RNN_STEPWISE) return GC_OK;
-    const int cl = v == GC_V_RNN_CLUSTER;
     const char *why = NULL;
-    gc_status st = (cl ? cfn : fn)(be, call, ran, &why);
+    gc_status st;
+    if (v == GC_V_RNN_AUTO || v == GC_V_RNN_RESIDENT) {
+        if ((st = rfn(be, call, ran, &why))) return st;
+        if (*ran) {
+            gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_RESIDENT);
+            return GC_OK;
+        }
+        if (v == GC_V_RNN_RESIDENT)
+            return gc_fail(GC_ERR_UNSUPPORTED,
+                           "%s: cuda.rnn=resident cannot run this call: %s (auto runs it with the persistent "
+                           "kernel or stepwise)",
+                           what, why ? why : "not eligible");
+        why = NULL;
+    }
+    const int cl = v == GC_V_RNN_CLUSTER;
+    st = (cl ? cfn : fn)(be, call, ran, &why);
     if (st) return st;
     if (*ran) {
         gc_variant_ran(GC_VP_CUDA_RNN, cl ? GC_V_RNN_CLUSTER : GC_V_RNN_PERSISTENT);
@@ -470,7 +486,10 @@ extern "C" gc_status gc_cuda_op_rnn_fwd(const gc_backend *be, const gc_op_call *
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     int ran = 0;
-    if ((st = try_persistent(be, call, gc_rnn_persistent_fwd, gc_rnn_cluster_fwd, "rnn_fwd", &ran)) || ran) return st;
+    if ((st = try_persistent(be, call, gc_rnn_resident_fwd, gc_rnn_persistent_fwd, gc_rnn_cluster_fwd, "rnn_fwd",
+                             &ran)) ||
+        ran)
+        return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = rnn_fwd<T>(be, call));
     if (!st) gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_STEPWISE);
     return st;
@@ -481,7 +500,10 @@ extern "C" gc_status gc_cuda_op_rnn_bwd(const gc_backend *be, const gc_op_call *
     gc_status st = gc_cuda_set_device(be);
     if (st) return st;
     int ran = 0;
-    if ((st = try_persistent(be, call, gc_rnn_persistent_bwd, gc_rnn_cluster_bwd, "rnn_bwd", &ran)) || ran) return st;
+    if ((st = try_persistent(be, call, gc_rnn_resident_bwd, gc_rnn_persistent_bwd, gc_rnn_cluster_bwd, "rnn_bwd",
+                             &ran)) ||
+        ran)
+        return st;
     GC_CUDA_DISPATCH_FLOAT(call->in[4]->dtype, T, st = rnn_bwd<T>(be, call));
     if (!st) gc_variant_ran(GC_VP_CUDA_RNN, GC_V_RNN_STEPWISE);
     return st;

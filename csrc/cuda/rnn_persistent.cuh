@@ -1,5 +1,5 @@
-/* rnn_persistent.cuh -- the entry points of the persistent recurrence (rnn_persistent.cu)
- * that rnn.cu's rnn_fwd / rnn_bwd try before their stepwise loop.
+/* rnn_persistent.cuh -- the entry points of the one-launch recurrences (rnn_persistent.cu,
+ * rnn_resident.cu) that rnn.cu's rnn_fwd / rnn_bwd try before their stepwise loop.
  *
  * Each takes the op call exactly as rnn.cu gets it. Three outcomes: GC_OK with *ran = 1
  * (the whole recurrence ran as one launch), GC_OK with *ran = 0 and a static reason in
@@ -20,5 +20,11 @@ gc_status gc_rnn_persistent_bwd(const gc_backend *be, const gc_op_call *call, in
 gc_status gc_rnn_cluster_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 gc_status gc_rnn_cluster_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 int gc_rnn_cluster_available(const gc_backend *be, const char **why);
+
+/* The register-resident variant (cuda.rnn=resident, rnn_resident.cu: one CTA per group of
+ * rows holds all of U in registers; small recurrences only): the same outcomes (it has
+ * no wait that can fail: an error status is a launch that failed). auto tries it first. */
+gc_status gc_rnn_resident_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
+gc_status gc_rnn_resident_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 
 #endif

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--B", type=int, default=5)
     ap.add_argument("--T", type=int, default=4)
     ap.add_argument("--u", type=int, default=33)
-    ap.add_argument("--variant", default="persistent", choices=("persistent", "cluster"))
+    ap.add_argument("--variant", default="persistent", choices=("persistent", "cluster", "resident"))
     a = ap.parse_args()
     bad = 0
     for cell in a.cells:
