@@ -110,7 +110,9 @@ static int common_checks(const gc_rnn_params *p, int64_t B, int64_t T, int64_t u
     return 1;
 }
 
-static int occupancy(const void *kern, size_t smem)
+/* blocks per SM (0: none fits), capped as a smaller card's SM would hold them under
+ * cuda.smem_limit_kb */
+static int occupancy(const gc_backend *be, const void *kern, size_t smem)
 {
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
@@ -122,7 +124,7 @@ static int occupancy(const void *kern, size_t smem)
         (void)cudaGetLastError();
         occ = 0;
     }
-    return occ;
+    return min(occ, gc_cuda_smem_blocks_per_sm(be, smem));
 }
 
 /* R rows per CTA (the layout filled: RT tells the kernel), the grid and the shared
@@ -148,7 +150,7 @@ static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_
         return 0;
     }
     const void *k = kern_of<T>(bwd, s->KC, 1);
-    const int occ1 = occupancy(k, smem);
+    const int occ1 = occupancy(be, k, smem);
     if (occ1 < 1) {
         *why = "no block of the resident kernel fits on an SM (registers or shared memory)";
         return 0;
@@ -165,7 +167,7 @@ static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_
             sm2 = rres_layout(&t, bwd);
         }
         const void *k2 = kern_of<T>(bwd, s->KC, 2);
-        if (sm2 <= optin && occupancy(k2, sm2) >= 1) {
+        if (sm2 <= optin && occupancy(be, k2, sm2) >= 1) {
             *s = t;
             smem = sm2;
         } /* else one row per CTA, in waves (s keeps its layout) */
