@@ -45,6 +45,7 @@ import pytest
 
 import reference as ref
 from gpucmp import _core, ops, variants
+from gpucmp.harness import costs
 
 CELLS = ("simple", "lstm", "gru", "gru_reset_before")
 ACTS = ref.RNN_ACTIVATIONS
@@ -132,37 +133,32 @@ def save_blocks(cell):
 
 def rnn_variant_skip(var):
     """Why the cuda.rnn variant `var` cannot run on this build / device (None: it can):
-    "cluster" needs compute capability 9.0 and the sm_90 image."""
+    "cluster" needs compute capability 9.0 and the sm_90 image, and a run that plans for
+    an sm_86 card (cuda.smem_limit_kb forced: test_cuda_sm86_limits.py) has no clusters."""
     if var != "cluster":
         return None
     info = variants.points().get("cuda.rnn")
     if info is None:
         return "this build has no cuda.rnn point"
+    if variants.points().get("cuda.smem_limit_kb", {}).get("forced", "auto") != "auto":
+        return "planning for an sm_86 card (cuda.smem_limit_kb): it has no thread-block clusters"
     if "cluster" not in info["available"]:
         return "cuda.rnn=cluster is not available here (thread-block clusters need sm_90)"
     return None
 
 
 def resident_refusal(op, ins, p, rmask=None):
-    """Why cuda.rnn=resident refuses this call (None: it runs it) -- the Python twin of
-    rres_plan (csrc/cuda/rnn_resident_kernels.cuh): recurrent dropout, or a U that does not
-    fit in a block's registers (K = u forward, G*u backward, split over power-of-two slices
-    of at most 64 floats per lane, u * lanes per unit <= 256 with 4 lanes per unit (one per
-    gate) in the gated cells' forward): SimpleRNN u <= 128, LSTM / GRU u <= 64."""
+    """Why cuda.rnn=resident refuses this call (None: it runs it): recurrent dropout, or a
+    U that does not fit in a block's registers -- gpucmp.harness.costs.rnn_resident_eligible,
+    the Python twin of rres_plan (csrc/cuda/rnn_resident_kernels.cuh) that the harness's
+    projections use too, checked against the C rule by tests/test_rnn_resident_emu.py."""
     if rmask is not None:
         return "recurrent dropout"
     U = ins[1] if op == "rnn_fwd" else ins[3]
-    u = U.shape[0]
-    G = gates(p.get("cell", "lstm"))
-    bwd = op == "rnn_bwd"
-    gp = 1 if bwd or G == 1 else 4
-    K = G * u if bwd else u
-    ks = 1
-    while gp * ks <= 32 and u * gp * ks <= 256:
-        if -(-K // ks) <= 64:
-            return None
-        ks *= 2
-    return "U does not fit in one block's registers"
+    which = "fwd" if op == "rnn_fwd" else "bwd"
+    if not costs.rnn_resident_eligible(p.get("cell", "lstm"), U.shape[0], which):
+        return "U does not fit in one block's registers"
+    return None
 
 
 def run_rnn(op, backend, ins, outs, p, rmask=None):

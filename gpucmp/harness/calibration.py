@@ -36,6 +36,7 @@ import json
 import math
 import platform
 
+from . import costs
 from . import devices as devices_mod
 from . import energy
 from . import results
@@ -133,7 +134,7 @@ def _rnn_variant_ran():
         v = _core.variant_last("cuda.rnn")
     except (ValueError, KeyError, AttributeError):
         return "stepwise"
-    return v if v in ("stepwise", "persistent") else "stepwise"
+    return v if v in costs.RNN_VARIANTS else "stepwise"
 
 
 def rnn_variants_here():
@@ -142,7 +143,7 @@ def rnn_variants_here():
     info = _core.variants().get("cuda.rnn")
     if not info:
         return []
-    return [v for v in info.get("available") or [] if v in ("stepwise", "persistent")]
+    return [v for v in info.get("available") or [] if v in costs.RNN_VARIANTS]
 
 
 def bench_recurrent(device, cell, which, batch, steps, units, dtype, estimate_s, variant=None, graph=True):

@@ -148,7 +148,7 @@ def totals(ops):
 
 RNN_GATES = {"simple": 1, "lstm": 4, "gru": 3, "gru_reset_before": 3}
 RNN_SAVE_BLOCKS = {"simple": 2, "lstm": 7, "gru": 5, "gru_reset_before": 5}
-RNN_VARIANTS = ("stepwise", "persistent")
+RNN_VARIANTS = ("stepwise", "persistent", "resident")
 # gate math per (row, unit) of one step, besides the recurrent product (a rough count)
 RNN_GATE_FLOPS = {"fwd": {"simple": 2, "lstm": 14, "gru": 14, "gru_reset_before": 14},
                   "bwd": {"simple": 3, "lstm": 24, "gru": 20, "gru_reset_before": 20}}
@@ -156,12 +156,31 @@ RNN_TILE = 16         # the stepwise recurrent matmul's output tile (csrc/cuda/r
 RNN_MAX_CTAS_PER_GROUP = 16   # the persistent kernel's CTAs per group of batch rows, at most
 
 
+def rnn_resident_eligible(cell, units, which, rmask=False):
+    """Whether cuda.rnn=resident (csrc/cuda/rnn_resident*: one CTA per batch row holding
+    all of U in registers) takes a call -- the Python twin of its rres_plan: no recurrent
+    dropout, and U in one block's registers (K = u forward, G*u backward, split over
+    power-of-two slices of at most 64 floats per lane, u x lanes per unit <= 256 with one
+    lane per gate in the gated cells' forward): SimpleRNN u <= 128, LSTM / GRU u <= 64."""
+    if rmask:
+        return False
+    g, u = RNN_GATES[cell], int(units)
+    gp = 1 if which == "bwd" or g == 1 else 4
+    k = g * u if which == "bwd" else u
+    ks = 1
+    while gp * ks <= 32 and u * gp * ks <= 256:
+        if -(-k // ks) <= 64:
+            return True
+        ks *= 2
+    return False
+
+
 def rnn_launches_per_step(cell, variant, rmask=False):
     """Kernel launches one time step of the CUDA recurrence makes: stepwise, the recurrent
     matmul and the fused gate kernel (GRU reset_before adds its reset kernel and a second
     matmul; recurrent dropout one matmul per gate block and a mask kernel); persistent,
-    none (its one launch covers every step)."""
-    if variant == "persistent":
+    and resident none (their one launch covers every step)."""
+    if variant in ("persistent", "resident"):
         return 0
     if not rmask:
         return 4 if cell == "gru_reset_before" else 2
@@ -170,15 +189,16 @@ def rnn_launches_per_step(cell, variant, rmask=False):
 
 def rnn_launches(cell, steps, variant, rmask=False):
     """Kernel launches of one rnn_fwd / rnn_bwd call: stepwise, steps x the per-step ones
-    plus its init and final-state kernels; persistent, one."""
-    if variant == "persistent":
+    plus its init and final-state kernels; persistent and resident, one."""
+    if variant in ("persistent", "resident"):
         return 1
     return steps * rnn_launches_per_step(cell, variant, rmask) + 2
 
 
 def rnn_exchanges_per_step(cell):
-    """Synchronisations among the persistent kernel's CTAs per step (GRU reset_before
-    exchanges r*h as well as h, d(r*h) as well as dh)."""
+    """Synchronisations per step: among the persistent kernel's CTAs, or the resident
+    kernel's block barriers (GRU reset_before exchanges r*h as well as h, d(r*h) as well
+    as dh)."""
     return 2 if cell == "gru_reset_before" else 1
 
 
@@ -190,7 +210,7 @@ def recurrent(name, which, cell, batch, steps, units, dtype="float32", variant="
     per step, fp32 FFMA whatever the storage dtype) and the gate math; bytes default to
     the op's operands read or written once; blocks are the CTAs the step's FLOPs spread
     over (stepwise: the recurrent matmul's 16 x 16 output tiles; persistent: up to 16 per
-    batch row); launches follow the variant (rnn_launches). variant_source says where the
+    batch row; resident: one per batch row); launches follow the variant (rnn_launches). variant_source says where the
     variant came from: 'given' (the op's description), 'build' (the auto choice of the
     running build), 'assumed' (neither: the projection takes the calibration's)."""
     if cell not in RNN_GATES:
@@ -211,6 +231,8 @@ def recurrent(name, which, cell, batch, steps, units, dtype="float32", variant="
         nbytes = float(s * io)
     if variant == "persistent":
         blocks = b * RNN_MAX_CTAS_PER_GROUP
+    elif variant == "resident":
+        blocks = b
     else:
         n = g * u if which == "fwd" else u
         blocks = math.ceil(n / RNN_TILE) * math.ceil(b / RNN_TILE)

@@ -100,10 +100,11 @@ ELEMENTWISE_FLOPS = {"act_fwd": 2, "act_bwd": 1, "add": 1, "mul": 1, "dropout_fw
 RNN_CELL_OF_GATES = {1: "simple", 4: "lstm", 3: "gru"}
 
 
-def build_rnn_variant(rmask=False):
+def build_rnn_variant(rmask=False, cell=None, units=None, which="fwd"):
     """(variant, source) of the CUDA recurrence in the running build: the variant forced
-    at point cuda.rnn, else its auto choice -- persistent where the build has it and the
-    call is eligible (no recurrent dropout), else stepwise; ('stepwise', 'assumed') in a
+    at point cuda.rnn, else its auto choice -- resident where the build has it and the
+    call fits it (cell and units given: costs.rnn_resident_eligible), else persistent where
+    the build has it and the call is eligible (no recurrent dropout), else stepwise; ('stepwise', 'assumed') in a
     build without the point (a CPU-only build cannot say what its CUDA build would run:
     the projection then takes the variant the calibration recorded)."""
     try:
@@ -116,7 +117,10 @@ def build_rnn_variant(rmask=False):
     forced = info.get("forced") or "auto"
     if forced in costs.RNN_VARIANTS:
         return forced, "build"
-    ok = "persistent" in (info.get("available") or []) and not rmask
+    avail = info.get("available") or []
+    if "resident" in avail and cell is not None and costs.rnn_resident_eligible(cell, units, which, rmask):
+        return "resident", "build"
+    ok = "persistent" in avail and not rmask
     return ("persistent" if ok else "stepwise"), "build"
 
 
@@ -139,7 +143,7 @@ def _rnn_op(entry, name, phase, desc=None):
     variant = entry["params"].get("variant")
     source = "given"
     if variant not in costs.RNN_VARIANTS:
-        variant, source = build_rnn_variant(rmask)
+        variant, source = build_rnn_variant(rmask, cell, u, "fwd" if fwd else "bwd")
     return costs.recurrent(name, "fwd" if fwd else "bwd", cell, b, t, u, _dtype(entry), variant, _bytes(entry),
                            rmask, phase, source)
 

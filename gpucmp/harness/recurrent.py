@@ -48,6 +48,7 @@ RNN_KINDS = ("rnn_fwd", "rnn_bwd")
 DEFAULT_STEPWISE_EFFICIENCY = 0.25
 DEFAULT_PERSISTENT_EFFICIENCY = 0.5
 DEFAULT_PERSISTENT_EXCHANGE_CYCLES = 1800.0
+DEFAULT_RESIDENT_STEP_CYCLES = 1000.0
 # the persistent kernel keeps U's slices in shared memory: a target whose SMs cannot hold
 # a sixteenth of U plus the group's states runs the stepwise loop instead
 PERSISTENT_STATE_BYTES = 16 * 1024
@@ -59,9 +60,9 @@ def is_recurrent(op):
 
 def floor_units(op):
     """What an op's per-step floor is paid per: launches per step (stepwise) or exchanges
-    per step (persistent)."""
+    per step (persistent, resident)."""
     e = op.extra
-    if e["variant"] == "persistent":
+    if e["variant"] in ("persistent", "resident"):
         return costs.rnn_exchanges_per_step(e["cell"])
     return costs.rnn_launches_per_step(e["cell"], "stepwise", e["rmask"])
 
@@ -74,8 +75,9 @@ def _outside_launches(op):
 def default_params(variant, launch_s, clock_mhz):
     """The model's quantities when the calibration timed no recurrent op (see the module
     docstring); floor_s is per unit, at clock_mhz."""
-    if variant == "persistent":
-        floor = DEFAULT_PERSISTENT_EXCHANGE_CYCLES / (clock_mhz * 1e6) if clock_mhz == clock_mhz else 0.9e-6
+    if variant in ("persistent", "resident"):
+        cycles = DEFAULT_PERSISTENT_EXCHANGE_CYCLES if variant == "persistent" else DEFAULT_RESIDENT_STEP_CYCLES
+        floor = cycles / (clock_mhz * 1e6) if clock_mhz == clock_mhz else cycles / 2e9
         return {"floor_s": floor, "efficiency": DEFAULT_PERSISTENT_EFFICIENCY, "clock_mhz": clock_mhz,
                 "source": "default"}
     return {"floor_s": float(launch_s), "efficiency": DEFAULT_STEPWISE_EFFICIENCY, "clock_mhz": clock_mhz,
@@ -134,6 +136,8 @@ def origin_variant(op, cal):
     if rec and rec.get("variant") in costs.RNN_VARIANTS:
         return rec["variant"]
     auto = (cal.get("recurrent") or {}).get("auto_variant")
+    if auto == "resident" and not costs.rnn_resident_eligible(e["cell"], e["units"], e["which"], e["rmask"]):
+        auto = "persistent"  # auto's next choice for a U the resident kernel does not hold
     if auto in costs.RNN_VARIANTS and not (auto == "persistent" and e["rmask"]):
         return auto
     return e["variant"]

@@ -283,3 +283,25 @@ def test_a_timed_recurrent_op_projected_onto_its_own_card_keeps_its_time(rng):
 def replace_model(m):
     from dataclasses import replace
     return replace(m)
+
+
+def test_the_resident_variant_takes_small_recurrences_in_one_launch(rng):
+    """cuda.rnn=resident (U in one block's registers): SimpleRNN u <= 128, LSTM / GRU
+    u <= 64, no recurrent dropout; one launch, one CTA per batch row, one barrier a step
+    (two for reset_before); a calibration whose auto ran resident gives persistent to the
+    ops it cannot hold."""
+    for cell, top in (("simple", 128), ("lstm", 64), ("gru", 64), ("gru_reset_before", 64)):
+        for which in ("fwd", "bwd"):
+            assert costs.rnn_resident_eligible(cell, top, which), (cell, which)
+            assert not costs.rnn_resident_eligible(cell, top + 1, which), (cell, which)
+            assert not costs.rnn_resident_eligible(cell, 1 + int(rng.integers(top)), which, rmask=True)
+    b, t = (int(x) for x in rng.integers(2, 300, 2))
+    op = costs.recurrent("r", "fwd", "gru_reset_before", b, t, 32, variant="resident")
+    assert op.launches == 1 and op.blocks == b and recurrent.floor_units(op) == 2
+    big = costs.recurrent("r", "bwd", "lstm", b, t, 128, variant_source="assumed")
+    small = costs.recurrent("r", "bwd", "simple", b, t, 128, variant_source="assumed")
+    cal = {"ops": {}, "peaks": {"launch_s": 2e-6}, "recurrent": {"auto_variant": "resident"}}
+    assert recurrent.origin_variant(big, cal) == "persistent"
+    assert recurrent.origin_variant(small, cal) == "resident"
+    p = recurrent.default_params("resident", 2e-6, 1980.0)
+    assert p["source"] == "default" and 0 < p["floor_s"] < recurrent.default_params("persistent", 2e-6, 1980.0)["floor_s"]
