@@ -31,27 +31,8 @@ static float *dev_random(size_t n, float scale, std::mt19937 &g)
     return p;
 }
 
-template <int RT> static void (*fwd_kern(int KC))(rres_fwd_args)
-{
-    switch (KC) {
-    case 8: return rnn_res_fwd<float, 8, RT>;
-    case 16: return rnn_res_fwd<float, 16, RT>;
-    case 32: return rnn_res_fwd<float, 32, RT>;
-    case 48: return rnn_res_fwd<float, 48, RT>;
-    default: return rnn_res_fwd<float, 64, RT>;
-    }
-}
-
-template <int RT> static void (*bwd_kern(int KC))(rres_bwd_args)
-{
-    switch (KC) {
-    case 8: return rnn_res_bwd<float, 8, RT>;
-    case 16: return rnn_res_bwd<float, 16, RT>;
-    case 32: return rnn_res_bwd<float, 32, RT>;
-    case 48: return rnn_res_bwd<float, 48, RT>;
-    default: return rnn_res_bwd<float, 64, RT>;
-    }
-}
+template <int RT> static void (*fwd_kern(int KC))(rres_fwd_args) { return rres_fwd_kernel<float, RT>(KC); }
+template <int RT> static void (*bwd_kern(int KC))(rres_bwd_args) { return rres_bwd_kernel<float, RT>(KC); }
 
 /* rnn_resident.cu's choice: one row per CTA while the batch fits the SMs x the
  * occupancy, else ceil(B / that) rows in 2-row tiles; returns the occupancy used */

@@ -21,7 +21,7 @@
  * - Registers, not shared memory, for U: 64K registers per SM against 228 KB (H200) or
  *   100 KB (A4000) of shared memory; and a register operand costs no load, so the step's
  *   inner loop is one broadcast LDS.128 of h per 4 FFMA. The per-thread count KC is a
- *   template parameter (8, 16, 32, 48, 64), so the fully unrolled array stays in
+ *   template parameter (16 or 64), so the fully unrolled array stays in
  *   registers (ptxas: no stack, no spills). 64 floats per thread x 256 threads = 16384
  *   floats: SimpleRNN u <= 128 (K in 2 slices of 64), LSTM u <= 64 (4 lanes per unit, one
  *   per gate), GRU u <= 64 (the 4th gate lane idle; that keeps a unit's lanes a power of
@@ -57,32 +57,10 @@
 
 namespace {
 
-template <typename T, int RT> static void (*fwd_kern_rt(int KC))(rres_fwd_args)
-{
-    switch (KC) {
-    case 8: return rnn_res_fwd<T, 8, RT>;
-    case 16: return rnn_res_fwd<T, 16, RT>;
-    case 32: return rnn_res_fwd<T, 32, RT>;
-    case 48: return rnn_res_fwd<T, 48, RT>;
-    default: return rnn_res_fwd<T, 64, RT>;
-    }
-}
-
-template <typename T, int RT> static void (*bwd_kern_rt(int KC))(rres_bwd_args)
-{
-    switch (KC) {
-    case 8: return rnn_res_bwd<T, 8, RT>;
-    case 16: return rnn_res_bwd<T, 16, RT>;
-    case 32: return rnn_res_bwd<T, 32, RT>;
-    case 48: return rnn_res_bwd<T, 48, RT>;
-    default: return rnn_res_bwd<T, 64, RT>;
-    }
-}
-
 template <typename T> static const void *kern_of(int bwd, int KC, int RT)
 {
-    if (bwd) return RT == 1 ? (const void *)bwd_kern_rt<T, 1>(KC) : (const void *)bwd_kern_rt<T, 2>(KC);
-    return RT == 1 ? (const void *)fwd_kern_rt<T, 1>(KC) : (const void *)fwd_kern_rt<T, 2>(KC);
+    if (bwd) return RT == 1 ? (const void *)rres_bwd_kernel<T, 1>(KC) : (const void *)rres_bwd_kernel<T, 2>(KC);
+    return RT == 1 ? (const void *)rres_fwd_kernel<T, 1>(KC) : (const void *)rres_fwd_kernel<T, 2>(KC);
 }
 
 static const void *in_data(const gc_tensor *t) { return t && t->data ? t->data : NULL; }
@@ -194,7 +172,7 @@ static gc_status fwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     a.mask = (const float *)in_data(call->in[4]), a.bh = in_data(call->in[5]);
     a.out = call->out[0]->data, a.save = call->out[1] ? call->out[1]->data : NULL;
     a.hT = call->out[2] ? call->out[2]->data : NULL, a.cT = call->out[3] ? call->out[3]->data : NULL;
-    void (*kern)(rres_fwd_args) = s.RT == 1 ? fwd_kern_rt<T, 1>(s.KC) : fwd_kern_rt<T, 2>(s.KC);
+    void (*kern)(rres_fwd_args) = s.RT == 1 ? rres_fwd_kernel<T, 1>(s.KC) : rres_fwd_kernel<T, 2>(s.KC);
     kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
     gc_status st = gc_cuda_launch_check("rnn_fwd: the resident recurrence");
     if (!st) *ran = 1;
@@ -218,7 +196,7 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     a.U = call->in[3]->data, a.save = save->data, a.mask = (const float *)in_data(call->in[5]);
     a.dxw = call->out[0]->data, a.dm = call->out[1] ? call->out[1]->data : NULL;
     a.dh0 = call->out[2] ? call->out[2]->data : NULL, a.dc0 = call->out[3] ? call->out[3]->data : NULL;
-    void (*kern)(rres_bwd_args) = s.RT == 1 ? bwd_kern_rt<T, 1>(s.KC) : bwd_kern_rt<T, 2>(s.KC);
+    void (*kern)(rres_bwd_args) = s.RT == 1 ? rres_bwd_kernel<T, 1>(s.KC) : rres_bwd_kernel<T, 2>(s.KC);
     kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
     gc_status st = gc_cuda_launch_check("rnn_bwd: the resident recurrence");
     if (!st) *ran = 1;

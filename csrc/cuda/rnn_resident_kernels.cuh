@@ -645,11 +645,14 @@ __global__ void __launch_bounds__(RRES_NT, 1) rnn_res_bwd(rres_bwd_args a)
 
 /* ------------------------------------------------------------------ the plan (host) */
 
-/* the smallest template KC holding kc values (0: more than RRES_KC_MAX) */
+/* the smallest template KC holding kc values (0: more than RRES_KC_MAX). Two sizes only:
+ * every KC is 2 passes x 2 row tiles x 3 storage types of kernels of ~2 s of nvcc each
+ * per architecture (CI compiles 4), and a lane holding 64 where 48 would do costs
+ * registers, not time (one CTA per SM either way at u = 64..128) */
 static inline int rres_kc_template(int kc)
 {
-    static const int kcs[5] = {8, 16, 32, 48, 64};
-    for (int i = 0; i < 5; i++)
+    static const int kcs[2] = {16, 64};
+    for (int i = 0; i < 2; i++)
         if (kc <= kcs[i]) return kcs[i];
     return 0;
 }
@@ -724,6 +727,18 @@ static inline void rres_shape_of(rres_shape *s, int B, int T, int u, int cell, i
     s->cell = cell, s->act = act, s->ract = ract, s->seq = seq != 0, s->zo = zo != 0, s->gb = gb != 0;
     s->blk = (int64_t)B * T * u;
     s->fast = act == GC_RNN_TANH && (cell == GC_RNN_SIMPLE || ract == GC_RNN_SIGMOID);
+}
+
+/* the kernel instantiation of a plan's KC (one of rres_kc_template's) and row tile RT:
+ * the one table rnn_resident.cu, the host emulation and the benchmark launch from */
+template <typename T, int RT> static inline void (*rres_fwd_kernel(int KC))(rres_fwd_args)
+{
+    return KC == 16 ? rnn_res_fwd<T, 16, RT> : rnn_res_fwd<T, 64, RT>;
+}
+
+template <typename T, int RT> static inline void (*rres_bwd_kernel(int KC))(rres_bwd_args)
+{
+    return KC == 16 ? rnn_res_bwd<T, 16, RT> : rnn_res_bwd<T, 64, RT>;
 }
 
 } // namespace

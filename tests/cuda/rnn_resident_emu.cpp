@@ -104,27 +104,8 @@ static int setup(rres_shape *s, int B, int T, int u, int cell, int act, int ract
     return grid;
 }
 
-template <int RT> static void (*fwd_kern(int KC))(rres_fwd_args)
-{
-    switch (KC) {
-    case 8: return rnn_res_fwd<float, 8, RT>;
-    case 16: return rnn_res_fwd<float, 16, RT>;
-    case 32: return rnn_res_fwd<float, 32, RT>;
-    case 48: return rnn_res_fwd<float, 48, RT>;
-    default: return rnn_res_fwd<float, 64, RT>;
-    }
-}
-
-template <int RT> static void (*bwd_kern(int KC))(rres_bwd_args)
-{
-    switch (KC) {
-    case 8: return rnn_res_bwd<float, 8, RT>;
-    case 16: return rnn_res_bwd<float, 16, RT>;
-    case 32: return rnn_res_bwd<float, 32, RT>;
-    case 48: return rnn_res_bwd<float, 48, RT>;
-    default: return rnn_res_bwd<float, 64, RT>;
-    }
-}
+template <int RT> static void (*fwd_kern(int KC))(rres_fwd_args) { return rres_fwd_kernel<float, RT>(KC); }
+template <int RT> static void (*bwd_kern(int KC))(rres_bwd_args) { return rres_bwd_kernel<float, RT>(KC); }
 
 } // namespace
 
