@@ -77,12 +77,23 @@ def split_inputs(x, names, what="x"):
     return list(x)
 
 
+def all_finite(out):
+    """Whether the C-contiguous float32 array ``out`` holds no NaN/Inf. The quick test is one
+    BLAS dot product (NaN and Inf propagate into it); only when that is not finite -- also
+    for finite values whose squares overflow -- the exact per-element test decides."""
+    flat = out.reshape(-1)
+    return math.isfinite(np.dot(flat, flat)) or bool(np.isfinite(flat).all())
+
+
 def as_float32(arr, what):
     """C-contiguous float32 copy/view, checked finite (NaN/Inf -> ValueError naming the position)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(arr, dtype=np.float32)
-    finite = np.isfinite(out)
-    if not finite.all():
+    if arr.dtype == np.float32 and arr.flags.c_contiguous:
+        out = arr                  # no cast: nothing can overflow, no errstate needed
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not all_finite(out):
+        finite = np.isfinite(out)
         pos = np.unravel_index(int(np.argmin(finite.reshape(-1))), out.shape)
         value = arr[pos] if arr.shape == out.shape else out[pos]
         raise ValueError(f"{what} contains NaN or Inf (or values beyond float32 range): "
