@@ -16,7 +16,10 @@
  * Host memory is pageable, so upload and download synchronise the stream; an upload
  * of >= 2 MB (a training set, a window of one) is streamed through two page-locked
  * 8 MB buffers, the host copy into one overlapping the DMA out of the other, which
- * runs at the link's pinned rate instead of the driver's pageable path.
+ * runs at the link's pinned rate instead of the driver's pageable path. The host
+ * staging slots (host_alloc / host_free / upload_async) give a plan its own page-locked
+ * buffer and a copy out of it that only queues (cudaMemcpyAsync on the stream): a step's
+ * inputs go up without a synchronisation, and the plan waits once, at its result.
  *
  * Memory accounting (the memory_stats slot): every byte the backend holds on the device
  * -- tensors from cu_alloc, the workspace (outgrown ones kept for live graphs too), the
@@ -685,6 +688,39 @@ static gc_status cu_upload(const gc_backend *be, void *dst, const void *host_src
     return GC_OK;
 }
 
+/* host staging (gpucmp.h): page-locked memory, and a copy out of it that only queues */
+static gc_status cu_host_alloc(const gc_backend *be, size_t nbytes, void **out)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, nbytes ? nbytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return gc_fail(GC_ERR_NOMEM, "cuda:%d: cannot allocate %zu bytes of page-locked host memory: %s",
+                       be->device_index, nbytes, cudaGetErrorString(e));
+    }
+    return GC_OK;
+}
+
+static void cu_host_free(const gc_backend *be, void *ptr)
+{
+    if (!ptr) return;
+    cuda_state *s = st_of(be);
+    if (s) (void)set_current(s, NULL, 0); /* nothing to report from a void function */
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static gc_status cu_upload_async(const gc_backend *be, void *dst, const void *host_src, size_t nbytes)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st || (st = no_capture(be, "upload"))) return st;
+    if (!nbytes) return GC_OK;
+    GC_CUDA_TRY(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, gc_cuda_stream(be)));
+    return GC_OK;
+}
+
 static gc_status cu_download(const gc_backend *be, void *host_dst, const void *src, size_t nbytes)
 {
     gc_status st = gc_cuda_set_device(be);
@@ -919,6 +955,10 @@ extern "C" gc_status gc_cuda_register_all(void)
         be->graph_errors = cu_graph_errors;
         be->memory_stats = cu_memory_stats;
         be->reset_peak = cu_reset_peak;
+        be->host_alloc = cu_host_alloc;
+        be->host_free = cu_host_free;
+        be->upload_async = cu_upload_async;
+        be->uploads_done_on_return = 0;
         be->impl = s;
         if (gc_backend_register(be) != GC_OK) break; /* registry full */
         g_ndev++;
