@@ -364,3 +364,44 @@ def test_the_staged_upload_path_on_the_cpu():
                        cwd=os.path.dirname(here), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert f"{len(names)} passed" in r.stdout, r.stdout[-2000:]
+
+
+def test_cuda_stream_syncs_is_none_or_a_count():
+    from gpucmp import _core
+    n = _core.cuda_stream_syncs()
+    assert n is None or (isinstance(n, int) and n >= 0)
+
+
+@pytest.mark.cuda
+def test_replayed_calls_wait_for_the_device_once_on_cuda(restore_device):
+    """A train_on_batch replaying its step graph waits once (the totals read: its inputs,
+    labels, {lr, t} and seed go up through the plan's page-locked stage without a wait);
+    predict once (its output). Was ~5 and 2 before stage.c."""
+    from gpucmp import _core
+    gpucmp.set_device("cuda:0")
+    keras.utils.set_random_seed(13)
+    gen = keras.Sequential([keras.Input((10,)), L.Dense(16, activation="relu"), L.Dense(12, activation="tanh")])
+    disc = keras.Sequential([keras.Input((12,)), L.Dense(16, activation="relu"), L.Dense(1, activation="sigmoid")])
+    disc.compile(optimizer=keras.optimizers.Adam(1e-3), loss="binary_crossentropy")
+    disc.trainable = False
+    gan = keras.Sequential([gen, disc])
+    gan.compile(optimizer=keras.optimizers.Adam(1e-3), loss="binary_crossentropy")
+    rng = np.random.default_rng(13)
+    b = 32
+    ones = np.ones((b, 1), np.float32)
+    calls = {
+        "predict": lambda: gen.predict(rng.standard_normal((b, 10)).astype(np.float32), batch_size=b, verbose=0),
+        "disc.train_on_batch": lambda: disc.train_on_batch(rng.uniform(-1, 1, (b, 12)).astype(np.float32), ones),
+        "gan.train_on_batch": lambda: gan.train_on_batch(rng.standard_normal((b, 10)).astype(np.float32), ones),
+    }
+    for fn in calls.values():          # eager step, capture, first replays
+        for _ in range(3):
+            fn()
+    n = 5
+    waits = {}
+    for name, fn in calls.items():
+        s0 = _core.cuda_stream_syncs()
+        for _ in range(n):
+            fn()
+        waits[name] = (_core.cuda_stream_syncs() - s0) / n
+    assert waits == {name: 1.0 for name in calls}, waits
