@@ -11,6 +11,7 @@
  * among the devices. */
 #include "gpucmp.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static gc_mem_counter meta_mem;
@@ -60,6 +61,21 @@ static gc_status meta_sync(const gc_backend *be)
     return GC_OK;
 }
 
+/* host staging (gpucmp.h): real host memory (a caller writes into it); uploads do nothing */
+static gc_status meta_host_alloc(const gc_backend *be, size_t nbytes, void **out)
+{
+    (void)be;
+    *out = malloc(nbytes ? nbytes : 1);
+    if (!*out) return gc_fail(GC_ERR_NOMEM, "meta: cannot allocate %zu bytes of staging memory", nbytes);
+    return GC_OK;
+}
+
+static void meta_host_free(const gc_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
 static gc_status meta_op(const gc_backend *be, const gc_op_call *call)
 {
     (void)be, (void)call;
@@ -98,6 +114,10 @@ static const gc_backend meta_backend = {
     },
     .memory_stats = meta_memory_stats,
     .reset_peak = meta_reset_peak,
+    .host_alloc = meta_host_alloc,
+    .host_free = meta_host_free,
+    .upload_async = meta_upload,
+    .uploads_done_on_return = 1,
 };
 
 const gc_backend *gc_meta_backend(void) { return &meta_backend; }

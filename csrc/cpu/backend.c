@@ -77,6 +77,21 @@ static gc_status cpu_sync(const gc_backend *be)
     return GC_OK;
 }
 
+/* host staging (gpucmp.h): plain host memory; a copy is done when it returns */
+static gc_status cpu_host_alloc(const gc_backend *be, size_t nbytes, void **out)
+{
+    (void)be;
+    *out = malloc(nbytes ? nbytes : 1);
+    if (!*out) return gc_fail(GC_ERR_NOMEM, "cpu: cannot allocate %zu bytes of staging memory", nbytes);
+    return GC_OK;
+}
+
+static void cpu_host_free(const gc_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
 static const gc_backend cpu_backend = {
     .name = "cpu",
     .device_index = 0,
@@ -95,6 +110,10 @@ static const gc_backend cpu_backend = {
     },
     .memory_stats = cpu_memory_stats,
     .reset_peak = cpu_reset_peak,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .upload_async = cpu_copy,
+    .uploads_done_on_return = 1,
     .impl = NULL,
 };
 

@@ -16,7 +16,10 @@
  * Host memory is pageable, so upload and download synchronise the stream; an upload
  * of >= 2 MB (a training set, a window of one) is streamed through two page-locked
  * 8 MB buffers, the host copy into one overlapping the DMA out of the other, which
- * runs at the link's pinned rate instead of the driver's pageable path.
+ * runs at the link's pinned rate instead of the driver's pageable path. The host
+ * staging slots (host_alloc / host_free / upload_async) give a plan its own page-locked
+ * buffer and a copy out of it that only queues (cudaMemcpyAsync on the stream): a step's
+ * inputs go up without a synchronisation, and the plan waits once, at its result.
  *
  * Memory accounting (the memory_stats slot): every byte the backend holds on the device
  * -- tensors from cu_alloc, the workspace (outgrown ones kept for live graphs too), the
@@ -628,6 +631,21 @@ static gc_status no_capture(const gc_backend *be, const char *what)
     return GC_OK;
 }
 
+/* Waits of the host for the stream in the backend's transfer and sync entry points
+ * (upload, download, sync, graph error reads; embedding.cu counts its own there), for
+ * _core.cuda_stream_syncs(): the tests check a replayed train_on_batch waits once. Op
+ * internal error reads of standalone (uncaptured) calls -- sparse labels, embedding ids,
+ * the persistent recurrence's status -- are not counted. */
+static int64_t g_stream_syncs;
+extern "C" void gc_cuda_count_sync(void) { __atomic_add_fetch(&g_stream_syncs, 1, __ATOMIC_RELAXED); }
+extern "C" int64_t gc_cuda_stream_syncs(void) { return __atomic_load_n(&g_stream_syncs, __ATOMIC_RELAXED); }
+
+static cudaError_t stream_sync(cudaStream_t s)
+{
+    gc_cuda_count_sync();
+    return cudaStreamSynchronize(s);
+}
+
 #define PINNED_CHUNK ((size_t)8 << 20)
 #define PINNED_MIN ((size_t)2 << 20)
 
@@ -662,7 +680,7 @@ static gc_status cu_upload(const gc_backend *be, void *dst, const void *host_src
     }
     if (!staged) {
         GC_CUDA_TRY(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, s));
-        GC_CUDA_TRY(cudaStreamSynchronize(s));
+        GC_CUDA_TRY(stream_sync(s));
         return GC_OK;
     }
     /* chunk i: wait until buffer i % 2 is free (its copy two chunks ago is done), fill
@@ -672,16 +690,52 @@ static gc_status cu_upload(const gc_backend *be, void *dst, const void *host_src
     for (size_t off = 0, i = 0; off < nbytes && e == cudaSuccess; off += PINNED_CHUNK, i++) {
         const size_t len = nbytes - off < PINNED_CHUNK ? nbytes - off : PINNED_CHUNK;
         const int b = (int)(i & 1);
-        if (i >= 2) e = cudaEventSynchronize(cs->pinned_done[b]);
+        if (i >= 2) {
+            gc_cuda_count_sync();
+            e = cudaEventSynchronize(cs->pinned_done[b]);
+        }
         if (e != cudaSuccess) break;
         memcpy(cs->pinned[b], (const char *)host_src + off, len);
         e = cudaMemcpyAsync((char *)dst + off, cs->pinned[b], len, cudaMemcpyHostToDevice, s);
         if (e == cudaSuccess) e = cudaEventRecord(cs->pinned_done[b], s);
     }
-    cudaError_t e2 = cudaStreamSynchronize(s); /* the buffers are free again after this */
+    cudaError_t e2 = stream_sync(s); /* the buffers are free again after this */
     pthread_mutex_unlock(&cs->mu);
     GC_CUDA_TRY(e);
     GC_CUDA_TRY(e2);
+    return GC_OK;
+}
+
+/* host staging (gpucmp.h): page-locked memory, and a copy out of it that only queues */
+static gc_status cu_host_alloc(const gc_backend *be, size_t nbytes, void **out)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, nbytes ? nbytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return gc_fail(GC_ERR_NOMEM, "cuda:%d: cannot allocate %zu bytes of page-locked host memory: %s",
+                       be->device_index, nbytes, cudaGetErrorString(e));
+    }
+    return GC_OK;
+}
+
+static void cu_host_free(const gc_backend *be, void *ptr)
+{
+    if (!ptr) return;
+    cuda_state *s = st_of(be);
+    if (s) (void)set_current(s, NULL, 0); /* nothing to report from a void function */
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static gc_status cu_upload_async(const gc_backend *be, void *dst, const void *host_src, size_t nbytes)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st || (st = no_capture(be, "upload"))) return st;
+    if (!nbytes) return GC_OK;
+    GC_CUDA_TRY(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, gc_cuda_stream(be)));
     return GC_OK;
 }
 
@@ -692,7 +746,7 @@ static gc_status cu_download(const gc_backend *be, void *host_dst, const void *s
     if (!nbytes) return GC_OK;
     cudaStream_t s = gc_cuda_stream(be);
     GC_CUDA_TRY(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, s));
-    GC_CUDA_TRY(cudaStreamSynchronize(s));
+    GC_CUDA_TRY(stream_sync(s));
     return GC_OK;
 }
 
@@ -718,7 +772,7 @@ static gc_status cu_sync(const gc_backend *be)
 {
     gc_status st = gc_cuda_set_device(be);
     if (st || (st = no_capture(be, "sync"))) return st;
-    GC_CUDA_TRY(cudaStreamSynchronize(gc_cuda_stream(be)));
+    GC_CUDA_TRY(stream_sync(gc_cuda_stream(be)));
     return GC_OK;
 }
 
@@ -919,6 +973,10 @@ extern "C" gc_status gc_cuda_register_all(void)
         be->graph_errors = cu_graph_errors;
         be->memory_stats = cu_memory_stats;
         be->reset_peak = cu_reset_peak;
+        be->host_alloc = cu_host_alloc;
+        be->host_free = cu_host_free;
+        be->upload_async = cu_upload_async;
+        be->uploads_done_on_return = 0;
         be->impl = s;
         if (gc_backend_register(be) != GC_OK) break; /* registry full */
         g_ndev++;

@@ -128,6 +128,8 @@ static gc_status report(const gc_backend *be, unsigned long long *flag, int64_t 
 /* The replayer's side of the protocol (the backend's graph_errors): clear the flag before
  * launches of captured graphs, or wait, read, clear and report what they recorded. The
  * table size is not known here, so the message names the bound by the layer's argument. */
+extern "C" void gc_cuda_count_sync(void); /* backend.cu: _core.cuda_stream_syncs */
+
 extern "C" gc_status gc_cuda_embedding_graph_errors(const gc_backend *be, int read)
 {
     unsigned long long *flag = bad_flag(be);
@@ -136,6 +138,7 @@ extern "C" gc_status gc_cuda_embedding_graph_errors(const gc_backend *be, int re
     unsigned long long bad = EMB_NO_BAD;
     if (read) {
         GC_CUDA_TRY(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, s));
+        gc_cuda_count_sync();
         GC_CUDA_TRY(cudaStreamSynchronize(s));
     }
     GC_CUDA_TRY(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), s));

@@ -434,6 +434,19 @@ struct gc_backend {
      * (as its first op would) to ask the driver for free / total memory. */
     gc_status (*memory_stats)(const gc_backend *be, gc_memory_stats *out);
     void (*reset_peak)(const gc_backend *be);
+    /* Host staging of per-call inputs (the plan's stage, csrc/plan/stage.c). host_alloc:
+     * host memory the backend can copy from asynchronously (CUDA: page-locked,
+     * cudaHostAlloc; not counted in memory_stats); host_free releases it (after the copies
+     * that read it are done). upload_async: queues a host -> device copy on the backend's
+     * stream and returns; the copy may read host_src until the stream is next waited for
+     * (sync, or any download, which waits for the stream), so the caller must neither
+     * change nor free host_src before that. uploads_done_on_return: the backend's uploads
+     * (upload_async included) have finished reading the source when they return (CPU,
+     * meta): a caller needs no staging buffer and passes its own arrays. */
+    gc_status (*host_alloc)(const gc_backend *be, size_t nbytes, void **out);
+    void (*host_free)(const gc_backend *be, void *ptr);
+    gc_status (*upload_async)(const gc_backend *be, void *dst, const void *host_src, size_t nbytes);
+    int uploads_done_on_return;
     void *impl;                /* backend private state */
 };
 

@@ -21,7 +21,7 @@ static gc_status download_sum(gc_plan *p, void *rows_buf, int64_t n, double *sum
 {
     *sum = 0.0;
     if (p->checking || n == 0) return GC_OK;
-    TRY(p->be->download(p->be, p->host_rows, rows_buf, (size_t)n * sizeof(float)));
+    TRY(gc_plan_download(p, p->host_rows, rows_buf, (size_t)n * sizeof(float)));
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) s += p->host_rows[i];
     *sum = s;

@@ -471,15 +471,17 @@ gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y,
 {
     if (p->checking) return GC_OK;
     if (!x) return gc_fail(GC_ERR_INVALID_ARG, "plan: no input arrays");
+    for (int k = 0; k < p->n_inputs; k++)
+        if (!x[k]) return gc_fail(GC_ERR_INVALID_ARG, "plan: input %d is missing", k);
+    TRY(gc_plan_stage_begin(p));
     for (int k = 0; k < p->n_inputs; k++) {
         const plan_node *in = &p->L[p->input_node[k]];
-        if (!x[k]) return gc_fail(GC_ERR_INVALID_ARG, "plan: input %d is missing", k);
-        TRY(p->be->upload(p->be, in->out, x[k], (size_t)(rows * in->out_numel) * sizeof(float)));
+        TRY(gc_plan_stage_put(p, in->out, x[k], (size_t)(rows * in->out_numel) * sizeof(float)));
     }
     if (y) {
         size_t per = p->sparse ? (size_t)p->rows_per_sample * sizeof(int32_t)
                                : (size_t)p->out_numel * sizeof(float);
-        TRY(p->be->upload(p->be, p->y, y, (size_t)rows * per));
+        TRY(gc_plan_stage_put(p, p->y, y, (size_t)rows * per));
     }
     return GC_OK;
 }
@@ -527,7 +529,7 @@ gc_status gc_plan_predict(gc_plan *p, const float *const *x, int64_t rows, float
         res = p->logits32;
     }
     if (p->checking) return GC_OK;
-    return p->be->download(p->be, out, res, (size_t)(rows * p->out_numel) * sizeof(float));
+    return gc_plan_download(p, out, res, (size_t)(rows * p->out_numel) * sizeof(float));
 }
 
 void gc_plan_destroy(gc_plan *p)
@@ -535,6 +537,7 @@ void gc_plan_destroy(gc_plan *p)
     if (!p) return;
     const gc_backend *be = p->be;
     gc_plan_release_resident(p);
+    gc_plan_stage_free(p);
     if (p->graph && be->graph_destroy) be->graph_destroy(be, p->graph);
     if (p->batch_graph && be->graph_destroy) be->graph_destroy(be, p->batch_graph);
     for (int i = 0; i < p->n_blocks; i++) be->release(be, p->blocks[i].ptr);

@@ -132,6 +132,11 @@ struct gc_plan {
     void *batch_graph;           /* captured full-size single-batch step (step_graph.c) */
     int64_t batch_warm_rows;     /* the full-size step ran once: capture at the next */
     gc_opt_hparams batch_graph_hp; /* the hyperparameters baked into it (lr and t excepted) */
+    /* per-call host staging (stage.c): the backend's host memory the step's inputs go up from */
+    void *stage;
+    size_t stage_bytes, stage_off;
+    int stage_state;             /* 0 not made yet, 1 in use, -1 none (uploads are synchronous) */
+    int stage_busy;              /* queued copies may still read it: wait before refilling */
     /* mixed precision */
     int widen;                   /* some dtype is not native to the backend: gc_op_run */
     void *logits32, *glast32;    /* float32 last output / its loss gradient, when needed */
@@ -215,8 +220,18 @@ void gc_plan_release_resident(gc_plan *p);
 gc_status gc_plan_device_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp);
 gc_status gc_plan_capture(gc_plan *p, gc_status (*work)(gc_plan *, int64_t, const gc_opt_hparams *), int64_t rows,
                           const gc_opt_hparams *hp, void **graph);
-/* host arrays into the input nodes' buffers and the label buffer (nothing when checking) */
+/* host arrays into the input nodes' buffers and the label buffer (nothing when checking),
+ * through the stage: the copies are queued, done by the call's result read */
 gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows);
+
+/* ------------------------------------------------------------------ host staging (stage.c)
+ * begin: before a call's first put (waits only if an earlier call's copies may still read
+ * the buffer); put: host bytes to dst, queued from the stage (or a synchronous upload);
+ * download: a result read, which frees the stage; stage_free: at destroy. */
+gc_status gc_plan_stage_begin(gc_plan *p);
+gc_status gc_plan_stage_put(gc_plan *p, void *dst, const void *src, size_t nbytes);
+gc_status gc_plan_download(gc_plan *p, void *host_dst, const void *src, size_t nbytes);
+void gc_plan_stage_free(gc_plan *p);
 /* the errors captured ops recorded without reading them (gpucmp.h graph_errors): read 0
  * clears, read 1 waits and reports; nothing for plans without an embedding node */
 gc_status gc_plan_graph_errors(gc_plan *p, int read);

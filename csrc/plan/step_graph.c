@@ -18,7 +18,13 @@
  * steps (they time or list the ops one by one). Totals are float32 sums on the
  * device, as in resident training, where the eager step sums the per-row values in double.
  * Embedding ids outside the table, which captured ops record without reading back, are
- * read back after each replay (gc_plan_graph_errors). */
+ * read back after each replay (gc_plan_graph_errors), after the totals.
+ *
+ * Synchronisation: the batch, the labels and {lr, t} and the seed go up through the plan's
+ * staging buffer (stage.c) with copies that only queue, the totals are zeroed and the
+ * graph launched on the same stream, and the one wait of the call is the read of the
+ * totals (an embedding plan's error read after it finds the stream idle). That read also
+ * frees the staging buffer for the next call, which is what makes refilling it safe. */
 #include "plan_internal.h"
 
 #include <string.h>
@@ -63,7 +69,7 @@ static gc_status capture(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
 /* full-size steps replay the graph; other sizes (a last partial batch) run eagerly in
  * device mode beside it, validated first (device mode's calls are not the ones plan
  * creation validated) */
-static gc_status run(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+static gc_status run(gc_plan *p, int64_t rows, const gc_opt_hparams *hp, int *replayed)
 {
     const gc_backend *be = p->be;
     const int full = rows == p->max_batch;
@@ -72,8 +78,8 @@ static gc_status run(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
     if (full && p->batch_graph) {
         p->replays++;
         TRY(gc_plan_graph_errors(p, 0));
-        TRY(be->graph_launch(be, p->batch_graph));
-        return gc_plan_graph_errors(p, 1);
+        *replayed = 1; /* the caller reads the errors back after the totals */
+        return be->graph_launch(be, p->batch_graph);
     }
     p->checking = 1;
     gc_status s = gc_plan_device_work(p, rows, hp);
@@ -90,14 +96,16 @@ gc_status gc_plan_batch_graph_step(gc_plan *p, const float *const *x, const void
     const gc_backend *be = p->be;
     const float dyn[2] = {hp->lr, (float)hp->t};
     float acc[6];
+    int replayed = 0;
     gc_status s = gc_plan_upload_batch(p, x, y, rows);
     p->device_mode = 1;
-    if (s == GC_OK) s = be->upload(be, p->dyn, dyn, sizeof dyn);
-    if (s == GC_OK) s = be->upload(be, p->dyn_seed, &seed, sizeof seed);
+    if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn, dyn, sizeof dyn);
+    if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn_seed, &seed, sizeof seed);
     if (s == GC_OK) s = be->fill_zero(be, p->acc, sizeof acc);
-    if (s == GC_OK) s = run(p, rows, hp);
+    if (s == GC_OK) s = run(p, rows, hp, &replayed);
     p->device_mode = 0;
-    if (s == GC_OK) s = be->download(be, acc, p->acc, sizeof acc);
+    if (s == GC_OK) s = gc_plan_download(p, acc, p->acc, sizeof acc);
+    if (s == GC_OK && replayed) s = gc_plan_graph_errors(p, 1);
     if (s != GC_OK) return s;
     st->loss_sum = acc[0] / (double)p->rows_per_sample;
     for (int bit = 0; bit < GC_METRIC_COUNT; bit++) st->metric_sum[bit] = acc[1 + bit] / (double)p->rows_per_sample;

@@ -8,7 +8,8 @@
  * -> the backend's own memory accounting (gc_backend.memory_stats) with the driver's
  * free / total; reset_peak_memory(backend); launch_log_begin(backend, sms=0) /
  * launch_log_end() -> the kernel launches in between (csrc/cuda/launch_log.cu), with
- * grids sized as for `sms` SMs when given.
+ * grids sized as for `sms` SMs when given; cuda_stream_syncs() -> how often the CUDA
+ * backend's transfer and sync entry points have waited for the stream (None without CUDA).
  *
  * How: a thin layer. The CUDA figures come from gc_cuda_device_info_get
  * (csrc/cuda/backend.cu, gpucmp_cuda.h), which only reads attributes -- no context is
@@ -260,6 +261,20 @@ static PyObject *py_launch_log_end(PyObject *self, PyObject *noargs)
 #endif
 }
 
+#ifdef GPUCMP_WITH_CUDA
+int64_t gc_cuda_stream_syncs(void); /* backend.cu */
+#endif
+
+static PyObject *py_cuda_stream_syncs(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+#ifdef GPUCMP_WITH_CUDA
+    return PyLong_FromLongLong((long long)gc_cuda_stream_syncs());
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef device_methods[] = {
     {"device_info", py_device_info, METH_O,
      "device_info(backend) -> dict\n\n"
@@ -284,6 +299,11 @@ static PyMethodDef device_methods[] = {
      "launch_log_end() -> list of dict\n\n"
      "Stops recording; one dict per launch: name (mangled), grid, block, blocks, threads, smem_bytes\n"
      "(dynamic), blocks_per_sm (occupancy: blocks one SM holds at once, -1 if unknown)."},
+    {"cuda_stream_syncs", py_cuda_stream_syncs, METH_NOARGS,
+     "cuda_stream_syncs() -> int or None\n\n"
+     "How many times the CUDA backend's upload / download / sync / graph-error reads have waited for\n"
+     "the stream since start, all devices together (op-internal error reads of uncaptured calls are\n"
+     "not counted); None in a build without CUDA."},
     {NULL, NULL, 0, NULL}};
 
 int gpucmp_add_device_api(PyObject *module)

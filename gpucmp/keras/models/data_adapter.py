@@ -77,12 +77,20 @@ def split_inputs(x, names, what="x"):
     return list(x)
 
 
+def all_finite(out):
+    """Whether the float32 array ``out`` holds no NaN/Inf."""
+    return bool(np.isfinite(out).all())
+
+
 def as_float32(arr, what):
     """C-contiguous float32 copy/view, checked finite (NaN/Inf -> ValueError naming the position)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(arr, dtype=np.float32)
-    finite = np.isfinite(out)
-    if not finite.all():
+    if arr.dtype == np.float32 and arr.flags.c_contiguous:
+        out = arr                  # no cast: nothing can overflow, no errstate needed
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not all_finite(out):
+        finite = np.isfinite(out)
         pos = np.unravel_index(int(np.argmin(finite.reshape(-1))), out.shape)
         value = arr[pos] if arr.shape == out.shape else out[pos]
         raise ValueError(f"{what} contains NaN or Inf (or values beyond float32 range): "

@@ -208,6 +208,8 @@ class Model(Trainer, Layer):
         self._trainable = bool(value)
         for layer in self._chain():
             layer.trainable = value
+        if hasattr(self, "_calls"):   # nothing cached per call survives a trainable change
+            self._calls.clear()
 
     def _leaf_weights(self, which):
         seen, out = set(), []

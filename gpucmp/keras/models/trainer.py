@@ -13,6 +13,10 @@ sliced into preallocated C-contiguous float32 buffers.
 x is carried as a list of float32 arrays, one per model input (data_adapter.split_inputs:
 an array for a one-input model, a list/tuple of arrays in ``model.inputs`` order, or a
 dict keyed by the Input names); the plan takes one array, or that list.
+
+The single-batch calls (train_on_batch, test_on_batch, predict, predict_on_batch) keep
+what their structural checks resolved per argument signature (call_cache.py): a repeated
+call checks only the values (NaN/Inf, class ids) before the plan call.
 """
 import time
 
@@ -22,6 +26,7 @@ from .. import backend, losses as losses_mod, metrics as metrics_mod, optimizers
 from .. import callbacks as callbacks_mod
 from ..layers import argument_checks as check
 from ..layers.dropout import Dropout
+from . import call_cache
 from . import data_adapter as data
 from . import lowering
 
@@ -88,6 +93,7 @@ class Trainer:
         self._train_plans = lowering.PlanCache()
         self._infer_plans = lowering.PlanCache()
         self._lowered = {}          # per input shapes: (output shape, output dtype), with the plans
+        self._calls = call_cache.CallCache()   # single-batch calls: per signature, with the plans
         self._batch_sums = None
         self.stop_training = False
         self.history = None
@@ -96,6 +102,7 @@ class Trainer:
         self._train_plans.clear()
         self._infer_plans.clear()
         self._lowered.clear()
+        self._calls.clear()
 
     # ------------------------------------------------------------ compile
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
@@ -138,6 +145,7 @@ class Trainer:
                           for layer, eff in lowering.leaf_layers(self._chain(), self.trainable)}
         self._train_plans.clear()
         self._lowered.clear()
+        self._calls.clear()
         self.compiled = True
         self.stop_training = False
         if self.built:        # optimizer state lives on the device from compile on
@@ -444,25 +452,51 @@ class Trainer:
         """Model outputs as a NumPy array (dropout off), batch by batch, in the last layer's
         compute dtype as Keras returns them: float32, or float16 / bfloat16 under a mixed
         policy."""
-        _unsupported(steps=steps)
+        if steps is not None:
+            _unsupported(steps=steps)
         batch_size = data.check_positive_int(batch_size, "batch_size", 32)
         verbose_level = _verbose(verbose)
-        xs = self._prepare_x(x)
+        entry, xs = self._predict_args("predict", x, batch_size)
+        plan = entry.plan
         n = len(xs[0])
+        if n <= batch_size and callbacks is None and not verbose_level:
+            # one batch, nothing watching: the plan's output array is the result (Plan.predict
+            # allocates it per call, so it is the caller's own)
+            return self._in_output_dtype(plan.predict(lowering.plan_x(xs)))
         n_steps = -(-n // batch_size)
-        plan = self._infer_plan(min(batch_size, n), xs)
-        out = np.empty((n,) + tuple(self._output_shape_for(xs)[1:]), np.float32)
+        out = None if n_steps == 1 else np.empty((n,) + tuple(entry.out_shape[1:]), np.float32)
         cbs, _ = callbacks_mod.configure(callbacks, self, verbose_level,
                                          {"verbose": verbose, "epochs": 1, "steps": n_steps},
                                          history=False)
         cbs.on_predict_begin()
         for step, lo in enumerate(range(0, n, batch_size)):
             hi = min(lo + batch_size, n)
-            out[lo:hi] = plan.predict(lowering.plan_x([a[lo:hi] for a in xs]))
+            part = plan.predict(lowering.plan_x([a[lo:hi] for a in xs]))
+            if out is None:
+                out = part
+            else:
+                out[lo:hi] = part
             if cbs.wants_batches:
                 cbs.on_predict_batch_end(step, {"outputs": out[lo:hi]})
         cbs.on_predict_end()
         return self._in_output_dtype(out)
+
+    def _predict_args(self, kind, x, batch_size=None):
+        """(entry, xs) of a predict / predict_on_batch call: its signature's cached entry
+        and the value-checked inputs, or the full checks (stored for the next call)."""
+        sig = call_cache.signature(x)
+        key = (kind, sig, batch_size) if sig is not None else None
+        entry = self._calls.get(key)
+        if entry is not None:
+            return entry, entry.inputs(x)
+        xs = self._prepare_x(x)
+        rows = len(xs[0]) if batch_size is None else min(batch_size, len(xs[0]))
+        entry = call_cache.Entry(self._infer_plan(rows, xs), None, out_shape=self._output_shape_for(xs))
+        if key is not None:
+            entry.parts = call_cache.input_parts(x, xs, len(self._input_names()))
+            if entry.parts is not None:
+                self._calls.put(key, entry)
+        return entry, xs
 
     def _in_output_dtype(self, out):
         """float32 results in the dtype Keras gives the model's output (exact: the plan
@@ -485,22 +519,46 @@ class Trainer:
         computed before the update, as tf.keras 2 did with ``reset_metrics=True``;
         ``reset_metrics=False`` accumulates over calls until ``reset_metrics()``."""
         self._assert_compiled("train_on_batch")
-        _unsupported(sample_weight=sample_weight, class_weight=class_weight)
-        xs, y_arr, cfg = self._prepare_xy(x, y)
-        plan = self._train_plan(len(y_arr), cfg, xs)
+        if sample_weight is not None or class_weight is not None:
+            _unsupported(sample_weight=sample_weight, class_weight=class_weight)
+        entry, xs, y_arr = self._batch_args("train", x, y)
         opt = self.optimizer
-        stats = _applied(opt, plan.train_step(lowering.plan_x(xs), y_arr, opt.hparams(),
-                                              self._dropout_seeder()()))
+        stats = _applied(opt, entry.plan.train_step(lowering.plan_x(xs), y_arr, opt.hparams(),
+                                                    entry.seeder()))
         opt.built = True
-        return self._batch_result(stats, len(y_arr), cfg, reset_metrics, return_dict)
+        return self._batch_result(stats, len(y_arr), entry.cfg, reset_metrics, return_dict)
 
     def test_on_batch(self, x, y=None, sample_weight=None, reset_metrics=True, return_dict=False):
         """Loss (and metrics) of one batch, no update."""
         self._assert_compiled("test_on_batch")
-        _unsupported(sample_weight=sample_weight)
+        if sample_weight is not None:
+            _unsupported(sample_weight=sample_weight)
+        entry, xs, y_arr = self._batch_args("test", x, y)
+        stats = entry.plan.eval_step(lowering.plan_x(xs), y_arr)
+        return self._batch_result(stats, len(y_arr), entry.cfg, reset_metrics, return_dict)
+
+    def _batch_args(self, kind, x, y):
+        """(entry, xs, y) of a train_on_batch / test_on_batch call: its signature's cached
+        entry and the value-checked arrays, or the full checks (stored for the next call)."""
+        key = None
+        if type(y) is np.ndarray:
+            sig = call_cache.signature(x)
+            if sig is not None:
+                key = (kind, sig, (y.shape, y.dtype))
+        entry = self._calls.get(key)
+        if entry is not None:
+            return entry, entry.inputs(x), entry.labels(y)
         xs, y_arr, cfg = self._prepare_xy(x, y)
-        stats = self._train_plan(len(y_arr), cfg, xs).eval_step(lowering.plan_x(xs), y_arr)
-        return self._batch_result(stats, len(y_arr), cfg, reset_metrics, return_dict)
+        out_shape = self._output_shape_for(xs)
+        entry = call_cache.Entry(self._train_plan(len(y_arr), cfg, xs), None, cfg, out_shape,
+                                 sparse=self._loss_obj.label_kind == "sparse", loss=self._loss_obj,
+                                 seeder=self._dropout_seeder())
+        if key is not None:
+            entry.y_shape = call_cache.label_shape(y, y_arr)
+            entry.parts = call_cache.input_parts(x, xs, len(self._input_names()))
+            if entry.parts is not None:
+                self._calls.put(key, entry)
+        return entry, xs, y_arr
 
     def _batch_result(self, stats, rows, cfg, reset, return_dict):
         if reset or self._batch_sums is None or self._batch_sums[0] is not cfg.key:
@@ -522,9 +580,9 @@ class Trainer:
         self._batch_sums = None
 
     def predict_on_batch(self, x):
-        xs = self._prepare_x(x)
-        out = self._infer_plan(len(xs[0]), xs).predict(lowering.plan_x(xs))
-        return self._in_output_dtype(np.asarray(out, dtype=np.float32))
+        """The outputs of one batch: the plan's own output array (allocated per call)."""
+        entry, xs = self._predict_args("predict_on_batch", x)
+        return self._in_output_dtype(entry.plan.predict(lowering.plan_x(xs)))
 
 
 # Rows of the training set resident on the device at once; None: as many as fit. A

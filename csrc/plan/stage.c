@@ -1,0 +1,112 @@
+/* stage.c -- the plan's staging buffer: a step's host inputs, labels and per-step values
+ * (learning rate and t, the dropout seed) go to the device through it with copies that
+ * only queue on the backend's stream (upload_async), so that a train_on_batch waits for
+ * the device once, when it reads its result.
+ *
+ * Why it is built this way: a pageable upload cannot return before its DMA has read the
+ * caller's memory, so each one synchronised the stream; four or five of them per step
+ * were most of a small model's train_on_batch on a GPU. The buffer is the backend's host
+ * memory (page-locked on CUDA), owned by the plan, made at the first staged call, sized
+ * for max_batch rows of every input and the labels plus the per-step values, each put in
+ * its own 64-byte aligned slot.
+ *
+ * The reuse rule: a queued copy may read its slot until the stream is next waited for.
+ * gc_plan_stage_begin, before the first put of a call, waits for the stream when copies
+ * of an earlier call may still be reading the buffer; every step path ends with a result
+ * read (gc_plan_download: a download waits for the whole stream, so every copy queued
+ * before it is done), which marks the buffer free. So a call that reads its result never
+ * waits at its next begin; one that failed before its read makes the next call wait once.
+ *
+ * Backends whose uploads finish reading on return (CPU, meta: uploads_done_on_return)
+ * get the caller's arrays directly, with no extra copy, exactly as before. A buffer that
+ * cannot be made (no page-locked memory), a plan whose inputs need more than
+ * GC_PLAN_STAGE_MAX bytes (the backend's own chunked pinned upload serves those) and a
+ * put that would not fit all take the synchronous upload instead. GPUCMP_PLAN_STAGE=1 in
+ * the environment (read once) stages on those backends too: the tests run this file's
+ * logic on the CPU build, where upload_async is a memcpy. */
+#include "plan_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GC_PLAN_STAGE_MAX ((size_t)64 << 20)
+#define SLOT(n) (((size_t)(n) + 63u) & ~(size_t)63u)
+
+static size_t stage_size(const gc_plan *p)
+{
+    size_t need = 2 * SLOT(16); /* {lr, t} and the seed */
+    for (int k = 0; k < p->n_inputs; k++)
+        need += SLOT((size_t)(p->max_batch * p->L[p->input_node[k]].out_numel) * sizeof(float));
+    if (p->training)
+        need += SLOT((size_t)p->max_batch * (p->sparse ? (size_t)p->rows_per_sample * sizeof(int32_t)
+                                                       : (size_t)p->out_numel * sizeof(float)));
+    return need;
+}
+
+static int forced(void)
+{
+    static int f = -1;
+    if (f < 0) {
+        const char *v = getenv("GPUCMP_PLAN_STAGE");
+        f = v && v[0] == '1' && !v[1];
+    }
+    return f;
+}
+
+static int stages(const gc_plan *p)
+{
+    const gc_backend *be = p->be;
+    return (!be->uploads_done_on_return || forced()) && be->host_alloc && be->host_free && be->upload_async;
+}
+
+gc_status gc_plan_stage_begin(gc_plan *p)
+{
+    p->stage_off = 0;
+    if (p->checking || p->stage_state < 0 || !stages(p)) return GC_OK;
+    if (!p->stage_state) {
+        size_t n = stage_size(p);
+        p->stage_state = -1;
+        if (n > GC_PLAN_STAGE_MAX) return GC_OK;
+        if (p->be->host_alloc(p->be, n, &p->stage) != GC_OK) {
+            gc_clear_error(); /* no page-locked memory: synchronous uploads, as before */
+            p->stage = NULL;
+            return GC_OK;
+        }
+        p->stage_bytes = n;
+        p->stage_state = 1;
+    }
+    if (p->stage_busy) {
+        TRY(p->be->sync(p->be)); /* an earlier call queued copies and never read a result */
+        p->stage_busy = 0;
+    }
+    return GC_OK;
+}
+
+gc_status gc_plan_stage_put(gc_plan *p, void *dst, const void *src, size_t nbytes)
+{
+    const gc_backend *be = p->be;
+    if (p->stage_state <= 0 || !nbytes || p->stage_off + SLOT(nbytes) > p->stage_bytes)
+        return be->upload(be, dst, src, nbytes);
+    char *slot = (char *)p->stage + p->stage_off;
+    memcpy(slot, src, nbytes);
+    p->stage_off += SLOT(nbytes);
+    p->stage_busy = 1; /* set before queuing: a failed queue may still have started */
+    return be->upload_async(be, dst, slot, nbytes);
+}
+
+gc_status gc_plan_download(gc_plan *p, void *host_dst, const void *src, size_t nbytes)
+{
+    TRY(p->be->download(p->be, host_dst, src, nbytes));
+    if (nbytes) p->stage_busy = 0; /* the download waited for the stream: every queued copy is done */
+    return GC_OK;
+}
+
+void gc_plan_stage_free(gc_plan *p)
+{
+    if (!p->stage) return;
+    if (p->stage_busy) (void)p->be->sync(p->be); /* nothing may still read it */
+    p->be->host_free(p->be, p->stage);
+    p->stage = NULL;
+    p->stage_state = 0;
+    p->stage_busy = 0;
+}
