@@ -333,6 +333,7 @@ static void *rnn_x(const gc_plan *p, const plan_node *l, run_mode mode)
 static gc_status rnn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
 {
     if (gc_rnn_cudnn_active(l)) return gc_rnn_cudnn_forward(p, l, rows, mode, seed);
+    gc_rnn_cudnn_note_own(p);
     const gc_dtype dt = l->dt;
     const int64_t T = rnn_steps(l->d.in_shape), in = l->d.in_shape[1], u = rnn_units(&l->d);
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;

@@ -70,6 +70,11 @@ int gc_rnn_cudnn_selected(const gc_plan *p, const plan_node *l)
     return l->d.rnn_impl == 1;
 }
 
+void gc_rnn_cudnn_note_own(const gc_plan *p)
+{
+    if (!p->checking && gc_rnn_cudnn_api_of(p->be)) gc_variant_ran(GC_VP_CUDA_RNN_IMPL, GC_V_RNNI_OWN);
+}
+
 static gc_rnn_cudnn_layer layer_of(const plan_node *l)
 {
     gc_rnn_cudnn_layer L;

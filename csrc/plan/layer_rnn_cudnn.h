@@ -16,6 +16,8 @@ const char *gc_rnn_cudnn_incompatible(const gc_layer_desc *d);
  * cuda.rnn.impl=own is not */
 int gc_rnn_cudnn_selected(const gc_plan *p, const plan_node *l);
 gc_status gc_rnn_cudnn_setup(gc_plan *p, plan_node *l);
+/* records cuda.rnn.impl's `last` = own for a pass of gpucmp's kernels on a CUDA backend */
+void gc_rnn_cudnn_note_own(const gc_plan *p);
 /* 1 on a node gc_rnn_cudnn_setup set up */
 int gc_rnn_cudnn_active(const plan_node *l);
 gc_status gc_rnn_cudnn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed);
