@@ -85,8 +85,11 @@ def test_the_limits_reach_the_kernels():
 
 @pytest.mark.cuda
 def test_recurrence_ops_under_sm86_limits():
-    """Every recurrent op case on every cuda.rnn variant, planned for an A4000."""
-    _pytest_under_sm86(["tests/test_rnn_ops.py"])
+    """Every recurrent op case on every cuda.rnn variant, planned for an A4000 -- but the
+    grid-shape cases: they are sized to exercise the H200's persistent grids (B = 1100 at
+    u = 128 among them), and under sm_86's 99 KB the persistent kernel rightly refuses
+    some of them (auto then runs them stepwise), which those cases do not expect."""
+    _pytest_under_sm86(["tests/test_rnn_ops.py", "-k", "not grid_shapes"])
 
 
 @pytest.mark.cuda
