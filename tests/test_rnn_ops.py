@@ -370,9 +370,13 @@ def check_backward(backend, dtype, pr, tol, what):
                             **oracle_kw(pr.p))
     cell = pr.p["cell"]
     rel_check("dxw", got["dxw"], want["dxw"], tol, what)
-    rel_check("dh0", got["dh0"], want["dh0"], tol, what)
+    # dh0 / dc0 are sums over every step of products of the incoming gradients: one that
+    # nearly cancels (B = u = 1: a single value of 9e-4 from O(1) terms) carries a rounding
+    # error relative to those gradients, not to itself -- 1% of their norm is its scale
+    incoming = sum(float(np.linalg.norm(a)) for a in (pr.dy, pr.dh_T, pr.dc_T) if a is not None)
+    rel_check("dh0", got["dh0"], want["dh0"], tol, what, scale=0.01 * incoming)
     if cell == "lstm":
-        rel_check("dc0", got["dc0"], want["dc0"], tol, what)
+        rel_check("dc0", got["dc0"], want["dc0"], tol, what, scale=0.01 * incoming)
     if cell == "gru":
         rel_check("dm", got["dm"], want["dm"], tol, what)
     # masked (row, step): dxw exactly zero
