@@ -22,7 +22,11 @@ in a CUDA graph ("torch-graph"). TF32 is off for matmuls and cuDNN by default (e
 against exact fp32; gpucmp's recurrence is exact fp32 and its GEMMs follow
 gpucmp.config's TF32 switch, set the same way); --allow-tf32 turns it on in both. The
 table records torch.backends.cudnn.allow_tf32. --rnn-variants forces the `cuda.rnn`
-variant point per gpucmp run on CUDA where the build has it (names it lacks are skipped).
+variant point per gpucmp run on CUDA where the build has it (names it lacks are skipped);
+the name "cudnn" instead forces `cuda.rnn.impl=cudnn`: the layer runs through cuDNN's RNN
+API inside gpucmp (the baseline of gpucmp's own kernels; exact fp32, CUDNN_FMA_MATH), so
+the table shows gpucmp's kernels, gpucmp-through-cuDNN and PyTorch side by side. Its
+"device ms" is left empty: the cuDNN calls are not plan ops, which Plan.profile times.
 
 Each framework/device/measurement runs in its own subprocess: PyTorch's and gpucmp's
 OpenMP runtimes spin-waiting in one process on a small CPU measure their collision (see
@@ -32,7 +36,7 @@ before/after comparisons in one run. Ratios are PyTorch time / gpucmp time (> 1:
 faster), against eager PyTorch and (CUDA) the captured graph on the same device.
 
     python benchmarks/bench_rnn_layer.py [--layers lstm gru simple] [--devices cpu cuda:0]
-        [--repeats 5] [--steps 5] [--rnn-variants auto stepwise persistent] [--allow-tf32]
+        [--repeats 5] [--steps 5] [--rnn-variants auto stepwise persistent cudnn] [--allow-tf32]
         [--torch-python PY] [--gpucmp-builds before=/tmp/old] [--json out.json]
 """
 import argparse
@@ -51,6 +55,7 @@ from common import header, table, timeit  # noqa: E402
 LAYERS = ("lstm", "gru", "simple")
 MODES = ("fwd", "fwd+bwd")
 RNN_POINT = "cuda.rnn"
+IMPL_POINT = "cuda.rnn.impl"   # --rnn-variants cudnn: the layer through cuDNN's RNN API
 LR = 0.01
 
 
@@ -71,7 +76,10 @@ def run_gpucmp(a):
         gpucmp.config.set_tf32(a.allow_tf32)
     if a.variant != "auto":
         from gpucmp import variants
-        variants.force(RNN_POINT, a.variant)
+        if a.variant == "cudnn":
+            variants.force(IMPL_POINT, "cudnn")
+        else:
+            variants.force(RNN_POINT, a.variant)
     b, t, i, u = a.shape
     cls = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU, "simple": keras.layers.SimpleRNN}[a.layer]
     kw = {"reset_after": True} if a.layer == "gru" else {}
@@ -82,7 +90,7 @@ def run_gpucmp(a):
         x, y = data(a.shape, rng)
         med, lo, hi = timeit(lambda: m.predict_on_batch(x), repeats=a.repeats, warmup=a.warmup)
         out = {"s": med, "min": lo, "max": hi}
-        if a.device != "cpu":
+        if a.device != "cpu" and a.variant != "cudnn":
             # the forward on the device alone: the plan's forward-phase ops, each timed
             # synchronised (Plan.profile), summed -- no upload of x, as PyTorch's resident x
             plan = m._train_plan(b, m._train_config(y.shape), [x])
@@ -185,11 +193,14 @@ def measure(a, fw, layer, device, mode, variant="auto", path=None):
 
 
 def rnn_variants(device, wanted, path):
-    """The --rnn-variants names this build has at cuda.rnn (['auto'] without the point)."""
+    """The --rnn-variants names this build has at cuda.rnn, and "cudnn" where cuda.rnn.impl
+    has it (['auto'] without the points)."""
     if device == "cpu":
         return ["auto"]
-    code = ("import json, gpucmp; from gpucmp import variants; "
-            f"p = variants.points().get({RNN_POINT!r}); print(json.dumps(p['available'] if p else []))")
+    code = ("import json, gpucmp; from gpucmp import variants; pts = variants.points(); "
+            f"p, q = pts.get({RNN_POINT!r}), pts.get({IMPL_POINT!r}); "
+            "print(json.dumps((p['available'] if p else []) + "
+            "(['cudnn'] if q and 'cudnn' in q['available'] else [])))")
     env = dict(os.environ)
     if path:
         env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")

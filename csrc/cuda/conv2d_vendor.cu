@@ -2,8 +2,8 @@
  * time, as the baseline gpucmp's own kernels are benchmarked and cross-checked against.
  *
  * Why it is built this way: `import gpucmp` and CI must work without cuDNN, so nothing
- * here includes cudnn.h or links libcudnn. The library is dlopen'ed on first use
- * ("libcudnn.so.9", then "libcudnn.so"); the few legacy-API entry points, enums and
+ * here includes cudnn.h or links libcudnn. The library is dlopen'ed on first use by the
+ * shared loader (cudnn_lib.cu: "libcudnn.so.9", then "libcudnn.so"); the few legacy-API entry points, enums and
  * structs used are declared below with the values of cudnn_graph_v9.h / cudnn_cnn_v9.h
  * (cuDNN 9.x). When the library is absent every call answers GC_ERR_UNSUPPORTED.
  *
@@ -19,8 +19,8 @@
  * CUDNN_FMA_MATH for exact f32. Compute type float (f16/bf16: "pseudo half" configs).
  */
 #include "conv2d_internal.cuh"
+#include "cudnn_lib.cuh"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,14 +108,7 @@ static pthread_once_t g_dnn_once = PTHREAD_ONCE_INIT;
 
 static void dnn_load(void)
 {
-    const char *names[] = {"libcudnn.so.9", "libcudnn.so"};
-    void *lib = NULL;
-    for (int i = 0; i < 2 && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(g_dnn_why, sizeof g_dnn_why, "%s", "libcudnn.so.9 / libcudnn.so not found");
-        return;
-    }
-    struct { void **slot; const char *name; } syms[] = {
+    const gc_cudnn_sym syms[] = {
         {(void **)&g_dnn.Create, "cudnnCreate"},
         {(void **)&g_dnn.SetStream, "cudnnSetStream"},
         {(void **)&g_dnn.GetErrorString, "cudnnGetErrorString"},
@@ -143,23 +136,7 @@ static void dnn_load(void)
         {(void **)&g_dnn.BwdFilterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize"},
         {(void **)&g_dnn.BwdFilter, "cudnnConvolutionBackwardFilter"},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        *syms[i].slot = dlsym(lib, syms[i].name);
-        if (!*syms[i].slot) {
-            snprintf(g_dnn_why, sizeof g_dnn_why, "libcudnn has no %s", syms[i].name);
-            dlclose(lib);
-            memset(&g_dnn, 0, sizeof g_dnn);
-            return;
-        }
-    }
-    if (g_dnn.GetVersion() < 90000) {
-        snprintf(g_dnn_why, sizeof g_dnn_why, "libcudnn is version %zu, 9.x needed",
-                 g_dnn.GetVersion());
-        dlclose(lib);
-        memset(&g_dnn, 0, sizeof g_dnn);
-        return;
-    }
-    g_dnn_ok = 1;
+    if (gc_cudnn_resolve(syms, sizeof syms / sizeof syms[0], g_dnn_why, sizeof g_dnn_why) == 0) g_dnn_ok = 1;
 }
 
 extern "C" int gc_conv2d_vendor_available(void)

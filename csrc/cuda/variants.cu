@@ -11,6 +11,7 @@
 #include "conv2d_internal.cuh"
 #include "gemm.cuh"
 #include "rnn_persistent.cuh"
+#include "gpucmp_rnn_cudnn.h"
 
 /* the device's context exists (probe kernels are looked up in it) */
 static int device_ready(const gc_backend *be, const char **why)
@@ -48,6 +49,9 @@ extern "C" int gc_cuda_variant_probe(int point, int value, const char **why)
         return 0;
     }
     switch (point) {
+    case GC_VP_CUDA_RNN_IMPL: /* cudnn: libcudnn with the RNN API, opened at run time */
+        if (value != GC_V_RNNI_CUDNN) return 1;
+        return gc_rnn_cudnn_api_of(be)->available(why);
     case GC_VP_CUDA_GEMM_PATH:
         if (value == GC_V_GEMM_WGMMA) return wgmma(be, gc_cuda_gemm_wgmma_compiled, why);
         return value == GC_V_GEMM_MMA ? tensor_cores(be, why) : 1;

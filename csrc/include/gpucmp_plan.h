@@ -94,6 +94,8 @@ typedef struct {
     float recurrent_dropout_rate;          /* rnn: the recurrent dropout applied (0 = none) */
     int rnn_gate_dropout;                  /* rnn: one input dropout mask per gate (Keras'
                                             * implementation 1: recurrent_dropout != 0) */
+    int rnn_impl;                          /* rnn: 0 gpucmp's kernels, 1 cuDNN's RNN API
+                                            * (use_cudnn=True; layer_rnn_cudnn.c) */
     float mask_value;                      /* seq_mask */
     int64_t select_offset;                 /* select */
     float scale;                           /* scale: the factor */

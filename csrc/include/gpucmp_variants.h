@@ -78,6 +78,12 @@ extern "C" {
     V(P, XS1, "xs1", 0) V(P, XS2, "xs2", 0) V(P, XS3, "xs3", 0) V(P, XS4, "xs4", 0) \
     V(P, XA1, "xa1", 0) V(P, XA2, "xa2", 0) V(P, XA3, "xa3", 0) V(P, XA4, "xa4", 0)
 
+/* which implementation runs a recurrent layer, read when a plan is built: auto = the
+ * layer's own choice (use_cudnn=True: cudnn, else own), own = gpucmp's kernels for every
+ * layer, cudnn = cuDNN's RNN API for every layer (layer_rnn_cudnn.c; refused where a
+ * layer is not cuDNN-compatible) */
+#define GC_VARIANTS_CUDA_RNN_IMPL(V, P) V(P, AUTO, "auto", 0) V(P, OWN, "own", 0) V(P, CUDNN, "cudnn", 0)
+
 /* the recurrence of rnn_fwd / rnn_bwd: one launch per time step, or one persistent
  * launch for all steps (rnn_persistent.cu; refused where it does not fit on chip), its
  * groups exchanging through global memory (persistent) or as thread-block clusters
@@ -129,7 +135,10 @@ extern "C" {
     K(CUDA_SMEM_LIMIT_KB, "cuda.smem_limit_kb", "cuda", 16, 227, \
       "plan every kernel for at most this many KB of shared memory per block (and one KB more " \
       "per SM): 99 plans as an sm_86 card (RTX A4000 / A5000) does; with GPUCMP_CUDA_SMS=48 an " \
-      "A4000's SMs too")
+      "A4000's SMs too") \
+    C(CUDA_RNN_IMPL, "cuda.rnn.impl", "cuda", GC_VARIANTS_CUDA_RNN_IMPL, \
+      "recurrent layers (when a plan is built): the layer's choice (use_cudnn=True: cuDNN), gpucmp's " \
+      "kernels for all, or cuDNN's RNN API for all (the baseline)")
 
 #define GC_VP_ENUM_C_(id, name, be, list, help) GC_VP_##id,
 #define GC_VP_ENUM_K_(id, name, be, lo, hi, help) GC_VP_##id,
@@ -147,6 +156,7 @@ enum { GC_VARIANTS_CUDA_CONV2D_WGRAD(GC_V_ENUM_, GC_V_WGRAD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_FWD_WGMMA(GC_V_ENUM_, GC_V_FWDWG_) };
 enum { GC_VARIANTS_CUDA_CONV2D_WGRAD_WGMMA(GC_V_ENUM_, GC_V_WGWB_) };
 enum { GC_VARIANTS_CUDA_RNN(GC_V_ENUM_, GC_V_RNN_) };
+enum { GC_VARIANTS_CUDA_RNN_IMPL(GC_V_ENUM_, GC_V_RNNI_) };
 #undef GC_V_ENUM_
 
 typedef enum { GC_VARIANT_CHOICE = 0, GC_VARIANT_KNOB = 1 } gc_variant_kind;

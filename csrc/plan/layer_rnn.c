@@ -34,6 +34,7 @@
  *   W and b, joined by a concat), dW_g = (x * m_g)^T . dz_g, and
  *   dx = sum_g (dz_g . W_g^T) * m_g (an add of the G masked products). */
 #include "plan_internal.h"
+#include "layer_rnn_cudnn.h" /* the cuDNN path (use_cudnn=True): setup, forward, backward */
 
 #include <stdlib.h>
 
@@ -54,6 +55,7 @@ static int64_t rnn_units(const gc_layer_desc *d)
     const int64_t per = (d->return_sequences ? d->in_shape[0] : 1) + (d->rnn_cell == GC_RNN_LSTM ? 2 : 1);
     return d->out_shape[0] / per;
 }
+int64_t gc_rnn_node_units(const gc_layer_desc *d) { return rnn_units(d); }
 static int64_t rnn_steps(const int64_t *in_shape) { return in_shape[0]; }
 static int rnn_lstm(const plan_node *l) { return l->d.rnn_cell == GC_RNN_LSTM; }
 /* elements of y per sample */
@@ -115,6 +117,12 @@ static gc_status rnn_check(const gc_layer_desc *d, int idx, int n_in, const int6
                        (double)d->recurrent_dropout_rate);
     if (!d->weights[GC_W_RNN_KERNEL] || !d->weights[GC_W_RNN_RECURRENT])
         return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d needs a kernel and a recurrent_kernel", idx);
+    if (d->rnn_impl != 0 && d->rnn_impl != 1)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d has an unknown impl %d", idx, d->rnn_impl);
+    const char *bad = d->rnn_impl ? gc_rnn_cudnn_incompatible(d) : NULL;
+    if (bad)
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: rnn node %d: use_cudnn=True, but cuDNN has no %s; use "
+                       "use_cudnn='auto' / False", idx, bad);
     return GC_OK;
 }
 
@@ -133,6 +141,7 @@ static void rnn_weights(const gc_layer_desc *d, const int64_t *in, int64_t *n, i
 
 static gc_status rnn_setup(gc_plan *p, plan_node *l)
 {
+    if (gc_rnn_cudnn_selected(p, l)) return gc_rnn_cudnn_setup(p, l);
     const int64_t B = p->max_batch, T = rnn_steps(l->d.in_shape), u = rnn_units(&l->d), in = l->d.in_shape[1];
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;
     const int64_t S = gc_rnn_save_blocks((gc_rnn_cell)l->d.rnn_cell);
@@ -323,6 +332,8 @@ static void *rnn_x(const gc_plan *p, const plan_node *l, run_mode mode)
 
 static gc_status rnn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
 {
+    if (gc_rnn_cudnn_active(l)) return gc_rnn_cudnn_forward(p, l, rows, mode, seed);
+    gc_rnn_cudnn_note_own(p);
     const gc_dtype dt = l->dt;
     const int64_t T = rnn_steps(l->d.in_shape), in = l->d.in_shape[1], u = rnn_units(&l->d);
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;
@@ -495,6 +506,7 @@ static gc_status rnn_gate_input_grad(gc_plan *p, plan_node *l, int64_t rows)
 static gc_status rnn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t seed)
 {
     (void)seed;
+    if (gc_rnn_cudnn_active(l)) return gc_rnn_cudnn_backward(p, l, rows);
     const gc_dtype dt = l->dt;
     const int64_t T = rnn_steps(l->d.in_shape), in = l->d.in_shape[1], u = rnn_units(&l->d);
     const int64_t Gu = gc_rnn_gates((gc_rnn_cell)l->d.rnn_cell) * u;

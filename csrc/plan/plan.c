@@ -1049,7 +1049,7 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn);
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn_seed);
         if (s == GC_OK) s = gc_plan_alloc(p, 6, GC_F32, &p->acc);
-        p->graphs_on = 1;
+        p->graphs_on = !p->no_graphs;
     }
     /* dry run: every op call of a full step, validated by core */
     if (s == GC_OK) {

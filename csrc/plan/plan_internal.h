@@ -81,6 +81,7 @@ struct plan_node {
     int gout_masked;                   /* a ReLU node whose gout already holds dz */
     void *save;                        /* batchnorm: per-channel (mean, inv std) of the pass */
     void *priv[GC_NODE_MAX_PRIV];      /* buffers a kind's setup allocated for itself */
+    int64_t aux[4];                    /* small values a kind's setup keeps (rnn cudnn: sizes) */
 };
 
 /* one block of backend memory the plan owns (released at destroy) */
@@ -127,6 +128,8 @@ struct gc_plan {
     void *acc;                   /* float[6]: loss total, then one per metric bit */
     int device_mode;             /* gather on device, dynamic params, totals on device */
     int graphs_on;               /* capture the full-size step when the backend can */
+    int no_graphs;               /* a node reads back from the device every pass (an rnn
+                                  * node through cuDNN with a mask): never capture */
     void *graph;                 /* captured step, for graph_rows rows */
     int64_t graph_rows, warm_rows, replays;
     void *batch_graph;           /* captured full-size single-batch step (step_graph.c) */

@@ -248,7 +248,7 @@ done:
 void gc_plan_use_graphs(gc_plan *p, int on)
 {
     if (!p) return;
-    p->graphs_on = on != 0;
+    p->graphs_on = on != 0 && !p->no_graphs;
     if (p->graph) {
         p->be->graph_destroy(p->be, p->graph);
         p->graph = NULL;

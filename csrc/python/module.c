@@ -25,6 +25,7 @@
 #include "bench.h"
 #include "device_api.h"
 #include "variants_api.h"
+#include "rnn_cudnn_api.h"
 
 #ifdef GPUCMP_WITH_CUDA
 extern gc_status gc_cuda_register_all(void);
@@ -865,6 +866,8 @@ static const char *const layer_kinds[GC_LAYER_COUNT] = {"dense",   "conv2d",   "
 /* rnn nodes: "cell" and the activations, as gc_rnn_cell / gc_rnn_act number them */
 static const char *const rnn_cell_names[] = {"simple", "lstm", "gru", "gru_reset_before"};
 static const char *const rnn_act_names[] = {"tanh", "sigmoid", "relu", "linear", "hard_sigmoid"};
+/* rnn nodes: "impl", as gc_layer_desc.rnn_impl numbers them */
+static const char *const rnn_impl_names[] = {"own", "cudnn"};
 static const char *const loss_names[GC_LOSS_COUNT] = {"categorical_crossentropy", "sparse_categorical_crossentropy",
                                                       "binary_crossentropy", "mse", "mae"};
 static const char *const opt_names[GC_OPT_COUNT] = {"sgd", "adam", "rmsprop"};
@@ -1043,7 +1046,8 @@ static int parse_layer(PyObject *d, int idx, PyObject *keep, const gc_backend *b
          p_bool(d, "return_state", 0, &L->return_state) || p_long(d, "state_inputs", 0, &si) ||
          p_bool(d, "mask_input", 0, &L->rnn_mask_input) || p_long(d, "stateful_batch", 0, &sb) ||
          p_float(d, "recurrent_rate", 0.0, &L->recurrent_dropout_rate) ||
-         p_bool(d, "gate_dropout", 0, &L->rnn_gate_dropout)))
+         p_bool(d, "gate_dropout", 0, &L->rnn_gate_dropout) ||
+         p_enum(d, "impl", rnn_impl_names, 2, 0, &L->rnn_impl)))
         return -1;
     L->stateful_batch = sb;
     L->rnn_state_inputs = (int)si;
@@ -1782,7 +1786,7 @@ PyMODINIT_FUNC PyInit__core(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (gpucmp_add_bench(m) < 0 || gpucmp_add_device_api(m) < 0) {
+    if (gpucmp_add_bench(m) < 0 || gpucmp_add_device_api(m) < 0 || gpucmp_add_rnn_cudnn_api(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -36,6 +36,7 @@ effect (one kernel either way).
 import numpy as np
 
 from .. import initializers
+from . import cudnn_checks
 from ..variables import Variable
 from . import argument_checks as check
 from . import recurrent_eager
@@ -225,6 +226,11 @@ class RecurrentLayer(Layer):
              "gate_dropout": self._gate_dropout,
              "kernel": self.kernel.buffer, "recurrent_kernel": self.recurrent_kernel.buffer,
              "bias": self.bias.buffer if self.bias is not None else None}
+        if getattr(self, "use_cudnn", "auto") is True:      # LSTM / GRU: cuDNN's RNN API
+            cudnn_checks.check_layer(self)                  # attributes may have changed since
+            if mask:
+                cudnn_checks.check_masked(self)
+            d["impl"] = "cudnn"
         if self.stateful:
             d["stateful_batch"] = self._stateful_batch
             d["state_h"] = self._states[0].buffer

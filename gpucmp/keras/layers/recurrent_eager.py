@@ -14,6 +14,7 @@ argument. The plans are cached on the layer per argument pattern and shapes.
 import numpy as np
 
 from ..keras_tensor import KerasTensor, is_symbolic
+from . import cudnn_checks
 
 
 def _as_list(states):
@@ -81,6 +82,8 @@ def run(layer, inputs, states, mask):
         if m.shape != (B, T):
             raise ValueError(f"Layer '{layer.name}': `mask` must have shape (batch, timesteps) = ({B}, {T}), "
                              f"received shape {m.shape}")
+        for sub in getattr(layer, "layers", [layer]):    # Bidirectional: both directions
+            cudnn_checks.check_mask_array(sub, m)
         feeds.append(np.ascontiguousarray(m.astype(bool).astype(np.float32)))
         plan_shapes.append((None, T))
     flat = lowering.FlatGraph(plan_shapes)
