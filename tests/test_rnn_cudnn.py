@@ -249,12 +249,27 @@ def _right_padded(rng, B, T, F):
 
 
 def _model(cls, T, F, u, use_cudnn, masked, **kw):
+    """Input -> [Masking] -> the layer. With return_state the plan's one output is the
+    Concatenate of [y (flattened when a sequence), h, (c)]: _split takes it apart."""
     inp = keras.Input((T, F))
     h = keras.layers.Masking(0.0)(inp) if masked else inp
     if masked and kw.get("return_sequences"):
         kw.setdefault("zero_output_for_mask", True)      # cuDNN's padded outputs are 0
     layer = _rnn(cls, u, use_cudnn, **kw)
-    return keras.Model(inp, layer(h)), layer
+    out = layer(h)
+    if kw.get("return_state"):
+        y, states = out[0], list(out[1:])
+        if kw.get("return_sequences"):
+            y = keras.layers.Flatten()(y)
+        out = keras.layers.Concatenate()([y] + states)
+    return keras.Model(inp, out), layer
+
+
+def _split(out, B, T, u, sequences, n_states):
+    """The Concatenate of _model back into [y, h, (c)]."""
+    ny = T * u if sequences else u
+    y = out[:, :ny].reshape((B, T, u) if sequences else (B, u))
+    return [y] + [out[:, ny + k * u: ny + (k + 1) * u] for k in range(n_states)]
 
 
 def _both(cls, T, F, u, masked, rng, **kw):
@@ -267,6 +282,7 @@ def _both(cls, T, F, u, masked, rng, **kw):
 
 
 @pytest.mark.cuda
+@pytest.mark.filterwarnings("ignore:.*destroy the mask")     # Flatten after a masked sequence
 @pytest.mark.parametrize("cls,cell", CUDNN_CELLS)
 @pytest.mark.parametrize("return_sequences", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
@@ -276,9 +292,10 @@ def test_forward_and_states_match_own_kernels_and_oracle(cuda, cls, cell, return
     B, T, F, u = 6, 9, 5, 16
     x, used = _right_padded(rng, B, T, F) if masked else (rng.standard_normal((B, T, F)).astype(np.float32), None)
     (md, ld), (mo, lo) = _both(cls, T, F, u, masked, rng, return_sequences=return_sequences, return_state=True)
-    out_d = md.predict(x, verbose=0)
+    n_states = 2 if cell == "lstm" else 1
+    out_d = _split(md.predict(x, verbose=0), B, T, u, return_sequences, n_states)
     assert variants.last("cuda.rnn.impl") == "cudnn"
-    out_o = mo.predict(x, verbose=0)
+    out_o = _split(mo.predict(x, verbose=0), B, T, u, return_sequences, n_states)
     xw, U, bh = _oracle_xw(lo, x)
     ref = R.rnn_forward(xw, U, mask=used, bh=bh, cell=cell, sequences=return_sequences,
                         zero_output_for_mask=masked and return_sequences)
@@ -310,7 +327,10 @@ def test_one_sgd_step_matches_own_kernels_and_oracle(cuda, cls, cell, return_seq
     xw = np.einsum("bti,ij->btj", x.astype(np.float64), W64) + b_in
     zo = masked and return_sequences
     fwd = R.rnn_forward(xw, U64, mask=used, bh=bh64, cell=cell, sequences=return_sequences, zero_output_for_mask=zo)
-    dy = 2.0 * (fwd["y"] - t) / (t.size / B) / B
+    if masked and return_sequences:       # Keras' masked loss: the mean over the unmasked steps
+        dy = 2.0 * (fwd["y"] - t) / u / used.sum() * used[:, :, None]
+    else:
+        dy = 2.0 * (fwd["y"] - t) / (t.size / B) / B
     bwd = R.rnn_backward(xw, U64, mask=used, bh=bh64, dy=dy, cell=cell, sequences=return_sequences,
                          zero_output_for_mask=zo)
     x64, dxw = x.astype(np.float64).reshape(B * T, F), bwd["dxw"].reshape(B * T, -1)
@@ -326,23 +346,23 @@ def test_one_sgd_step_matches_own_kernels_and_oracle(cuda, cls, cell, return_seq
 @pytest.mark.cuda
 @pytest.mark.parametrize("cls", ["LSTM", "GRU"])
 def test_go_backwards_initial_states_and_input_gradient(cuda, cls):
-    """go_backwards (no mask), initial states as inputs (their gradients flow) and a Dense
-    before the layer (dx reaches it): one SGD step, cudnn against own."""
+    """go_backwards (no mask), initial states as inputs (their gradients flow) and an
+    Embedding before the layer (dx reaches its table): one SGD step, cudnn against own."""
     rng = np.random.default_rng(12)
-    B, T, F, u = 4, 6, 3, 8
+    B, T, F, u, V = 4, 6, 3, 8, 11
     n_states = 2 if cls == "LSTM" else 1
 
     def build(use_cudnn):
-        inp = keras.Input((T, F))
+        inp = keras.Input((T,), dtype="int32")
         st = [keras.Input((u,)) for _ in range(n_states)]
-        h = keras.layers.Dense(F)(inp)
+        h = keras.layers.Embedding(V, F)(inp)
         s = [keras.layers.Dense(u, activation="tanh")(k) for k in st]
         y = _rnn(cls, u, use_cudnn, go_backwards=True, return_sequences=True)(h, initial_state=s)
         return keras.Model([inp] + st, y)
     md, mo = build(True), build("auto")
     mo.set_weights([rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) for w in mo.get_weights()])
     md.set_weights(mo.get_weights())
-    feeds = [rng.standard_normal((B, T, F)).astype(np.float32)] + \
+    feeds = [rng.integers(0, V, (B, T)).astype(np.int32)] + \
         [rng.standard_normal((B, u)).astype(np.float32) for _ in range(n_states)]
     np.testing.assert_allclose(md.predict(feeds, verbose=0), mo.predict(feeds, verbose=0), rtol=1e-4, atol=2e-5)
     t = rng.standard_normal((B, T, u)).astype(np.float32)
