@@ -14,7 +14,10 @@ cuda:0 (half-precision kernels; those cases carry the `cuda` marker).
    `dynamic_growth_steps`. Checked through train_on_batch (one step per call) and
    through fit over device-resident data (many steps per call, the step captured into a
    CUDA graph on the GPU), where the skip decision and Adam's step count live on the
-   device: there, iterations + skipped steps must equal the steps run.
+   device: there, iterations + skipped steps must equal the steps run. On the GPU
+   train_on_batch replays its step from a CUDA graph too (the scale goes up with the
+   batch and comes back with the totals): the replayed steps equal the same steps run
+   op by op, bit for bit, skips and scale included.
 """
 import math
 
@@ -125,6 +128,42 @@ def test_overflowing_steps_are_skipped_and_halve_the_scale(device):
     assert skipped >= 10, f"2^40 should overflow float16 gradients for many steps, skipped {skipped}"
     assert applied >= 5, f"the scale never came down far enough ({opt.dynamic_scale})"
     assert all(np.isfinite(w).all() for w in m.get_weights())
+
+
+def _train_plans(model):
+    return [p for by_size in model._train_plans._plans.values() for p in by_size.values()]
+
+
+@pytest.mark.cuda
+def test_train_on_batch_graph_replay_with_loss_scaling_equals_the_eager_steps():
+    """Two identical mixed_float16 models, one with its train_on_batch step captured and
+    replayed (the default on a GPU), one with graphs off: 40 steps from a scale of 2^40
+    (many overflow and are skipped, then steps apply and the scale grows every 3 good
+    steps) end in the same weights, optimizer slots, scale, step counter and iterations,
+    bit for bit, and the same per-step losses."""
+    if not any(d.startswith("cuda") for d in gpucmp.available_devices()):
+        pytest.skip("no CUDA device")
+    gpucmp.set_device("cuda:0")
+    x, y = toy_data(32 * 40)
+    runs = []
+    for graphs in (True, False):
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(), initial_scale=2.0 ** 40,
+                                                       dynamic_growth_steps=3)
+        m = small_model(opt)
+        losses, scales = [m.train_on_batch(x[:32], y[:32])[0]], [opt.dynamic_scale]
+        for plan in _train_plans(m):
+            plan.use_graphs(graphs)
+        for s in range(1, 40):
+            losses.append(m.train_on_batch(x[32 * s:32 * (s + 1)], y[32 * s:32 * (s + 1)])[0])
+            scales.append(opt.dynamic_scale)
+        replays = sum(p.graph_replays for p in _train_plans(m))
+        runs.append((snapshot(m), losses, scales, (opt.dynamic_scale, opt.step_counter, opt.iterations), replays))
+    (wg, lg, sg, stg, rg), (we, le, se, ste, re_) = runs
+    assert rg >= 30 and re_ == 0, f"graph replays: {rg} with graphs on, {re_} off"
+    assert min(sg) < 2.0 ** 40 and stg[2] >= 5, f"the run must skip and then apply steps: {stg}"
+    assert sg == se and stg == ste, f"scale / counter / iterations: graph {stg} vs eager {ste}"
+    np.testing.assert_array_equal(np.asarray(lg), np.asarray(le))
+    assert same_bits(wg, we), "replayed steps and eager steps ended in different weights or slots"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1048,7 +1048,7 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         s = gc_plan_alloc(p, max_batch, GC_F32, &p->idx_step);
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn);
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn_seed);
-        if (s == GC_OK) s = gc_plan_alloc(p, 6, GC_F32, &p->acc);
+        if (s == GC_OK) s = gc_plan_alloc(p, GC_PLAN_ACC_FLOATS, GC_F32, &p->acc);
         p->graphs_on = !p->no_graphs;
     }
     /* dry run: every op call of a full step, validated by core */

@@ -30,6 +30,10 @@ typedef struct {
 typedef struct plan_node plan_node;
 typedef struct gc_plan gc_plan;
 #define GC_NODE_MAX_PRIV 32
+/* the plan's device totals (acc): the loss, one per metric bit, then two floats where the
+ * step graph copies the loss-scale state so that one read brings both back */
+#define GC_PLAN_ACC_TOTALS (1 + GC_METRIC_COUNT)
+#define GC_PLAN_ACC_FLOATS (GC_PLAN_ACC_TOTALS + 2)
 
 /* What a layer kind provides. `check` validates the descriptor against its inputs'
  * shapes (in_shapes[k], in_nds[k]) at creation; `weights` fills the element count of
@@ -125,7 +129,8 @@ struct gc_plan {
     void *idx_step;              /* this step's rows (int32, max_batch) */
     void *dyn;                   /* float {lr, t} the optimizer kernels read */
     void *dyn_seed;              /* uint64 the dropout kernels read */
-    void *acc;                   /* float[6]: loss total, then one per metric bit */
+    void *acc;                   /* float[GC_PLAN_ACC_FLOATS]: loss total, one per metric bit,
+                                    then the step graph's copy of the loss-scale state */
     int device_mode;             /* gather on device, dynamic params, totals on device */
     int graphs_on;               /* capture the full-size step when the backend can */
     int no_graphs;               /* a node reads back from the device every pass (an rnn

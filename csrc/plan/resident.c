@@ -196,7 +196,7 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
     if (s == GC_OK) s = be->upload(be, p->seed_all, seed_host, (size_t)steps * sizeof(uint64_t));
     free(dyn_host);
     free(seed_host);
-    if (s == GC_OK) s = be->fill_zero(be, p->acc, 6 * sizeof(float));
+    if (s == GC_OK) s = be->fill_zero(be, p->acc, GC_PLAN_ACC_TOTALS * sizeof(float));
     if (s == GC_OK) s = gc_plan_loss_scale_begin(p, hp);
     /* with loss scaling, Adam's t (dyn[1]) advances on the device, only for the steps
      * the optimizer applied: it is set once, then each step copies its lr alone */
@@ -228,7 +228,7 @@ gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, in
     }
     if (s == GC_OK && replayed) s = gc_plan_graph_errors(p, 1);
     if (s == GC_OK) {
-        float acc[6];
+        float acc[GC_PLAN_ACC_TOTALS];
         s = be->download(be, acc, p->acc, sizeof acc);
         st->loss_sum = acc[0] / (double)p->rows_per_sample;
         for (int bit = 0; bit < GC_METRIC_COUNT; bit++) st->metric_sum[bit] = acc[1 + bit] / (double)p->rows_per_sample;

@@ -13,9 +13,11 @@
  * library handles are created outside a capture), the second is captured, later ones
  * replay it; smaller batches run eagerly in device mode and keep the graph. A graph holds the
  * hyperparameters it was captured with other than lr and t (which it reads from dyn): a call
- * with other values recaptures. Plans with dynamic loss scaling keep the eager step (its
- * scale bookkeeping reads state back between the parts), and so do profiled and traced
- * steps (they time or list the ops one by one). Totals are float32 sums on the
+ * with other values recaptures. Dynamic loss scaling is graph work too: the loss and the
+ * update read the scale from device memory (ls_state), the update skips itself on the
+ * device when a gradient overflowed (ls_bad), and the scale's new state travels back with
+ * the totals, so the caller's {scale, good steps} go up through the staging buffer like
+ * {lr, t}. Profiled and traced steps stay eager (they time or list the ops one by one). Totals are float32 sums on the
  * device, as in resident training, where the eager step sums the per-row values in double.
  * Embedding ids outside the table, which captured ops record without reading back, are
  * read back after each replay (gc_plan_graph_errors), after the totals.
@@ -27,6 +29,7 @@
  * frees the staging buffer for the next call, which is what makes refilling it safe. */
 #include "plan_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 gc_status gc_plan_graph_errors(gc_plan *p, int read)
@@ -48,7 +51,7 @@ void gc_plan_drop_batch_graph(gc_plan *p)
 int gc_plan_batch_graph_eligible(const gc_plan *p)
 {
     const gc_backend *be = p->be;
-    return p->graphs_on && !p->checking && !p->profiling && !p->trace && !p->train.loss_scaling && be->capture_begin && be->capture_end &&
+    return p->graphs_on && !p->checking && !p->profiling && !p->trace && be->capture_begin && be->capture_end &&
            be->graph_launch && be->graph_destroy;
 }
 
@@ -95,20 +98,36 @@ gc_status gc_plan_batch_graph_step(gc_plan *p, const float *const *x, const void
 {
     const gc_backend *be = p->be;
     const float dyn[2] = {hp->lr, (float)hp->t};
-    float acc[6];
+    const int ls = p->train.loss_scaling;
+    float acc[GC_PLAN_ACC_FLOATS]; /* the totals, then (loss scaling) the scale's new state */
+    const size_t totals = GC_PLAN_ACC_TOTALS * sizeof(float);
     int replayed = 0;
+    if (ls && !(hp->loss_scale > 0.0f && isfinite(hp->loss_scale) && hp->loss_scale_good >= 0.0f))
+        return gc_fail(GC_ERR_INVALID_ARG, "plan: loss scale %g with %g good steps; need a finite scale > 0",
+                       (double)hp->loss_scale, (double)hp->loss_scale_good);
     gc_status s = gc_plan_upload_batch(p, x, y, rows);
     p->device_mode = 1;
     if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn, dyn, sizeof dyn);
     if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn_seed, &seed, sizeof seed);
-    if (s == GC_OK) s = be->fill_zero(be, p->acc, sizeof acc);
+    if (s == GC_OK && ls) {
+        const float state[2] = {hp->loss_scale, hp->loss_scale_good};
+        s = gc_plan_stage_put(p, p->ls_state, state, sizeof state);
+        if (s == GC_OK) s = be->fill_zero(be, p->ls_bad, sizeof(float));
+    }
+    if (s == GC_OK) s = be->fill_zero(be, p->acc, totals);
     if (s == GC_OK) s = run(p, rows, hp, &replayed);
     p->device_mode = 0;
-    if (s == GC_OK) s = gc_plan_download(p, acc, p->acc, sizeof acc);
+    if (s == GC_OK && ls) s = be->copy(be, (float *)p->acc + GC_PLAN_ACC_TOTALS, p->ls_state, 2 * sizeof(float));
+    if (s == GC_OK) s = gc_plan_download(p, acc, p->acc, ls ? sizeof acc : totals);
     if (s == GC_OK && replayed) s = gc_plan_graph_errors(p, 1);
     if (s != GC_OK) return s;
     st->loss_sum = acc[0] / (double)p->rows_per_sample;
     for (int bit = 0; bit < GC_METRIC_COUNT; bit++) st->metric_sum[bit] = acc[1 + bit] / (double)p->rows_per_sample;
     st->steps_applied = 1;
+    if (ls) { /* as the eager step: skipped exactly when the scale went down */
+        st->loss_scale = acc[GC_PLAN_ACC_TOTALS];
+        st->loss_scale_good = acc[GC_PLAN_ACC_TOTALS + 1];
+        st->steps_applied = st->loss_scale < hp->loss_scale ? 0 : 1;
+    }
     return GC_OK;
 }
