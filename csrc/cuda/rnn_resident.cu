@@ -65,8 +65,19 @@ template <typename T> static const void *kern_of(int bwd, int KC, int RT)
 
 static const void *in_data(const gc_tensor *t) { return t && t->data ? t->data : NULL; }
 
-static int common_checks(const gc_rnn_params *p, int64_t B, int64_t T, int64_t u, const void *rmask, int bwd,
-                         rres_shape *s, const char **why)
+/* whether U may be split over a thread-block cluster here: the device has clusters
+ * (sm_90+) and the build its sm_90 image (the cluster variant's probe), and the run does
+ * not plan for a smaller card (cuda.smem_limit_kb forced: the sm_86 cards it stands for
+ * have no clusters) */
+static int clusters_here(const gc_backend *be)
+{
+    const char *w = NULL;
+    if (gc_variant_forced(GC_VP_CUDA_SMEM_LIMIT_KB) > 0) return 0;
+    return gc_rnn_cluster_available(be, &w);
+}
+
+static int common_checks(const gc_backend *be, const gc_rnn_params *p, int64_t B, int64_t T, int64_t u,
+                         const void *rmask, int bwd, rres_shape *s, const char **why)
 {
     if (rmask) {
         *why = "recurrent dropout (rmask) is not the resident kernel's";
@@ -80,9 +91,12 @@ static int common_checks(const gc_rnn_params *p, int64_t B, int64_t T, int64_t u
     }
     rres_shape_of(s, (int)B, (int)T, (int)u, (int)p->cell, (int)p->act, (int)p->recurrent_act, p->sequences,
                   p->zero_output_for_mask, p->go_backwards);
-    if (!rres_plan(s, bwd, 0)) {
-        *why = "U does not fit in one block's registers (at most 64 of its floats per thread of 256: "
-               "SimpleRNN u <= 128, LSTM / GRU u <= 64)";
+    const int cl = clusters_here(be);
+    if (!rres_plan(s, bwd, 0, cl ? RRES_NCL_MAX : 1)) {
+        *why = cl ? "U does not fit in the registers of a cluster of 4 blocks (at most 64 of its floats per "
+                    "thread of 256: SimpleRNN u <= 256, LSTM / GRU u <= 128)"
+                  : "U does not fit in one block's registers (at most 64 of its floats per thread of 256: "
+                    "SimpleRNN u <= 128, LSTM / GRU u <= 64; no thread-block clusters to split it over here)";
         return 0;
     }
     return 1;
@@ -105,9 +119,36 @@ static int occupancy(const gc_backend *be, const void *kern, size_t smem)
     return min(occ, gc_cuda_smem_blocks_per_sm(be, smem));
 }
 
+/* clusters of NCL blocks of the kernel with smem bytes that run at once (0: none), the
+ * kernel's shared-memory attribute raised to smem first */
+static int active_clusters(const void *kern, int ncl, int groups, size_t smem)
+{
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)ncl, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(groups * ncl), 1, 1);
+    cfg.blockDim = dim3(RRES_NT, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    return n;
+}
+
 /* R rows per CTA (the layout filled: RT tells the kernel), the grid and the shared
  * memory (the kernel's attribute raised to it where that is needed); 0 + *why
- * when not eligible on the running device */
+ * when not eligible on the running device. A cluster plan (NCL > 1): as many row
+ * groups as clusters run at once (cudaOccupancyMaxActiveClusters, scaled to the
+ * backend's SMs), more rows per group (2-row tiles) when the batch has more rows */
 template <typename T>
 static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_t *smem_out, const char **why)
 {
@@ -128,6 +169,33 @@ static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_
         return 0;
     }
     const void *k = kern_of<T>(bwd, s->KC, 1);
+    if (s->NCL > 1) {
+        const int NCL = s->NCL;
+        const int clusters = active_clusters(k, NCL, B, smem);
+        if (clusters < 1) {
+            *why = "no cluster of the resident kernel fits on the device (cudaOccupancyMaxActiveClusters is 0)";
+            return 0;
+        }
+        int64_t slots = clusters;
+        if (sms < phys) slots = max((int64_t)1, (int64_t)clusters * sms / phys);
+        if (B > slots) {
+            rres_shape t = *s;
+            t.R = (int)((B + slots - 1) / slots);
+            size_t sm2 = rres_layout(&t, bwd);
+            while (t.R > 2 && sm2 > optin) {
+                t.R--;
+                sm2 = rres_layout(&t, bwd);
+            }
+            const void *k2 = kern_of<T>(bwd, s->KC, 2);
+            if (sm2 <= optin && active_clusters(k2, NCL, (B + t.R - 1) / t.R, sm2) >= 1) {
+                *s = t;
+                smem = sm2;
+            } /* else one row per cluster, in waves (k's attribute was set for smem) */
+        }
+        *grid = (B + s->R - 1) / s->R * NCL;
+        *smem_out = smem;
+        return 1;
+    }
     const int occ1 = occupancy(be, k, smem);
     if (occ1 < 1) {
         *why = "no block of the resident kernel fits on an SM (registers or shared memory)";
@@ -155,13 +223,47 @@ static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_
     return 1;
 }
 
+/* a plain launch (NCL = 1) or a cluster launch of NCL blocks per cluster (an ordinary
+ * kernel node under stream capture, with its cluster dimension) */
+template <typename Args>
+static gc_status launch(const gc_backend *be, void (*kern)(Args), Args a, int grid, size_t smem, const char *what,
+                        int *ran)
+{
+    if (a.s.NCL == 1) {
+        kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
+        gc_status st = gc_cuda_launch_check(what);
+        if (!st) *ran = 1;
+        return st;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)a.s.NCL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)grid, 1, 1);
+    cfg.blockDim = dim3(RRES_NT, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = gc_cuda_stream(be);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return gc_fail(GC_ERR_BACKEND,
+                       "%s: the resident recurrence (grid %d x %d threads, clusters of %d, %zu bytes of shared "
+                       "memory) did not launch: %s",
+                       what, grid, RRES_NT, a.s.NCL, smem, cudaGetErrorString(e));
+    }
+    *ran = 1;
+    return GC_OK;
+}
+
 template <typename T>
 static gc_status fwd_typed(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
 {
     const gc_rnn_params *p = (const gc_rnn_params *)call->params;
     const gc_tensor *xw = call->in[0];
     rres_shape s;
-    if (!common_checks(p, xw->shape[0], xw->shape[1], call->in[1]->shape[0], in_data(call->in[6]), 0, &s, why))
+    if (!common_checks(be, p, xw->shape[0], xw->shape[1], call->in[1]->shape[0], in_data(call->in[6]), 0, &s, why))
         return GC_OK;
     int grid = 0;
     size_t smem = 0;
@@ -173,10 +275,7 @@ static gc_status fwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     a.out = call->out[0]->data, a.save = call->out[1] ? call->out[1]->data : NULL;
     a.hT = call->out[2] ? call->out[2]->data : NULL, a.cT = call->out[3] ? call->out[3]->data : NULL;
     void (*kern)(rres_fwd_args) = s.RT == 1 ? rres_fwd_kernel<T, 1>(s.KC) : rres_fwd_kernel<T, 2>(s.KC);
-    kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
-    gc_status st = gc_cuda_launch_check("rnn_fwd: the resident recurrence");
-    if (!st) *ran = 1;
-    return st;
+    return launch(be, kern, a, grid, smem, "rnn_fwd", ran);
 }
 
 template <typename T>
@@ -185,7 +284,7 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     const gc_rnn_params *p = (const gc_rnn_params *)call->params;
     const gc_tensor *save = call->in[4];
     rres_shape s;
-    if (!common_checks(p, save->shape[1], save->shape[2], save->shape[3], in_data(call->in[6]), 1, &s, why))
+    if (!common_checks(be, p, save->shape[1], save->shape[2], save->shape[3], in_data(call->in[6]), 1, &s, why))
         return GC_OK;
     int grid = 0;
     size_t smem = 0;
@@ -197,10 +296,7 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     a.dxw = call->out[0]->data, a.dm = call->out[1] ? call->out[1]->data : NULL;
     a.dh0 = call->out[2] ? call->out[2]->data : NULL, a.dc0 = call->out[3] ? call->out[3]->data : NULL;
     void (*kern)(rres_bwd_args) = s.RT == 1 ? rres_bwd_kernel<T, 1>(s.KC) : rres_bwd_kernel<T, 2>(s.KC);
-    kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
-    gc_status st = gc_cuda_launch_check("rnn_bwd: the resident recurrence");
-    if (!st) *ran = 1;
-    return st;
+    return launch(be, kern, a, grid, smem, "rnn_bwd", ran);
 }
 
 } // namespace
