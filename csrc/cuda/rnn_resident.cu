@@ -1,18 +1,18 @@
 /* rnn_resident.cu -- the recurrence of SimpleRNN / LSTM / GRU (both reset variants) for
  * small recurrent kernels, one launch for all T steps, forward and backward: each CTA
  * owns a group of batch rows and holds the WHOLE recurrent kernel U in registers
- * (float32), so the CTAs never exchange anything (cuda.rnn=resident; rnn.cu's auto
- * tries it first). The arithmetic is the stepwise path's and the persistent kernels'
+ * (float32), so the CTAs never exchange anything; or, on sm_90+ where one CTA's
+ * registers are too few, a thread-block cluster of NCL = 2 or 4 CTAs owns the row group
+ * and holds U between them (cuda.rnn=resident either way; rnn.cu's auto tries it first). The arithmetic is the stepwise path's and the persistent kernels'
  * (gpucmp.h has the interface, the save layout and the masking rules): float32 FFMA
  * accumulation, expf / tanhf, no TF32; only the summation order of the products differs.
  * This file is the host side (eligibility, grid choice, launch); the kernels are in
  * rnn_resident_kernels.cuh.
  *
  * Why it is built this way: the persistent kernel (rnn_persistent.cu) splits U over NC
- * CTAs per row group and pays an L2 round trip per step for the h exchange (1.86 us per
- * SimpleRNN(128) step forward on an H200, 2.7 backward). When G*u*u floats fit in one
- * CTA's registers there is nothing to exchange: a step is a dot product from registers,
- * a few shuffles, the gate math and one __syncthreads.
+ * CTAs per row group and pays an L2 round trip per step for the h exchange. When G*u*u
+ * floats fit in one CTA's registers there is nothing to exchange: a step is a dot
+ * product from registers, a few shuffles, the gate math and one __syncthreads.
  * - Grid: one CTA of RRES_NT = 256 threads per R batch rows, R = 1 while the batch fits
  *   in the SMs x the occupancy, else ceil(B / (SMs x occupancy)) (fewer when the shared
  *   memory of R rows does not fit: the CTAs then run in waves; rows are independent, so
@@ -43,6 +43,27 @@
  *   = direct part + dz . U^T[j] from registers (U's row j, K = G*u in slices); the
  *   butterfly leaves the sum in unit j's lanes, where the next step's gate gradients
  *   need it: again one barrier per step (reset_before: two, d(r*h) = da . U_h^T first).
+ * - The cluster split (NCL > 1; LSTM / GRU u <= 128, SimpleRNN u <= 256): CTA c of the
+ *   cluster owns units c*UC .. (c+1)*UC - 1 (all G gate columns of each forward, so the
+ *   cell update stays in the CTA; the rows of U^T of those units backward) with the
+ *   one-CTA thread layout over its UC units; 256 threads x 64 floats hold a quarter of
+ *   LSTM(128)'s U, hence NCL = 4 there (NCL = 2 only where it suffices: GRU's backward at
+ *   u <= 85). Each CTA stages only its own columns' inputs and writes its new h (forward;
+ *   r*h too for reset_before) or its dz (backward) into its own AND every peer's shared
+ *   memory (DSMEM: mapa + st.shared::cluster, the same offsets in every CTA), then the
+ *   step barrier is the hardware cluster barrier (barrier.cluster.arrive.release /
+ *   wait.acquire; the next step's loads are issued between the two): one per step as in
+ *   one CTA (two for reset_before), double-buffered h / dz making it enough for both the
+ *   read-after-write and the write-after-read order; a start barrier before any remote
+ *   write (every peer started and initialised), none needed at the end (no remote write
+ *   after the last step's). NCL is a run-time value of the same kernels (the cluster
+ *   instructions trap below sm_90, where NCL = 1 is always planned): no instantiation
+ *   added. Planned only where the device has clusters and the build its sm_90 image
+ *   (gc_rnn_cluster_available) and the run does not plan for a smaller card
+ *   (cuda.smem_limit_kb forced: sm_86 has no clusters); the row groups are as many as
+ *   cudaOccupancyMaxActiveClusters says run at once (2-row tiles beyond), as the one-CTA
+ *   plan sizes its grid by the occupancy. Clusters are independent and co-scheduled by
+ *   the hardware: an ordinary (cluster-dimension) kernel node under graph capture.
  * - Storage float32 / float16 / bfloat16: converted at the loads and stores only.
  * Not taken (persistent or stepwise instead): recurrent dropout (rmask), U too large for
  * the registers (above), rows whose shared memory does not fit even one per CTA. */

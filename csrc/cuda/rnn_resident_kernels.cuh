@@ -5,13 +5,17 @@
  * kernels must agree on.
  *
  * Kept apart so that tests/cuda/rnn_resident_emu.cpp compiles the very same kernel code
- * on the host (GC_RNN_EMU: one std::thread per CUDA thread, a std::barrier per block and
- * per warp; it provides threadIdx / blockIdx, __syncthreads, the dynamic shared memory
- * RRES_SMEM_DECL, the warp shuffles rres_shfl / rres_shfl_xor, float4, gc_to_f and
- * gc_from_f) and checks it against the float64 oracle on machines without a GPU.
+ * on the host (GC_RNN_EMU: one std::thread per CUDA thread, a std::barrier per block, per
+ * warp and per cluster; it provides threadIdx / blockIdx, __syncthreads, the dynamic
+ * shared memory RRES_SMEM_DECL, the warp shuffles rres_shfl / rres_shfl_xor, the cluster
+ * primitives rres_cl_arrive / rres_cl_wait / rres_cl_st, float4, gc_to_f and gc_from_f)
+ * and checks it against the float64 oracle on machines without a GPU.
  *
  * Thread layout (RRES_NT threads, one CTA per group of R batch rows, nothing shared
- * between CTAs):
+ * between CTAs; or NCL CTAs of a cluster per group, CTA c taking the units c*UC ..
+ * c*UC + UC - 1 of what is said below for all u -- its lanes' j are those units, the
+ * vectors it reads stay whole, and what it writes into them goes to every CTA of the
+ * cluster, rres_put):
  * - forward, h_{t-1} . U: K = u split into KS slices of kc (<= KC) units; the lanes of
  *   unit j are L = GP * KS adjacent lanes (GP = 1 for SimpleRNN, else 4 >= G: one lane
  *   group per gate, the 4th idle for GRU), lane (j, g, ks) holds U[ks*kc + kk, g*u + j]
