@@ -26,7 +26,8 @@
  *   floats: SimpleRNN u <= 128 (K in 2 slices of 64), LSTM u <= 64 (4 lanes per unit, one
  *   per gate), GRU u <= 64 (the 4th gate lane idle; that keeps a unit's lanes a power of
  *   two inside one warp, so the gate values meet by shuffles instead of a second
- *   barrier through shared memory). Larger U is refused (the persistent kernel takes it).
+ *   barrier through shared memory). Larger U: split over a cluster (below), else refused
+ *   (the persistent kernel takes it).
  *   512-thread CTAs were considered: at 128 registers per thread they hold no more of U
  *   than 256 threads with 64 each, so they add nothing but barrier cost.
  * - Forward step: acc = h_{t-1} (shared, float32, double-buffered) . U_slice in 4

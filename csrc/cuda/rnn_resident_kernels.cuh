@@ -47,6 +47,10 @@
 #define RRES_KC_MAX 64 /* U's floats per thread at most (the register budget) */
 #define RRES_PF 8      /* next-step input elements a thread holds in registers */
 #define RRES_NCL_MAX 4 /* CTAs per thread-block cluster at most (one batch row's U split) */
+/* blocks per SM the kernels are compiled for: 2 for KC = 16 (at most 128 registers a
+ * thread: two CTAs share an SM where a batch has more rows than SMs), 1 for KC = 64
+ * (U's 64 floats plus the step's working set need more than 128) */
+#define RRES_MINB(KC) ((KC) <= 16 ? 2 : 1)
 
 namespace {
 
@@ -161,15 +165,21 @@ __device__ __forceinline__ void rres_cl_st(float *p, unsigned rank, float v)
 
 /* This CTA's place in its cluster (NCL = 1: the whole row group): rank c (a 1-D cluster
  * over a 1-D grid numbers its CTAs blockIdx.x % NCL), its row group, its units c0 ..
- * c0 + uc - 1, and the divisors of its staging items */
+ * c0 + uc - 1, and the divisors of its staging items. CL = false (the KC = 16 kernels,
+ * which a cluster plan never uses: rres_plan) folds it to the one-CTA constants, so those
+ * kernels carry none of the cluster's registers. */
 struct rres_cta {
     int ncl, c, grp, c0, uc;
     rres_div d_uc, d_gc, d_nrc; /* uc, G*uc, nr*uc */
 };
 
-__device__ __forceinline__ rres_cta rres_cta_of(const rres_shape &s, int nr)
+template <bool CL> __device__ __forceinline__ rres_cta rres_cta_of(const rres_shape &s, int nr)
 {
     rres_cta c;
+    if (!CL) {
+        c.ncl = 1, c.c = 0, c.grp = (int)blockIdx.x, c.c0 = 0, c.uc = s.u;
+        return c;
+    }
     c.ncl = s.NCL;
     c.c = (int)blockIdx.x % s.NCL, c.grp = (int)blockIdx.x / s.NCL;
     c.c0 = c.c * s.UC;
@@ -347,8 +357,8 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
     const int tid = (int)threadIdx.x, lane = tid & 31;
     const int u = s.u, G = s.G, Gu = G * u, KS = s.KS, kc = s.kc, L = s.L, HS = s.HS;
     const int ks = tid & (KS - 1), g = (tid / KS) & (s.GP - 1), jl = tid / L;
-    const int b0 = ((int)blockIdx.x / s.NCL) * s.R, nr = rres_min(s.R, s.B - b0);
-    const rres_cta cta = rres_cta_of(s, nr);
+    const int b0 = ((int)blockIdx.x / (KC > 16 ? s.NCL : 1)) * s.R, nr = rres_min(s.R, s.B - b0);
+    const rres_cta cta = rres_cta_of<(KC > 16)>(s, nr);
     const int j = cta.c0 + jl;                    /* the lane's unit (of u) */
     const bool wact = (tid & ~31) / L < cta.uc; /* warp-uniform: the warp holds some unit */
     const bool col = jl < cta.uc && g < G;      /* this lane holds a column of U */
@@ -577,7 +587,7 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
 }
 
 template <typename T, int KC, int RT>
-__global__ void __launch_bounds__(RRES_NT, 1) rnn_res_fwd(rres_fwd_args a)
+__global__ void __launch_bounds__(RRES_NT, RRES_MINB(KC)) rnn_res_fwd(rres_fwd_args a)
 {
     RRES_SMEM_DECL;
     if (a.s.fast) rres_fwd_body<T, KC, RT, true>(a, smem);
@@ -594,8 +604,8 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
     const int tid = (int)threadIdx.x;
     const int u = s.u, G = s.G, Gu = G * u, KS = s.KS, kc = s.kc, L = s.L, HS = s.HS;
     const int ks = tid & (KS - 1), jl = tid / L;
-    const int b0 = ((int)blockIdx.x / s.NCL) * s.R, nr = rres_min(s.R, s.B - b0);
-    const rres_cta cta = rres_cta_of(s, nr);
+    const int b0 = ((int)blockIdx.x / (KC > 16 ? s.NCL : 1)) * s.R, nr = rres_min(s.R, s.B - b0);
+    const rres_cta cta = rres_cta_of<(KC > 16)>(s, nr);
     const int j = cta.c0 + jl;                  /* the lane's unit (of u) */
     const bool hold = jl < cta.uc;              /* this lane holds a row slice of U^T */
     const bool wact = (tid & ~31) / L < cta.uc;
@@ -813,7 +823,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
 }
 
 template <typename T, int KC, int RT>
-__global__ void __launch_bounds__(RRES_NT, 1) rnn_res_bwd(rres_bwd_args a)
+__global__ void __launch_bounds__(RRES_NT, RRES_MINB(KC)) rnn_res_bwd(rres_bwd_args a)
 {
     RRES_SMEM_DECL;
     if (a.s.fast) rres_bwd_body<T, KC, RT, true>(a, smem);
@@ -853,7 +863,8 @@ static inline int rres_plan(rres_shape *s, int bwd, int want_ks, int max_ncl = 1
         for (int ks = 1; ks <= 32; ks *= 2) {
             if (want_ks > 0 && ks != want_ks) continue;
             if (s->GP * ks > 32 || (int64_t)uc * s->GP * ks > RRES_NT) break;
-            const int kct = rres_kc_template((K + ks - 1) / ks);
+            int kct = rres_kc_template((K + ks - 1) / ks);
+            if (kct && ncl > 1) kct = RRES_KC_MAX; /* the cluster code is in the KC = 64 kernels only */
             if (kct && (!best || kct < best)) best = kct, best_ks = ks;
         }
         if (best) break;

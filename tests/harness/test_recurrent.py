@@ -287,7 +287,8 @@ def replace_model(m):
 
 def test_the_resident_variant_takes_small_recurrences_in_one_launch(rng):
     """cuda.rnn=resident (U in one block's registers): SimpleRNN u <= 128, LSTM / GRU
-    u <= 64, no recurrent dropout; one launch, one CTA per batch row, one barrier a step
+    u <= 64 in one CTA (u <= 256 / 128 split over a cluster's CTAs on sm_90), no recurrent
+    dropout; one launch, one CTA per batch row, one barrier a step
     (two for reset_before); a calibration whose auto ran resident gives persistent to the
     ops it cannot hold."""
     for cell, top in (("simple", 128), ("lstm", 64), ("gru", 64), ("gru_reset_before", 64)):
