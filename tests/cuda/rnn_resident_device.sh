@@ -36,6 +36,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the in-place build, for every worker
 T0=$(date +%s)
 DEADLINE=$((T0 + ${DEADLINE_S:-530}))
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -46,9 +47,10 @@ rc=0
 F="-O3 -std=c++17 -Icsrc/include -Icsrc/cuda --expt-relaxed-constexpr"
 
 stamp "0. build (in place); the profilers compile meanwhile"
+rm -f /tmp/rnn_res_prof /tmp/rnn_prof
 (
-  nvcc $F -arch=sm_90a -o /tmp/rnn_res_prof benchmarks/cuda/rnn_resident_prof.cu &
-  nvcc $F -arch=sm_90a -o /tmp/rnn_prof benchmarks/cuda/rnn_persistent_prof.cu &
+  timeout 240 nvcc $F -arch=sm_90a -o /tmp/rnn_res_prof benchmarks/cuda/rnn_resident_prof.cu &
+  timeout 240 nvcc $F -arch=sm_90a -o /tmp/rnn_prof benchmarks/cuda/rnn_persistent_prof.cu &
   wait
 ) > "$OUT/prof_build.log" 2>&1 &
 PROF=$!
