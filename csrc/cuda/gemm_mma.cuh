@@ -22,7 +22,7 @@
  *   were read, so the stage just consumed becomes the next cp.async target at once; the
  *   copies of slice kt + STAGES - 1 are issued at the start of slice kt.
  * - Register double buffering: the fragments of k-step i+1 (the first of the next slice
- *   included) are loaded while the mma of step i issue.
+ *   included) are loaded while the mma of step i issue (where registers allow: see DB).
  * - Tails are predicated at the 16-byte chunk (a partly valid chunk zero-filled by
  *   cp.async's src-size; rows past M / N and columns past K read as zeros), so the
  *   multiply needs no masks. When an operand is not 16-byte aligned (pointer or leading
@@ -335,8 +335,10 @@ kernel(int M, int N, int K, const T *__restrict__ A, int64_t lda, const T *__res
     constexpr int BK = GA::BK, KS = BK / (sizeof(T) == 2 ? 16 : 8), S = C::STAGES;
     constexpr uint32_t A_BYTES = GA::ELEMS * GA::ES, STAGE_BYTES = A_BYTES + GB::ELEMS * GB::ES;
     static_assert(KS >= 2, "two k-steps per slice or more");
-    /* register double buffering of the fragments, but for TF32 on 64 x 64 warp tiles */
-    constexpr bool DB = sizeof(T) == 2 || C::WM * C::WN < 64 * 64;
+    /* register double buffering of the fragments where the registers allow it: not on
+     * 64 x 64 warp tiles with TF32 (scalar fragment reads) or 128-byte slices (four k-steps'
+     * addresses); ptxas spills there otherwise */
+    constexpr bool DB = C::WM * C::WN < 64 * 64 || (sizeof(T) == 2 && C::BKB == 64);
     static_assert(STAGE_BYTES * S == C::SMEM, "shared memory of the configuration");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
