@@ -48,8 +48,8 @@
     X(128x256x32, GC_V_MMAT_T128X256X32, 128, 256, 64, 64, 64, 4, 1)        \
     X(128x128x32, GC_V_MMAT_T128X128X32, 128, 128, 64, 64, 64, 5, 2)        \
     X(128x128x64, GC_V_MMAT_T128X128X64, 128, 128, 128, 64, 64, 3, 2)       \
-    X(128x64x32, GC_V_MMAT_T128X64X32, 128, 64, 64, 64, 32, 4, 3)           \
-    X(64x64x32, GC_V_MMAT_T64X64X32, 64, 64, 64, 32, 32, 5, 4)              \
+    X(128x64x32, GC_V_MMAT_T128X64X32, 128, 64, 64, 64, 32, 4, 2)           \
+    X(64x64x32, GC_V_MMAT_T64X64X32, 64, 64, 64, 32, 32, 5, 3)              \
     X(128x256x64, GC_V_MMAT_T128X256X64, 128, 256, 128, 64, 64, 3, 1)
 
 #ifdef __cplusplus
@@ -419,7 +419,9 @@ kernel(int M, int N, int K, const T *__restrict__ A, int64_t lda, const T *__res
               * the registers): the barrier follows the slice's last mma */
         F fr;
         for (int kt = 0; kt < nk; kt++) {
-#pragma unroll
+            /* TF32 with four k-steps a slice (128-byte slices) keeps them a loop: unrolled,
+             * their scalar fragment addresses do not fit the registers */
+#pragma unroll((KS > 2 && sizeof(T) == 4) ? 1 : KS)
             for (int ks = 0; ks < KS; ks++) {
                 if (ks == 0) {
                     if (kt + S - 1 < nk) {
