@@ -284,7 +284,8 @@ def main():
                    "min ms": min(r["min"] for r in ok) * 1e3 if ok else None,
                    "device ms": (statistics.median(r["device_s"] for r in ok) * 1e3
                                  if ok and "device_s" in ok[0] else None),
-                   "rounds": len(ok), "torch/gpucmp": None, "torch-graph/gpucmp": None,
+                   "rounds": len(ok), "ms rounds": [r["s"] * 1e3 for r in ok],
+                   "torch/gpucmp": None, "torch-graph/gpucmp": None,
                    "cudnn tf32": ok[0].get("cudnn_allow_tf32", "") if ok else "", "note": note}
             if name.startswith("gpucmp"):
                 # per round: the peer's time over this run's, measured next to each other
@@ -292,6 +293,7 @@ def main():
                     pres = by_name.get((peer, "auto"), [])
                     ratios = [p["s"] / r["s"] for (r, _), (p, _) in zip(res, pres) if r and p]
                     row[col] = statistics.median(ratios) if ratios else None
+                    row[col + " rounds"] = ratios       # the spread: in the JSON, not the table
             rows.append(row)
     print(table(rows, ["layer", "device", "mode", "framework", "rnn variant", "ms", "min ms", "device ms", "rounds",
                        "torch/gpucmp", "torch-graph/gpucmp", "cudnn tf32", "note"]))

@@ -57,6 +57,8 @@ static void rnn_fast_free(float *p) { free(p); }
 #define V_ST(p, v) (*(p) = (v))
 #define V_LDN(p, n) ((n) ? *(p) : 0.0f)
 #define V_STN(p, v, n) do { if (n) *(p) = (v); } while (0)
+#define V_STS(p, v) (*(p) = (v))
+#define V_FENCE() ((void)0)
 #define V_SET(x) (x)
 #define V_ADD(a, b) ((a) + (b))
 #define V_SUB(a, b) ((a) - (b))
@@ -78,6 +80,8 @@ static void rnn_fast_free(float *p) { free(p); }
 #undef V_ST
 #undef V_LDN
 #undef V_STN
+#undef V_STS
+#undef V_FENCE
 #undef V_SET
 #undef V_ADD
 #undef V_SUB
@@ -194,6 +198,8 @@ Z_TGT static inline __m512 rz_dout(int a, __m512 y)
 #define V_ST(p, v) _mm512_storeu_ps(p, v)
 #define V_LDN(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), p)
 #define V_STN(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1u), v)
+#define V_STS(p, v) _mm512_stream_ps(p, v)
+#define V_FENCE() _mm_sfence()
 #define V_SET(x) _mm512_set1_ps(x)
 #define V_ADD(a, b) _mm512_add_ps(a, b)
 #define V_SUB(a, b) _mm512_sub_ps(a, b)
@@ -215,6 +221,8 @@ Z_TGT static inline __m512 rz_dout(int a, __m512 y)
 #undef V_ST
 #undef V_LDN
 #undef V_STN
+#undef V_STS
+#undef V_FENCE
 #undef V_SET
 #undef V_ADD
 #undef V_SUB
@@ -312,6 +320,8 @@ static const int32_t ry_tail[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 
 #define V_ST(p, v) _mm256_storeu_ps(p, v)
 #define V_LDN(p, n) _mm256_maskload_ps(p, RY_MASK(n))
 #define V_STN(p, v, n) _mm256_maskstore_ps(p, RY_MASK(n), v)
+#define V_STS(p, v) _mm256_stream_ps(p, v)
+#define V_FENCE() _mm_sfence()
 #define V_SET(x) _mm256_set1_ps(x)
 #define V_ADD(a, b) _mm256_add_ps(a, b)
 #define V_SUB(a, b) _mm256_sub_ps(a, b)
@@ -333,6 +343,8 @@ static const int32_t ry_tail[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 
 #undef V_ST
 #undef V_LDN
 #undef V_STN
+#undef V_STS
+#undef V_FENCE
 #undef V_SET
 #undef V_ADD
 #undef V_SUB
