@@ -70,3 +70,60 @@ def test_small_resnet_trains_on_real_digits():
     p_all = model.predict(x_test[:32], verbose=0)
     p_one = model.predict(x_test[:1], verbose=0)
     np.testing.assert_allclose(p_one[0], p_all[0], rtol=1e-4, atol=1e-6)
+
+
+# The plan's bytes for this model at batch 64 with the layout before activations were
+# freed after their last reader (commit 5c89cf0, meta backend); the layout now holds less.
+SMALL_RESNET_PLAN_BYTES_BEFORE = {"float32": 40431532, "mixed_bfloat16": 20544940}
+
+
+def _small_resnet_plan_bytes(keras, policy):
+    from gpucmp.harness.describe import model_descs, meta_plan
+    from gpucmp.keras import mixed_precision
+    mixed_precision.set_global_policy(policy)
+    try:
+        model = small_resnet(keras)
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+        return meta_plan(model_descs(model), 64, "sparse_categorical_crossentropy", "sgd").bytes
+    finally:
+        mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_small_resnet_plan_holds_less_memory_than_before(policy):
+    from gpucmp import keras
+    got = _small_resnet_plan_bytes(keras, policy)
+    assert got <= 0.87 * SMALL_RESNET_PLAN_BYTES_BEFORE[policy], (got, SMALL_RESNET_PLAN_BYTES_BEFORE[policy])
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_small_resnet_training_is_bit_identical_without_buffer_sharing(policy, monkeypatch):
+    """Training steps with the shared step block (buffers freed after their last reader,
+    refills) give exactly the weights and BatchNormalization statistics of the same steps
+    with every buffer in memory of its own (GPUCMP_PLAN_REUSE=0): no buffer is read after
+    another has overwritten it, and the refills reproduce what the forward wrote."""
+    from gpucmp import keras
+    from gpucmp.keras import mixed_precision
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(80, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 80)
+    w0 = None
+    results = []
+    for reuse in ("1", "0"):
+        monkeypatch.setenv("GPUCMP_PLAN_REUSE", reuse)
+        mixed_precision.set_global_policy(policy)
+        try:
+            keras.utils.set_random_seed(0)
+            model = small_resnet(keras)
+            if w0 is None:
+                w0 = model.get_weights()
+            model.set_weights(w0)
+            model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                          loss="sparse_categorical_crossentropy")
+            model.fit(x, y, batch_size=32, epochs=2, verbose=0, shuffle=False)   # a partial last batch too
+            results.append(model.get_weights())
+        finally:
+            mixed_precision.set_global_policy("float32")
+    assert any(not np.array_equal(a, b) for a, b in zip(results[0], w0))      # it trained
+    for k, (a, b) in enumerate(zip(*results)):
+        np.testing.assert_array_equal(a, b, err_msg=f"weight {k}")

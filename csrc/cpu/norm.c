@@ -76,7 +76,9 @@ gc_status gc_cpu_batchnorm_fwd(const gc_batchnorm_params *p, int64_t R, int64_t 
                                float *moving_mean, float *moving_var, float *save)
 {
     float *mean = save, *invstd = save + C;
-    if (p->training) {
+    if (p->training == GC_BN_REFILL) {
+        /* the statistics of the training pass are in save: only y again */
+    } else if (p->training) {
         double *m = (double *)malloc((size_t)C * 2 * sizeof(double));
         if (!m) return gc_fail(GC_ERR_NOMEM, "batchnorm_fwd: no host memory for %lld channels", (long long)C);
         double *v = m + C;

@@ -726,7 +726,9 @@ static gc_status bn_fwd(const gc_backend *be, const gc_op_call *call)
     float *save = (float *)call->out[3]->data, *mm = (float *)call->out[1]->data, *mv = (float *)call->out[2]->data;
     cudaStream_t s = gc_cuda_stream(be);
     gc_status st;
-    if (p->training) {
+    if (p->training == GC_BN_REFILL) {
+        /* the statistics of the training pass are in save: only y again */
+    } else if (p->training) {
         bn_plan pl;
         if ((st = bn_chunking(be, "batchnorm_fwd", R, C, V, &pl))) return st;
         const dim3 grid((unsigned)pl.col_blocks, (unsigned)pl.chunks), block((unsigned)pl.tx, (unsigned)pl.ty);

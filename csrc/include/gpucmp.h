@@ -195,8 +195,12 @@ typedef struct { int accumulate; float scale; } gc_reduce_params;
  *        dbeta (C,) f32 = sum(dz), dresidual (x's shape/dtype) = dz, where dz = dy *
  *        relu'(y) (dy for linear) and xhat = (x - mean) * invstd. training:
  *        dx = gamma*invstd*(dz - mean_R(dz) - xhat*mean_R(dz*xhat)); inference:
- *        dx = gamma*invstd*dz. The backward reads only training and act. */
+ *        dx = gamma*invstd*dz. The backward reads only training and act.
+ *        training = GC_BN_REFILL (forward only): y from the statistics already in save (a
+ *        training pass's), bit for bit that pass's y; moving_mean / moving_var and save are
+ *        neither read nor written (the plan refills an output it did not keep). */
 typedef struct { float epsilon, momentum; int training; gc_act act; } gc_batchnorm_params;
+#define GC_BN_REFILL 2
 /* pad2d_fwd: in x (N, H, W, C) out y (N, H+top+bottom, W+left+right, C), zeros outside
  * (Keras ZeroPadding2D); pad2d_bwd: in dy (the padded shape) out dx (N, H, W, C) = the
  * crop. All four >= 0. */

@@ -213,6 +213,22 @@ gc_status gc_plan_profile(gc_plan *plan, const float *const *x, const void *y, i
 /* Bytes of backend memory the plan holds (activations, gradients, scratch, arenas):
  * for tests of the buffer reuse and for the harness' memory model. */
 int64_t gc_plan_bytes(const gc_plan *plan);
+/* Where those bytes are, for memory reports (benchmarks/plan_memory.py): entry k < n of
+ * the plan's allocations, each with what it holds ("activation", "gradient", "scratch",
+ * "weight_casts", ...) and the node it belongs to (-1: the plan's own). Entries inside
+ * the step's one block (offset >= 0) carry their life on the step's schedule, [start,
+ * end] inclusive (forward of node i at i, the loss at n, the backward of node i at
+ * 2n - i, the update after 2n), and [start2, end2] where the buffer is refilled in the
+ * backward; that block itself is the entry "step_block". Returns the
+ * number of entries; fills at most cap. */
+typedef struct {
+    const char *what;
+    int node;
+    int64_t bytes, offset; /* offset in the step block, -1 for a block of its own */
+    int start, end;        /* -1 outside the step block */
+    int start2, end2;      /* a second life (a buffer refilled in the backward), else -1 */
+} gc_plan_mem_entry;
+int gc_plan_memory(const gc_plan *plan, gc_plan_mem_entry *out, int cap);
 
 #ifdef __cplusplus
 }

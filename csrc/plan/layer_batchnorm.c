@@ -54,11 +54,10 @@ static gc_tensor weight_or_none(const plan_node *l, int k)
     return l->w[k].w ? gc_t1(l->w[k].w, GC_F32, l->w[k].n) : gc_none();
 }
 
-static gc_status bn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
+static gc_status bn_apply(gc_plan *p, plan_node *l, int64_t rows, int training)
 {
-    (void)seed;
     const int64_t C = channels(l);
-    gc_batchnorm_params bp = bn_params(l, bn_training(l, mode));
+    gc_batchnorm_params bp = bn_params(l, training);
     gc_tensor x = gc_node_in_tensor(p, l, 0, rows), y = gc_node_out_tensor(l, rows);
     gc_tensor g = weight_or_none(l, GC_W_GAMMA), b = weight_or_none(l, GC_W_BETA);
     gc_tensor r = l->n_in > 1 ? gc_node_in_tensor(p, l, 1, rows) : gc_none();
@@ -68,6 +67,15 @@ static gc_status bn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mod
     gc_tensor *out[4] = {&y, &mm, &mv, &save};
     return gc_plan_run_n(p, GC_OP_BATCHNORM_FWD, &bp, in, 4, out, 4);
 }
+
+static gc_status bn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mode, uint64_t seed)
+{
+    (void)seed;
+    return bn_apply(p, l, rows, bn_training(l, mode));
+}
+
+/* y again from the statistics the training pass left in save (and the kept x, residual) */
+static gc_status bn_refill(gc_plan *p, plan_node *l, int64_t rows) { return bn_apply(p, l, rows, GC_BN_REFILL); }
 
 static gc_status bn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t seed)
 {
@@ -93,4 +101,13 @@ static gc_status bn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t se
     return GC_OK;
 }
 
-const gc_layer_ops gc_layer_batchnorm = {"batchnorm", 1, 2, bn_check, bn_weights, bn_forward, bn_backward, 0, 1, 1};
+/* x always; the output for the folded ReLU's mask; never the residual (its gradient is dz) */
+static int bn_bwd_reads(const gc_plan *p, const plan_node *l, int k)
+{
+    (void)p;
+    if (k < 0) return l->d.act == GC_ACT_RELU;
+    return k == 0;
+}
+
+const gc_layer_ops gc_layer_batchnorm = {"batchnorm", 1, 2, bn_check, bn_weights, bn_forward, bn_backward, 0, 1, 1,
+                                         .bwd_reads = bn_bwd_reads, .refill = bn_refill, .refill_sparingly = 1};

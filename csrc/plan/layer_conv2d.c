@@ -69,4 +69,13 @@ static gc_status conv_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t 
     return GC_OK;
 }
 
-const gc_layer_ops gc_layer_conv2d = {"conv2d", 1, 1, conv_check, conv_weights, conv_forward, conv_backward, 0, 0};
+/* the input for the weight gradient only; the output for act' only */
+static int conv_bwd_reads(const gc_plan *p, const plan_node *l, int k)
+{
+    (void)p;
+    if (k < 0) return l->d.act != GC_ACT_LINEAR;
+    return l->w[GC_W_KERNEL].trains || l->w[GC_W_BIAS].trains;
+}
+
+const gc_layer_ops gc_layer_conv2d = {"conv2d", 1, 1, conv_check, conv_weights, conv_forward, conv_backward, 0, 0,
+                                      .bwd_reads = conv_bwd_reads};

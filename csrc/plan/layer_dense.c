@@ -71,4 +71,13 @@ static gc_status dense_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t
     return GC_OK;
 }
 
-const gc_layer_ops gc_layer_dense = {"dense", 1, 1, dense_check, dense_weights, dense_forward, dense_backward, 0, 0};
+/* the input for the kernel gradient only; the output for act' only */
+static int dense_bwd_reads(const gc_plan *p, const plan_node *l, int k)
+{
+    (void)p;
+    if (k < 0) return l->d.act != GC_ACT_LINEAR;
+    return l->w[GC_W_KERNEL].trains;
+}
+
+const gc_layer_ops gc_layer_dense = {"dense", 1, 1, dense_check, dense_weights, dense_forward, dense_backward, 0, 0,
+                                     .bwd_reads = dense_bwd_reads};

@@ -154,7 +154,17 @@ static gc_status concat_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_
     return GC_OK;
 }
 
-const gc_layer_ops gc_layer_add = {"add", 2, GC_NODE_MAX_INPUTS, same_shapes, NULL, add_forward, add_backward, 0, 1, 0};
+/* no input; the output for the folded ReLU's mask */
+static int add_bwd_reads(const gc_plan *p, const plan_node *l, int k)
+{
+    (void)p;
+    return k < 0 && l->d.act != GC_ACT_LINEAR;
+}
+
+static int concat_bwd_reads(const gc_plan *p, const plan_node *l, int k) { (void)p, (void)l, (void)k; return 0; }
+
+const gc_layer_ops gc_layer_add = {"add", 2, GC_NODE_MAX_INPUTS, same_shapes, NULL, add_forward, add_backward, 0, 1, 0,
+                                   .bwd_reads = add_bwd_reads};
 const gc_layer_ops gc_layer_multiply = {"multiply", 2, 2, same_shapes, NULL, mul_forward, mul_backward, 0, 1, 0};
 const gc_layer_ops gc_layer_concat = {"concat", 1, GC_NODE_MAX_INPUTS, concat_check, NULL, concat_forward,
-                                      concat_backward, 0, 0, 0};
+                                      concat_backward, 0, 0, 0, .bwd_reads = concat_bwd_reads};

@@ -41,4 +41,11 @@ static gc_status pad_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t s
     return gc_node_deliver(p, l, 0, rows);
 }
 
-const gc_layer_ops gc_layer_pad2d = {"pad2d", 1, 1, pad_check, NULL, pad_forward, pad_backward, 0, 0, 0};
+/* the crop reads only the output gradient */
+static int pad_bwd_reads(const gc_plan *p, const plan_node *l, int k) { (void)p, (void)l, (void)k; return 0; }
+
+/* a copy with zeros around: refilled in the backward where its input is kept */
+static gc_status pad_refill(gc_plan *p, plan_node *l, int64_t rows) { return pad_forward(p, l, rows, MODE_TRAIN, 0); }
+
+const gc_layer_ops gc_layer_pad2d = {"pad2d", 1, 1, pad_check, NULL, pad_forward, pad_backward, 0, 0, 0,
+                                     .bwd_reads = pad_bwd_reads, .refill = pad_refill};

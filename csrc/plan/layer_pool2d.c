@@ -50,5 +50,11 @@ static gc_status avgpool_backward(gc_plan *p, plan_node *l, int64_t rows, uint64
     return gc_node_deliver(p, l, 0, rows);
 }
 
-const gc_layer_ops gc_layer_maxpool2d = {"maxpool2d", 1, 1, pool_check, NULL, maxpool_forward, maxpool_backward, 0, 0};
-const gc_layer_ops gc_layer_avgpool2d = {"avgpool2d", 1, 1, pool_check, NULL, avgpool_forward, avgpool_backward, 0, 0};
+/* max: the input (where the maxima are), not the output; average: neither */
+static int maxpool_bwd_reads(const gc_plan *p, const plan_node *l, int k) { (void)p, (void)l; return k == 0; }
+static int avgpool_bwd_reads(const gc_plan *p, const plan_node *l, int k) { (void)p, (void)l, (void)k; return 0; }
+
+const gc_layer_ops gc_layer_maxpool2d = {"maxpool2d", 1, 1, pool_check, NULL, maxpool_forward, maxpool_backward, 0, 0,
+                                         .bwd_reads = maxpool_bwd_reads};
+const gc_layer_ops gc_layer_avgpool2d = {"avgpool2d", 1, 1, pool_check, NULL, avgpool_forward, avgpool_backward, 0, 0,
+                                         .bwd_reads = avgpool_bwd_reads};

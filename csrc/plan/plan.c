@@ -158,8 +158,7 @@ static gc_status alloc_bytes(gc_plan *p, size_t bytes, void **out)
     }
     if (bytes == 0) bytes = 4;
     TRY(p->be->alloc(p->be, bytes, out));
-    p->blocks[p->n_blocks].ptr = *out;
-    p->blocks[p->n_blocks].bytes = bytes;
+    p->blocks[p->n_blocks] = (plan_block){*out, bytes, p->mem_what ? p->mem_what : "other", p->mem_node};
     p->n_blocks++;
     p->bytes += (int64_t)bytes;
     return p->be->fill_zero(p->be, *out, bytes);
@@ -219,7 +218,10 @@ static gc_status pool_get(gc_plan *p, pool *pl, size_t bytes, int start, int end
 typedef struct {
     size_t bytes, off;
     int start, end;
+    int start2, end2; /* a second life, or -1: the buffer is refilled then (a recomputed output) */
     void **dst;
+    const char *what;
+    int node;
 } arena_req;
 
 typedef struct {
@@ -229,7 +231,8 @@ typedef struct {
 
 #define ARENA_ALIGN 256
 
-static gc_status arena_add(arena *a, size_t bytes, int start, int end, void **dst)
+static gc_status arena_add2(arena *a, size_t bytes, int start, int end, int start2, int end2, void **dst,
+                            const char *what, int node)
 {
     if (a->n == a->cap) {
         int cap = a->cap ? 2 * a->cap : 64;
@@ -238,8 +241,23 @@ static gc_status arena_add(arena *a, size_t bytes, int start, int end, void **ds
         a->r = nr;
         a->cap = cap;
     }
-    a->r[a->n++] = (arena_req){(bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN, 0, start, end, dst};
+    a->r[a->n++] = (arena_req){(bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN, 0, start, end, start2, end2,
+                               dst, what, node};
     return GC_OK;
+}
+
+static gc_status arena_add(arena *a, size_t bytes, int start, int end, void **dst, const char *what, int node)
+{
+    return arena_add2(a, bytes, start, end, -1, -1, dst, what, node);
+}
+
+static int lives_meet(int s0, int e0, int s1, int e1) { return s0 >= 0 && s1 >= 0 && s0 <= e1 && s1 <= e0; }
+
+/* some life of a meets some life of b: they cannot share memory */
+static int reqs_meet(const arena_req *a, const arena_req *b)
+{
+    return lives_meet(a->start, a->end, b->start, b->end) || lives_meet(a->start, a->end, b->start2, b->end2) ||
+           lives_meet(a->start2, a->end2, b->start, b->end) || lives_meet(a->start2, a->end2, b->start2, b->end2);
 }
 
 static int arena_by_size(const void *x, const void *y)
@@ -268,9 +286,14 @@ static gc_status arena_commit(gc_plan *p, arena *a)
     size_t total = 0;
     for (int i = 0; i < a->n; i++) {
         arena_req *q = order[i];
+        if (p->no_reuse) { /* each buffer its own memory: the reference the tests compare with */
+            q->off = total;
+            total += q->bytes;
+            continue;
+        }
         int m = 0;
         for (int j = 0; j < i; j++) /* placed ones whose lives overlap q's */
-            if (order[j]->start <= q->end && q->start <= order[j]->end) met[m++] = order[j];
+            if (reqs_meet(order[j], q)) met[m++] = order[j];
         qsort(met, (size_t)m, sizeof *met, off_cmp);
         size_t off = 0;
         for (int j = 0; j < m; j++) { /* the first gap from the bottom that holds q */
@@ -282,8 +305,17 @@ static gc_status arena_commit(gc_plan *p, arena *a)
     }
     free(order), free(met);
     void *base;
+    p->mem_what = "step_block";
+    p->mem_node = -1;
     TRY(alloc_bytes(p, total, &base));
     for (int i = 0; i < a->n; i++) *a->r[i].dst = (char *)base + a->r[i].off;
+    p->arena_map = malloc((size_t)(unsigned)a->n * sizeof *p->arena_map);
+    if (!p->arena_map) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    for (int i = 0; i < a->n; i++)
+        p->arena_map[i] = (gc_plan_mem_entry){a->r[i].what, a->r[i].node, (int64_t)a->r[i].bytes,
+                                              (int64_t)a->r[i].off, a->r[i].start, a->r[i].end,
+                                              a->r[i].start2, a->r[i].end2};
+    p->n_arena_map = a->n;
     return GC_OK;
 }
 
@@ -404,9 +436,15 @@ gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed)
     for (int i = p->n - 1; i >= 0; i--) {
         plan_node *l = &p->L[i];
         p->cur_node = i;
+        for (int j = l->refill_head; j >= 0; j = p->L[j].refill_next) { /* outputs not kept: refill */
+            p->cur_node = j;
+            TRY(p->L[j].ops->refill(p, &p->L[j], rows));
+        }
+        p->cur_node = i;
         int any = l->trains;
         for (int k = 0; k < l->n_in; k++) any |= l->in_grad[k];
         if (!any || !l->ops->backward || l->absorbed) continue;
+        p->scratch = l->bscratch, p->gtmp = l->bgtmp, p->gtmp2 = l->bgtmp2; /* this node's temporaries */
         TRY(l->ops->backward(p, l, rows, seed));
     }
     return GC_OK;
@@ -423,6 +461,19 @@ int64_t gc_plan_input_numel(const gc_plan *p, int k)
 }
 
 int64_t gc_plan_bytes(const gc_plan *p) { return p ? p->bytes : 0; }
+
+int gc_plan_memory(const gc_plan *p, gc_plan_mem_entry *out, int cap)
+{
+    if (!p) return 0;
+    int n = 0;
+    for (int i = 0; i < p->n_blocks; i++, n++)
+        if (n < cap)
+            out[n] = (gc_plan_mem_entry){p->blocks[i].what, p->blocks[i].node, (int64_t)p->blocks[i].bytes, -1, -1, -1,
+                                         -1, -1};
+    for (int i = 0; i < p->n_arena_map; i++, n++)
+        if (n < cap) out[n] = p->arena_map[i];
+    return n;
+}
 
 gc_status gc_plan_profile(gc_plan *p, const float *const *x, const void *y, int64_t rows,
                           const gc_opt_hparams *hp, gc_plan_trace_fn fn, void *ctx)
@@ -542,6 +593,7 @@ void gc_plan_destroy(gc_plan *p)
     if (p->batch_graph && be->graph_destroy) be->graph_destroy(be, p->batch_graph);
     for (int i = 0; i < p->n_blocks; i++) be->release(be, p->blocks[i].ptr);
     free(p->blocks);
+    free(p->arena_map);
     free(p->L);
     free(p->host_rows);
     free(p->state_copy);
@@ -821,65 +873,172 @@ static void pair_nodes(gc_plan *p)
  * backward of node i at 2n - i (reverse order), the update after 2n. */
 #define STEP_END(p) (3 * (p)->n + 2)
 
+/* input k of l is read from a cast of its producer's output (l->xc[k]: another dtype) */
+static int needs_cast(const gc_plan *p, const plan_node *l, int k)
+{
+    const plan_node *src = &p->L[l->in[k]];
+    return src->dt != l->dt && !l->ops->is_view && !l->ops->raw_inputs && !src->ops->raw_output;
+}
+
+/* whether l's backward, as this plan runs it, reads its input k (k >= 0, from its
+ * producer or its cast) or its own output (k = -1): nothing for a node whose backward is
+ * skipped (gc_plan_backward's rule), the kind's answer otherwise, all when it has none */
+static int bwd_reads(const gc_plan *p, const plan_node *l, int k)
+{
+    if (!p->training || l->absorbed || !l->ops->backward) return 0;
+    int any = l->trains;
+    for (int j = 0; j < l->n_in; j++) any |= l->in_grad[j];
+    if (!any) return 0;
+    return l->ops->bwd_reads ? l->ops->bwd_reads(p, l, k) : 1;
+}
+
+static int alias_root(const gc_plan *p, int i)
+{
+    while (p->L[i].alias_of >= 0) i = p->L[i].alias_of;
+    return i;
+}
+
 /* Activations. Inference-only plans reuse a buffer once the last consumer of its node has
- * run. Training plans keep each activation until the backward pass no longer reads it:
- * node i's output is read by its consumers' backward calls and its own (a mask, an
- * output-based derivative), the last of which is its own at 2n - i; the model's output
- * lives to the end of the step (loss, metrics, returned predictions). Their buffers come
- * from `shared`, the pool the gradients then draw from (alloc_gradients), so a gradient
- * reuses the memory of activations the backward pass is done with, as a framework that
- * frees saved tensors during backward does. Inputs are the caller's (own buffers).
- * Views take their input's buffer once the arena is placed (resolve_views). */
+ * run. Training plans keep each activation until the last call that reads it: its
+ * consumers' forward calls, and the backward calls that read it -- its own where its
+ * backward reads its output (a mask, an output-based derivative), each consumer's that
+ * reads that input (a weight gradient, batch norm's x; not a residual, a padding, an
+ * add) -- so an output that only the forward reads (a shortcut's batch norm, added to a
+ * residual) is free at once. The model's output lives to the end of the step (loss,
+ * metrics, returned predictions); a node read by no other (a loss mask) to its own
+ * backward. Views and absorbed nodes share their root's buffer, so their readers count
+ * as the root's. Model inputs are live from the upload, before the first call.
+ *
+ * Refills: a node whose kind can refill its output (padding, batch norm's normalisation:
+ * cheap memory-bound passes), whose inputs are still in place at the first backward call
+ * that reads the output, keeps the output for the forward only and gets it back just
+ * before that call -- a second life of the same buffer. Nodes are decided from the last
+ * back, so a refill's own reads of its inputs count for them (a batch norm refilled for a
+ * padding refilled for a max pool), and a slot's refills run in node order.
+ *
+ * Training buffers come from `shared`, the block the gradients then draw from
+ * (alloc_gradients), so a gradient reuses the memory of activations the backward pass is
+ * done with, as a framework that frees saved tensors during backward does; views take
+ * their root's buffer once the block is placed (resolve_views). GPUCMP_PLAN_REUSE=0
+ * turns the refills off (and arena_commit the sharing), for tests that compare both. */
 static gc_status alloc_activations(gc_plan *p, arena *shared)
 {
     pool pl = {0};
     gc_status s = GC_OK;
-    int *end = calloc((size_t)p->n, sizeof *end);
-    if (!end) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
-    for (int i = p->n - 1; i >= 0; i--) { /* a view extends its input's life to its own */
-        plan_node *l = &p->L[i];
-        int e = p->training ? (i == p->n - 1 ? STEP_END(p) : 2 * p->n - i) : (i == p->n - 1 ? p->n : l->last_consumer);
-        if (e < end[i]) e = end[i];
-        end[i] = e;
-        if (l->alias_of >= 0 && end[l->alias_of] < e) end[l->alias_of] = e;
+    const int n = p->n;
+    /* per root: end of the first life, the backward reads (first, last; any by a
+     * consumer's own backward), refilled */
+    int *end = calloc((size_t)(unsigned)n, sizeof *end), *bfirst = calloc((size_t)(unsigned)n, sizeof *bfirst);
+    int *blast = calloc((size_t)(unsigned)n, sizeof *blast), *direct = calloc((size_t)(unsigned)n, sizeof *direct);
+    int *fwd_end = calloc((size_t)(unsigned)n, sizeof *fwd_end), *recomp = calloc((size_t)(unsigned)n, sizeof *recomp);
+    if (!end || !bfirst || !blast || !direct || !fwd_end || !recomp) {
+        free(end), free(bfirst), free(blast), free(direct), free(fwd_end), free(recomp);
+        return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
     }
-    for (int i = 0; i < p->n && s == GC_OK; i++) {
+    const int reuse = !p->no_reuse;
+    for (int i = 0; i < n; i++) {
+        p->L[i].recompute_at = p->L[i].refill_head = p->L[i].refill_next = -1;
+        bfirst[i] = blast[i] = -1;
+        end[i] = fwd_end[i] = -1;
+        recomp[i] = 0;
+    }
+    for (int i = 0; i < n; i++) /* recomp[r] = 1 for now: r is the root of some view or absorbed node */
+        if (p->L[i].alias_of >= 0) recomp[p->L[i].alias_of] = 1;
+#define READ_AT(r, t, by_consumer)                    \
+    do {                                              \
+        if (bfirst[r] < 0 || (t) < bfirst[r]) bfirst[r] = (t); \
+        if ((t) > blast[r]) blast[r] = (t);           \
+        direct[r] |= (by_consumer);                   \
+    } while (0)
+    for (int i = 0; i < n; i++) {
+        const plan_node *l = &p->L[i];
+        const int r = alias_root(p, i);
+        int e;
+        if (!p->training) e = i == n - 1 ? n : l->last_consumer;
+        else if (i == n - 1) e = STEP_END(p);
+        else if (!l->n_consumers && !recomp[i]) e = 2 * n - i; /* read by nothing (a loss mask) */
+        else e = l->last_consumer;
+        if (e < i) e = i;
+        if (e > fwd_end[r]) fwd_end[r] = e;
+        if (bwd_reads(p, l, -1)) READ_AT(r, 2 * n - i, 0);
+        for (int k = 0; k < l->n_in; k++) /* l reads input k in its backward (a cast is read instead) */
+            if (!needs_cast(p, l, k) && bwd_reads(p, l, k)) READ_AT(alias_root(p, l->in[k]), 2 * n - i, 1);
+    }
+    for (int r = 0; r < n; r++) {
+        end[r] = fwd_end[r] > blast[r] ? fwd_end[r] : blast[r];
+        recomp[r] = 0;
+    }
+    for (int r = n - 1; r >= 0 && p->training && reuse; r--) {
+        plan_node *l = &p->L[r];
+        if (!l->ops->refill || l->alias_of >= 0 || bfirst[r] < 0 || fwd_end[r] >= bfirst[r] ||
+            (l->ops->refill_sparingly && direct[r]))
+            continue;
+        int ok = 1;
+        for (int k = 0; k < l->n_in; k++) /* each input in place when the refill runs */
+            ok &= !needs_cast(p, l, k) && end[alias_root(p, l->in[k])] >= bfirst[r];
+        if (!ok) continue;
+        recomp[r] = 1;
+        end[r] = fwd_end[r];
+        for (int k = 0; k < l->n_in; k++) READ_AT(alias_root(p, l->in[k]), bfirst[r], 0);
+        const int c = 2 * n - bfirst[r]; /* the node whose backward comes first among the readers */
+        l->recompute_at = c;
+        int *at = &p->L[c].refill_head; /* node order within the slot: inputs are refilled first */
+        while (*at >= 0 && *at < r) at = &p->L[*at].refill_next;
+        l->refill_next = *at;
+        *at = r;
+    }
+#undef READ_AT
+    for (int i = 0; i < n && s == GC_OK; i++) {
         plan_node *l = &p->L[i];
         if (l->alias_of >= 0) {
             if (!p->training) l->out = p->L[l->alias_of].out;
             continue;
         }
         size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
-        if (l->d.kind == GC_LAYER_INPUT) s = alloc_bytes(p, bytes, &l->out);
-        else if (p->training) s = arena_add(shared, bytes, i, end[i], &l->out);
+        int input = l->d.kind == GC_LAYER_INPUT;
+        p->mem_what = input ? "input" : "activation", p->mem_node = i;
+        if (p->training)
+            s = arena_add2(shared, bytes, input ? 0 : i, end[i], recomp[i] ? bfirst[i] : -1, recomp[i] ? blast[i] : -1,
+                           &l->out, input ? "input" : recomp[i] ? "activation_refilled" : "activation", i);
+        else if (input) s = alloc_bytes(p, bytes, &l->out);
         else s = pool_get(p, &pl, bytes, i, end[i], &l->out);
         l->owns_out = 1;
     }
-    free(end);
+    free(end), free(bfirst), free(blast), free(direct), free(fwd_end), free(recomp);
     free(pl.b);
     return s;
 }
 
-static gc_status alloc_casts_and_scratch(gc_plan *p)
+/* Input casts, and in training the backward temporaries. A cast l->xc[k] is written by
+ * l's forward and read by it and, where it reads that input, by its backward; in training
+ * it lives in the step block for just those calls. Each node's backward temporaries are
+ * sized for that node in its dtype -- scratch its dz (its output's shape), gtmp the
+ * gradient w.r.t. an input before it is cast or added, gtmp2 that gradient cast to the
+ * producer's dtype before it is added -- and live in the step block during its backward
+ * only, so they take room the backward has already freed. */
+static gc_status alloc_casts_and_scratch(gc_plan *p, arena *shared)
 {
-    for (int i = 0; i < p->n; i++) {
+    const int n = p->n;
+    for (int i = 0; i < n; i++) {
         plan_node *l = &p->L[i];
         for (int k = 0; k < l->n_in; k++) {
-            plan_node *src = &p->L[l->in[k]];
-            if (src->dt != l->dt && !l->ops->is_view && !l->ops->raw_inputs && !src->ops->raw_output)
+            if (!needs_cast(p, l, k)) continue;
+            p->mem_what = "input_cast", p->mem_node = i;
+            size_t bytes = (size_t)(p->max_batch * l->in_numel[k]) * gc_dtype_size(l->dt);
+            if (p->training)
+                TRY(arena_add(shared, bytes, i, bwd_reads(p, l, k) ? 2 * n - i : i, &l->xc[k], "input_cast", i));
+            else
                 TRY(gc_plan_alloc(p, p->max_batch * l->in_numel[k], l->dt, &l->xc[k]));
         }
     }
     if (!p->training) return GC_OK;
-    /* the backward pass's temporaries, each sized for the largest use in its dtype:
-     * scratch holds a node's dz (its own dtype, its output's shape); gtmp the gradient
-     * w.r.t. an input in the node's dtype before it is cast or added; gtmp2 that gradient
-     * cast to the producer's dtype before it is added */
-    size_t scratch = 0, tmp = 0, tmp2 = 0;
-    for (int i = 0; i < p->n; i++) {
+    for (int i = 0; i < n; i++) {
         plan_node *l = &p->L[i];
+        int any = l->trains;
+        for (int k = 0; k < l->n_in; k++) any |= l->in_grad[k];
+        if (!any || !l->ops->backward || l->absorbed) continue; /* no backward */
         const size_t es = gc_dtype_size(l->dt);
-        if ((size_t)l->out_numel * es > scratch) scratch = (size_t)l->out_numel * es;
+        size_t tmp = 0, tmp2 = 0;
         for (int k = 0; k < l->n_in; k++) {
             if (!l->in_grad[k]) continue;
             const gc_dtype pdt = p->L[l->in[k]].dt;
@@ -888,10 +1047,13 @@ static gc_status alloc_casts_and_scratch(gc_plan *p)
             if (cast && l->in_accum[k] && (size_t)l->in_numel[k] * gc_dtype_size(pdt) > tmp2)
                 tmp2 = (size_t)l->in_numel[k] * gc_dtype_size(pdt);
         }
+        const int t = 2 * n - i;
+        /* dz = act'(y) * dy (conv, dense), a folded ReLU's product (batch norm, add) */
+        if (l->d.act != GC_ACT_LINEAR)
+            TRY(arena_add(shared, (size_t)p->max_batch * (size_t)l->out_numel * es, t, t, &l->bscratch, "scratch", i));
+        if (tmp) TRY(arena_add(shared, (size_t)p->max_batch * tmp, t, t, &l->bgtmp, "gtmp", i));
+        if (tmp2) TRY(arena_add(shared, (size_t)p->max_batch * tmp2, t, t, &l->bgtmp2, "gtmp2", i));
     }
-    TRY(alloc_bytes(p, (size_t)p->max_batch * scratch, &p->scratch));
-    if (tmp) TRY(alloc_bytes(p, (size_t)p->max_batch * tmp, &p->gtmp));
-    if (tmp2) TRY(alloc_bytes(p, (size_t)p->max_batch * tmp2, &p->gtmp2));
     return GC_OK;
 }
 
@@ -941,51 +1103,82 @@ static gc_status alloc_gradients(gc_plan *p, arena *shared)
     for (int q = 0; q < m && s == GC_OK; q++) { /* on the step's schedule: backward times + n */
         plan_node *l = &p->L[order[q]];
         size_t bytes = (size_t)(p->max_batch * l->out_numel) * gc_dtype_size(l->dt);
-        s = arena_add(shared, bytes, p->n + start[order[q]], p->n + stop[order[q]], &l->gout);
+        s = arena_add(shared, bytes, p->n + start[order[q]], p->n + stop[order[q]], &l->gout, "gradient", order[q]);
     }
     free(order);
     free(start), free(stop), free(root);
     return s;
 }
 
-/* Weight casts and gradients: every float32 gradient in one arena; half-precision casts
- * and gradients in another. */
-static gc_status alloc_weights(gc_plan *p)
+/* Weight casts and gradients. Every float32 gradient the optimizer reads is in one arena
+ * (one fused update); the half-precision casts of the weights in another block. A weight
+ * gradient that is not written straight into the arena -- the half-precision gradients,
+ * and in a plan where no weight is float32 the batch norms' float32 ones too -- is a
+ * buffer of the step block, live from its node's backward to the update, which converts
+ * it into the arena; the arena itself is then needed only at the update, and is in the
+ * step block too (one contiguous request). Where some node computes in float32 and writes
+ * its gradients straight into the arena, the arena is a block of its own. Requests are
+ * made before the step block is placed; weight_grads_placed sets the arena's pointers. */
+#define UPDATE_T(p) (2 * (p)->n + 1)
+#define W_ALIGN 64 /* elements: 256 bytes */
+
+static gc_status alloc_weights(gc_plan *p, arena *shared)
 {
     int64_t f32 = 0, half = 0;
-    const int64_t align = 64; /* elements: 256 bytes */
-    for (int pass = 0; pass < 2; pass++) {
-        char *g = p->grad_arena, *h = p->half_arena;
-        for (int i = 0; i < p->n; i++) {
-            plan_node *l = &p->L[i];
-            int cast = l->dt != GC_F32 && !l->ops->f32_weights;
-            for (int k = 0; k < l->n_w; k++) {
-                plan_weight *w = &l->w[k];
-                if (!w->w) continue;
-                int64_t n = (w->n + align - 1) / align * align;
-                if (cast) {
-                    if (pass) w->wc = h + half * 2;
-                    half += n;
-                }
-                if (!w->trains) continue;
-                if (pass) w->dw32 = g + f32 * 4;
-                f32 += n;
-                if (cast) {
-                    if (pass) w->dw = h + half * 2;
-                    half += n;
-                } else if (pass) {
-                    w->dw = w->dw32;
-                }
-            }
-        }
-        if (pass == 0) {
-            if (f32) TRY(gc_plan_alloc(p, f32, GC_F32, &p->grad_arena));
-            if (half) TRY(gc_plan_alloc(p, half, GC_F16, &p->half_arena));
-            p->grad_arena_numel = f32;
-            f32 = half = 0;
+    int staged = p->training; /* no gradient goes straight into the arena */
+    for (int i = 0; i < p->n; i++)
+        if (p->L[i].trains && p->L[i].dt == GC_F32) staged = 0;
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        int cast = l->dt != GC_F32 && !l->ops->f32_weights;
+        for (int k = 0; k < l->n_w; k++) {
+            plan_weight *w = &l->w[k];
+            if (!w->w) continue;
+            int64_t n = (w->n + W_ALIGN - 1) / W_ALIGN * W_ALIGN;
+            if (cast) half += n;
+            if (!w->trains) continue;
+            f32 += n;
+            w->dwdt = cast ? l->dt : GC_F32;
+            if (cast || staged)
+                TRY(arena_add(shared, (size_t)n * gc_dtype_size(w->dwdt), 2 * p->n - i, UPDATE_T(p), &w->dw,
+                              "weight_grad", i));
         }
     }
+    p->grad_arena_numel = f32;
+    p->mem_what = "weight_grads_f32", p->mem_node = -1;
+    if (f32 && staged) TRY(arena_add(shared, (size_t)f32 * 4, UPDATE_T(p), UPDATE_T(p), &p->grad_arena,
+                                     "weight_grads_f32", -1));
+    else if (f32) TRY(gc_plan_alloc(p, f32, GC_F32, &p->grad_arena));
+    p->mem_what = "weight_casts";
+    if (half) TRY(gc_plan_alloc(p, half, GC_F16, &p->half_arena));
+    half = 0;
+    for (int i = 0; i < p->n; i++) { /* the casts' places in their block */
+        plan_node *l = &p->L[i];
+        if (l->dt == GC_F32 || l->ops->f32_weights) continue;
+        for (int k = 0; k < l->n_w; k++)
+            if (l->w[k].w) {
+                l->w[k].wc = (char *)p->half_arena + half * 2;
+                half += (l->w[k].n + W_ALIGN - 1) / W_ALIGN * W_ALIGN;
+            }
+    }
     return GC_OK;
+}
+
+/* once the step block is placed: each float32 gradient's place in the arena, and the
+ * gradients written straight into it */
+static void weight_grads_placed(gc_plan *p)
+{
+    int64_t f32 = 0;
+    for (int i = 0; i < p->n; i++) {
+        plan_node *l = &p->L[i];
+        for (int k = 0; k < l->n_w; k++) {
+            plan_weight *w = &l->w[k];
+            if (!w->w || !w->trains) continue;
+            w->dw32 = (char *)p->grad_arena + f32 * 4;
+            f32 += (w->n + W_ALIGN - 1) / W_ALIGN * W_ALIGN;
+            if (!w->dw) w->dw = w->dw32;
+        }
+    }
 }
 
 /* Views (and absorbed nodes) share their input's activation; a gradient view its input's
@@ -1011,6 +1204,8 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
     p->be = be;
     p->max_batch = max_batch;
     p->training = train != NULL;
+    const char *reuse = getenv("GPUCMP_PLAN_REUSE");
+    p->no_reuse = reuse && reuse[0] == '0';
     if (train) p->train = *train; /* check_nodes reads the loss mask node */
     gc_status s = resolve_inputs(p, nodes, n_nodes);
     if (s == GC_OK) s = check_nodes(p);
@@ -1026,24 +1221,32 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         pair_nodes(p);
         s = alloc_activations(p, &shared);
     }
-    if (s == GC_OK) s = alloc_casts_and_scratch(p);
+    if (s == GC_OK) s = alloc_casts_and_scratch(p, &shared);
     if (s == GC_OK) s = alloc_gradients(p, &shared);
+    if (s == GC_OK) s = alloc_weights(p, &shared);
     if (s == GC_OK) s = arena_commit(p, &shared);
     free(shared.r);
     if (s == GC_OK && p->training) resolve_views(p);
-    if (s == GC_OK) s = alloc_weights(p);
-    for (int i = 0; i < p->n && s == GC_OK; i++) /* per-channel statistics of a batchnorm pass */
+    if (s == GC_OK) weight_grads_placed(p);
+    for (int i = 0; i < p->n && s == GC_OK; i++) { /* per-channel statistics of a batchnorm pass */
+        p->mem_what = "bn_stats", p->mem_node = i;
         if (p->L[i].d.kind == GC_LAYER_BATCHNORM)
             s = gc_plan_alloc(p, 2 * p->L[i].d.out_shape[p->L[i].d.out_ndim - 1], GC_F32, &p->L[i].save);
-    for (int i = 0; i < p->n && s == GC_OK; i++) /* the kinds' own buffers */
+    }
+    for (int i = 0; i < p->n && s == GC_OK; i++) { /* the kinds' own buffers */
+        p->mem_what = "layer_own", p->mem_node = i;
         if (p->L[i].ops->setup) s = p->L[i].ops->setup(p, &p->L[i]);
+    }
+    p->mem_what = "loss_and_output", p->mem_node = -1;
     if (s == GC_OK && p->L[p->n - 1].dt != GC_F32) /* float32 loss input / predictions */
         s = gc_plan_alloc(p, max_batch * p->out_numel, GC_F32, &p->logits32);
     if (s == GC_OK && p->training) {
         p->train = *train;
         s = gc_plan_setup_loss(p);
     }
+    p->mem_what = "optimizer_table";
     if (s == GC_OK && p->training) s = gc_plan_setup_update(p, train);
+    p->mem_what = "step_fixed";
     if (s == GC_OK && p->training) { /* the fixed buffers a captured step reads */
         s = gc_plan_alloc(p, max_batch, GC_F32, &p->idx_step);
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn);
@@ -1051,6 +1254,7 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         if (s == GC_OK) s = gc_plan_alloc(p, GC_PLAN_ACC_FLOATS, GC_F32, &p->acc);
         p->graphs_on = !p->no_graphs;
     }
+    p->mem_what = "resident", p->mem_node = -1; /* whatever comes later: the data set, staging */
     /* dry run: every op call of a full step, validated by core */
     if (s == GC_OK) {
         p->checking = 1;

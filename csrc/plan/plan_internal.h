@@ -20,7 +20,8 @@ typedef enum { MODE_TRAIN, MODE_EVAL, MODE_PREDICT } run_mode;
 typedef struct {
     void *w;          /* caller's buffer (float32) */
     void *wc;         /* w cast to the node's dtype (dtype != f32), else NULL */
-    void *dw;         /* gradient in the node's dtype (in the f32 arena when f32) */
+    void *dw;         /* gradient as the node writes it (dtype dwdt), or the arena's dw32 itself */
+    gc_dtype dwdt;
     void *dw32;       /* float32 gradient the optimizer reads (the arena) */
     void **state;     /* optimizer state buffers (the caller's) */
     int64_t n;        /* elements */
@@ -56,6 +57,21 @@ typedef struct {
     int raw_inputs;   /* reads its inputs as their producers store them (embedding ids): no cast */
     int raw_output;   /* every consumer reads its output as stored, with no gradient (a
                        * float32 step mask): no cast on the way in, nothing on the way back */
+    /* optional: whether the node's backward reads its input k (k >= 0) or its own output
+     * (k = -1), as configured (weights trained, activation, fusions). The plan frees an
+     * activation once no later call reads it, so this must never say 0 for a buffer the
+     * backward reads; NULL means it reads all of them. */
+    int (*bwd_reads)(const gc_plan *p, const plan_node *l, int k);
+    /* optional: the forward's output again, from inputs the plan kept, with no other
+     * effect (no statistics updated), bit for bit what the forward wrote: a cheap
+     * memory-bound pass (padding, batch norm's normalisation). Where the inputs are kept
+     * for the backward anyway, the plan refills the output just before the first backward
+     * call that reads it instead of keeping it through the step. */
+    gc_status (*refill)(gc_plan *p, plan_node *l, int64_t rows);
+    /* refill only an output that no consumer's backward reads (one kept for the node's
+     * own backward and for other refills): a pass as costly as the forward's apply, so
+     * not for every output a weight gradient reads */
+    int refill_sparingly;
 } gc_layer_ops;
 
 const gc_layer_ops *gc_layer_ops_of(gc_layer_kind kind);
@@ -84,6 +100,15 @@ struct plan_node {
     int fold_relu;                     /* max pool after a ReLU: its backward applies relu' */
     int gout_masked;                   /* a ReLU node whose gout already holds dz */
     void *save;                        /* batchnorm: per-channel (mean, inv std) of the pass */
+    /* the backward temporaries of this node (in the step block, live during its backward
+     * only): dz (its output's shape, l->dt), an input gradient before it is cast or added,
+     * and it cast to the producer's dtype; gc_plan_backward points p->scratch / gtmp / gtmp2
+     * at them while the node runs */
+    void *bscratch, *bgtmp, *bgtmp2;
+    int recompute_at;                  /* re-run this node's forward just before the backward
+                                        * of that node (its output is not kept), else -1 */
+    int refill_head, refill_next;      /* the nodes to re-run before this one's backward: a
+                                        * list through refill_next, -1 ended */
     void *priv[GC_NODE_MAX_PRIV];      /* buffers a kind's setup allocated for itself */
     int64_t aux[4];                    /* small values a kind's setup keeps (rnn cudnn: sizes) */
 };
@@ -92,6 +117,8 @@ struct plan_node {
 typedef struct {
     void *ptr;
     size_t bytes;
+    const char *what; /* for gc_plan_memory: the label current at allocation */
+    int node;
 } plan_block;
 
 struct gc_plan {
@@ -102,8 +129,8 @@ struct gc_plan {
     int n_inputs;
     int input_node[GC_NODE_MAX_INPUTS];  /* the INPUT nodes, in order */
     int64_t out_numel;                   /* per sample, model output (the last node) */
-    void *scratch;                       /* act' products (dz): largest output, 4 bytes/elem */
-    void *gtmp, *gtmp2;                  /* a gradient to be cast and / or accumulated */
+    void *scratch;                       /* act' products (dz) of the node in its backward */
+    void *gtmp, *gtmp2;                  /* a gradient to be cast and / or accumulated (same) */
     int training;
     gc_train_desc train;
     void **state_copy;
@@ -160,6 +187,11 @@ struct gc_plan {
     plan_block *blocks;
     int n_blocks, cap_blocks;
     int64_t bytes;
+    int no_reuse;                /* GPUCMP_PLAN_REUSE=0: every step-block buffer its own memory, no refills */
+    const char *mem_what;        /* label of the allocations made now (gc_plan_memory) */
+    int mem_node;
+    gc_plan_mem_entry *arena_map; /* the step block's requests, as placed */
+    int n_arena_map;
 };
 
 /* ------------------------------------------------------------------ helpers (plan.c) */

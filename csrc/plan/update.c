@@ -62,7 +62,7 @@ gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp)
         for (int k = 0; k < l->n_w; k++) {
             plan_weight *w = &l->w[k];
             if (!w->trains || (w->dw32 == w->dw && !ls)) continue;
-            TRY(gc_plan_scale_cast(p, w->dw, w->dw32 == w->dw ? GC_F32 : l->dt, w->dw32, GC_F32, w->n, scale, 1, ls));
+            TRY(gc_plan_scale_cast(p, w->dw, w->dwdt, w->dw32, GC_F32, w->n, scale, 1, ls));
         }
     }
     if (p->fused_opt && p->opt_slots && !p->checking) { /* every tensor in one launch */

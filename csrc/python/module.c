@@ -1681,6 +1681,29 @@ static PyObject *plan_profile(PlanObject *p, PyObject *args, PyObject *kw)
     return sink.list;
 }
 
+/* Plan.memory: every allocation of the plan, labelled (see gc_plan_memory) */
+static PyObject *plan_memory(PlanObject *p, PyObject *unused)
+{
+    (void)unused;
+    int n = gc_plan_memory(p->plan, NULL, 0);
+    gc_plan_mem_entry *e = malloc((size_t)(n ? n : 1) * sizeof *e);
+    if (!e) return PyErr_NoMemory();
+    gc_plan_memory(p->plan, e, n);
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *d = Py_BuildValue("{s:s,s:i,s:L,s:L,s:i,s:i,s:i,s:i}", "what", e[i].what, "node", e[i].node,
+                                    "bytes", (long long)e[i].bytes, "offset", (long long)e[i].offset, "start",
+                                    e[i].start, "end", e[i].end, "start2", e[i].start2, "end2", e[i].end2);
+        if (!d) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, d);
+    }
+    free(e);
+    return list;
+}
+
 static PyObject *plan_use_graphs(PlanObject *p, PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
@@ -1729,6 +1752,11 @@ static PyMethodDef plan_methods[] = {
     {"profile", (PyCFunction)(void (*)(void))plan_profile, METH_VARARGS | METH_KEYWORDS,
      "profile(x, y, hparams) -> [dict]: one training step run eagerly, each op call with its 'seconds' "
      "(synchronised around every op); updates the weights like train_step"},
+    {"memory", (PyCFunction)plan_memory, METH_NOARGS,
+     "memory() -> [dict]: the plan's allocations (what, node, bytes; offset, start, end inside the step's one "
+     "block, on the step's schedule, and start2, end2: a second life where it is refilled in the backward, else "
+     "-1): the blocks (offset -1) add up to Plan.bytes, the entries with an offset "
+     "lie inside the block 'step_block'"},
     {"use_graphs", (PyCFunction)plan_use_graphs, METH_O, "use_graphs(bool): capture and replay the step (GPU)"},
     {"use_fused_optimizer", (PyCFunction)plan_use_fused_optimizer, METH_O,
      "use_fused_optimizer(bool) -> bool: one launch for the whole optimizer step (GPU) or one op per tensor"},
