@@ -70,10 +70,6 @@ BUILD_CMD = "bash benchmarks/cutlass/build.sh   (ARCH=90a for the H200, ARCH=86 
 SM86_SMEM = 101376          # cudaDevAttrMaxSharedMemoryPerBlockOptin of sm_86 (99 KB)
 TOL = {"float16": 1e-2, "bfloat16": 2e-2, "tfloat32": 1e-2}
 LAUNCH_BOUND_S = 10e-6
-# shared memory (KB) of the mma.sync GEMM's block tiles, cuda.gemm.mma_tile (csrc/cuda/gemm_mma.cuh:
-# GC_MMA_CONFIGS, STAGES x (BM + BN) x slice bytes); <= 99: fits an sm_86 block
-MMA_TILE_SMEM_KB = {"128x256x32": 96, "128x128x32": 80, "128x128x64": 96, "128x64x32": 48, "64x64x32": 40,
-                    "128x256x64": 144}
 GCB_STATUS = {0: "ok", 1: "not supported", 2: "invalid argument", 3: "CUDA error"}
 
 # The seeds' CNN (gpucmp/harness/workloads/seeds.py: build_seed_cnn): Conv 32 -> pool ->
@@ -149,18 +145,7 @@ class Cutlass:
         return st, self.msg.value.decode(errors="replace")
 
 
-class NoCutlass:
-    """Stands in for the library when it is missing and --allow-no-cutlass is given: gpucmp's
-    and cuBLAS's columns only."""
-
-    def __init__(self, path):
-        self.path, self.info, self.gemms, self.convs = path, {"arch": "none", "cutlass": "none"}, [], []
-
-
-def load_cutlass(path, allow_missing=False):
-    if allow_missing and not os.path.exists(path):
-        print(f"bench_cutlass: {path} is missing: no CUTLASS columns (--allow-no-cutlass)", file=sys.stderr)
-        return NoCutlass(path)
+def load_cutlass(path):
     if not os.path.exists(path):
         sys.exit(f"bench_cutlass: the CUTLASS baseline library {path} is missing; build it first, from the repo "
                  f"root:\n    {BUILD_CMD}\n(or point GPUCMP_CUTLASS_LIB / --lib at a built one)")
@@ -353,11 +338,6 @@ class Bench:
         self.t_end = time.monotonic() + args.time_limit_s if args.time_limit_s > 0 else None
         self.problems, self.skipped = [], []
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        tiles = list(args.mma_tiles or [])
-        if "all" in tiles:
-            info = gc.variants.points().get("cuda.gemm.mma_tile") or {}
-            tiles = [t for t in info.get("variants", []) if t != "auto"]
-        self.mma_tiles = tiles
 
     def out_of_time(self):
         return self.t_end is not None and time.monotonic() > self.t_end
@@ -388,7 +368,7 @@ class Bench:
         """cands: list of dicts {name, kind, fn(inner), check() -> rel_err, tol, [config], [ran()]}."""
         good = []
         for c in cands:
-            entry = {k: v for k, v in c.items() if k in ("name", "kind", "config", "split_k", "tile", "sm86")}
+            entry = {k: v for k, v in c.items() if k in ("name", "kind", "config", "split_k")}
             try:
                 err = c["check"]()
                 entry["rel_err"] = err
@@ -436,9 +416,6 @@ class Bench:
                           ("gpucmp_auto", lambda c: c["kind"] == "gpucmp-auto"),
                           ("gpucmp_core_bench", lambda c: c["kind"] == "gpucmp-core"),
                           ("torch", lambda c: c["kind"] == "torch"),
-                          ("gpucmp_mma_sm86plan", lambda c: c["kind"] == "gpucmp-mma-sm86plan"),
-                          ("gpucmp_tile_sm86", lambda c: c["kind"] == "gpucmp-mma-tile" and c["sm86"]),
-                          ("gpucmp_tile_any", lambda c: c["kind"] == "gpucmp-mma-tile"),
                           ("cutlass_sm86", lambda c: c["kind"] == "cutlass" and c["config"]["sm86"]),
                           ("cutlass_any", lambda c: c["kind"] == "cutlass")):
             b = best(pred)
@@ -448,10 +425,6 @@ class Bench:
                     s[key]["ran"] = b["ran"]
         if "gpucmp_mma" in s and "cutlass_sm86" in s:
             s["mma_over_cutlass_sm86"] = s["gpucmp_mma"]["tflops"] / s["cutlass_sm86"]["tflops"]
-        if "gpucmp_tile_sm86" in s and "cutlass_sm86" in s:
-            s["tile_sm86_over_cutlass_sm86"] = s["gpucmp_tile_sm86"]["tflops"] / s["cutlass_sm86"]["tflops"]
-        s["tiles"] = {c["tile"]: (round(c["tflops"], 1) if c.get("tflops") else "refused" if ("fit" in c.get("error", "") or "shared memory" in c.get("error", ""))
-                                  else "failed") for c in rec["candidates"] if c["kind"] == "gpucmp-mma-tile"}
         if "gpucmp_mma" in s and "cutlass_any" in s:
             s["mma_over_cutlass_any"] = s["gpucmp_mma"]["tflops"] / s["cutlass_any"]["tflops"]
         nc = [c for c in rec["candidates"] if c["kind"] == "cutlass"]
@@ -486,21 +459,10 @@ class Bench:
         call, _ = gc.make_call("gemm", [(A.data_ptr(), dtype, tuple(A.shape)), (B.data_ptr(), dtype, tuple(B.shape)),
                                         (None, dtype, (n,))], [(C.data_ptr(), dtype, (m, n))], params)
         raw = gc.runner(call, dtype)
-        tile_ran = lambda: f"{gc.variants.last('cuda.gemm.path')}/{gc.variants.last('cuda.gemm.mma_tile')}"  # noqa: E731
         for kind, forced in (("gpucmp-mma", "mma"), ("gpucmp-auto", None)):
             fn = self.forcing(raw, {"cuda.gemm.path": forced} if forced else {})
             cands.append({"name": kind, "kind": kind, "fn": fn, "check": (lambda f=fn: check_c(f)),
-                          "ran": tile_ran if forced else (lambda: gc.variants.last("cuda.gemm.path"))})
-        # the mma.sync path as an sm_86 card plans it (99 KB a block, 100 KB an SM), and each tile forced
-        if self.mma_tiles:
-            fn = self.forcing(raw, {"cuda.gemm.path": "mma", "cuda.smem_limit_kb": "99"})
-            cands.append({"name": "gpucmp-mma-sm86plan", "kind": "gpucmp-mma-sm86plan", "fn": fn,
-                          "check": (lambda f=fn: check_c(f)), "ran": tile_ran})
-        for tile in self.mma_tiles:
-            fn = self.forcing(raw, {"cuda.gemm.path": "mma", "cuda.gemm.mma_tile": tile})
-            cands.append({"name": f"mma {tile}", "kind": "gpucmp-mma-tile", "tile": tile,
-                          "sm86": MMA_TILE_SMEM_KB.get(tile, 999) <= 99, "fn": fn,
-                          "check": (lambda f=fn: check_c(f))})
+                          "ran": lambda: gc.variants.last("cuda.gemm.path")})
         # torch (cuBLAS)
         def torch_fn(inner):
             for _ in range(inner):
@@ -784,16 +746,7 @@ def report(problems, kind):
         else:
             L = p["layer"]
             row = {"layer": L[0], "batch": L[1], "pass": p["pass"], "dtype": p["dtype"]}
-        mma = s.get("gpucmp_mma")
-        row["gpucmp mma"] = f"{mma['tflops']:.1f} ({mma.get('ran', '?').split('/')[-1]})" if mma else ""
-        plan = s.get("gpucmp_mma_sm86plan")
-        if plan or s.get("tiles"):
-            row["mma sm86 plan"] = f"{plan['tflops']:.1f} ({plan.get('ran', '?').split('/')[-1]})" if plan else ""
-            for tile, v in s.get("tiles", {}).items():
-                row[f"mma {tile}"] = v
-            b = s.get("gpucmp_tile_sm86")
-            row["best sm86 tile / CUTLASS sm86"] = s.get("tile_sm86_over_cutlass_sm86", "")
-            row["best sm86 tile"] = b["name"].replace("mma ", "") if b else ""
+        row["gpucmp mma"] = cell(s, "gpucmp_mma")
         row["mma (bench_*)"] = cell(s, "gpucmp_core_bench")
         auto = s.get("gpucmp_auto")
         row["gpucmp auto"] = f"{auto['tflops']:.1f} ({auto.get('ran', '?')})" if auto else ""
@@ -803,6 +756,7 @@ def report(problems, kind):
             row[col] = f"{b['tflops']:.1f} ({b['name'].replace('cutlass ', '')})" if b else (
                 "n/a" if key == "cutlass_sm86" and s.get("cutlass_note") else "")
         row["mma / CUTLASS sm86"] = s.get("mma_over_cutlass_sm86", "")
+        mma = s.get("gpucmp_mma")
         if mma and mma["seconds"] < LAUNCH_BOUND_S:
             row["note"] = "launch-bound"
         bad = [c["name"] for c in p["candidates"] if c["kind"] == "cutlass" and c.get("rel_err") is not None
@@ -832,10 +786,6 @@ def headline(problems):
         if not target:
             continue
         what = f"gemm 8192^3 {p['dtype']}" if p["kind"] == "gemm" else f"conv {p['name']} {p['pass']} {p['dtype']}"
-        if "tile_sm86_over_cutlass_sm86" in s:
-            lines.append(f"- {what}: best sm_86-feasible gpucmp tile {s['gpucmp_tile_sm86']['name']} "
-                         f"{s['gpucmp_tile_sm86']['tflops']:.1f} TFLOP/s vs CUTLASS {s['cutlass_sm86']['tflops']:.1f} -> "
-                         f"{s['tile_sm86_over_cutlass_sm86']:.2f}x")
         if "mma_over_cutlass_sm86" in s:
             lines.append(f"- {what}: gpucmp mma {s['gpucmp_mma']['tflops']:.1f} TFLOP/s, best sm_86-feasible CUTLASS "
                          f"{s['cutlass_sm86']['tflops']:.1f} ({s['cutlass_sm86']['name']}) -> "
@@ -861,8 +811,6 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", default=os.environ.get("GPUCMP_CUTLASS_LIB", DEFAULT_LIB),
                     help="the CUTLASS baseline library (default: benchmarks/cutlass/build/libgpucmp_cutlass_bench.so)")
-    ap.add_argument("--allow-no-cutlass", action="store_true",
-                    help="run without the CUTLASS library when it is missing (gpucmp and cuBLAS columns only)")
     ap.add_argument("--list", action="store_true", help="list the library's configs and exit (no GPU needed)")
     ap.add_argument("--sections", nargs="+", choices=("gemm", "conv"), default=["gemm", "conv"])
     ap.add_argument("--gemm-sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
@@ -870,9 +818,6 @@ def parse_args(argv=None):
                     default=["float16", "bfloat16", "tfloat32"])
     ap.add_argument("--gemm-trans", nargs="+", choices=("nn", "nt", "tn"), default=["nn"],
                     help="transpose cases of the cubes (n: as stored, t: transposed; gpucmp's trans_a, trans_b)")
-    ap.add_argument("--mma-tiles", nargs="*", default=[],
-                    help="also time gpucmp's mma.sync GEMM with each of these block tiles forced "
-                         "(cuda.gemm.mma_tile; 'all': every tile of the build) and as an sm_86 card plans it")
     ap.add_argument("--seed-batches", type=int, nargs="*", default=[128, 32],
                     help="batches of the seeds' CNN dense GEMMs and conv layers (none: skip the seeds)")
     ap.add_argument("--seed-dtypes", nargs="+", choices=("float16", "bfloat16", "tfloat32"),
@@ -932,7 +877,7 @@ def write_json(path, doc):
 
 def main(argv=None):
     args = parse_args(argv)
-    cut = load_cutlass(args.lib, args.allow_no_cutlass)
+    cut = load_cutlass(args.lib)
     if args.list:
         list_configs(cut)
         return 0
@@ -940,7 +885,7 @@ def main(argv=None):
     t0 = time.monotonic()
     gc = Gpucmp(device)
     cc = "%d.%d" % torch.cuda.get_device_capability(0)
-    if not isinstance(cut, NoCutlass) and not arch_runs_on(cut.info["arch"], cc):
+    if not arch_runs_on(cut.info["arch"], cc):
         sys.exit(f"bench_cutlass: {args.lib} holds {cut.info['arch']} code, which does not run on this device "
                  f"(compute capability {cc}); rebuild: ARCH={cc.replace('.', '')}{'a' if cc == '9.0' else ''} "
                  "bash benchmarks/cutlass/build.sh")
@@ -1004,12 +949,6 @@ def progress_line(p, elapsed):
             parts.append(f"{label} {s[key]['tflops']:.1f}")
     if "mma_over_cutlass_sm86" in s:
         parts.append(f"ratio {s['mma_over_cutlass_sm86']:.2f}")
-    if "gpucmp_mma_sm86plan" in s:
-        parts.append(f"| mma sm86 plan {s['gpucmp_mma_sm86plan']['tflops']:.1f} ({s['gpucmp_mma_sm86plan'].get('ran', '?')})")
-    if s.get("tiles"):
-        parts.append("tiles " + " ".join(f"{t}:{v}" for t, v in s["tiles"].items()))
-    if "tile_sm86_over_cutlass_sm86" in s:
-        parts.append(f"best sm86 tile / CUTLASS sm86 {s['tile_sm86_over_cutlass_sm86']:.2f}")
     wrong = [c["name"] for c in p["candidates"] if c.get("rel_err") is not None and not c["ok"]]
     if wrong:
         parts.append(f"WRONG: {', '.join(wrong)}")

@@ -98,15 +98,3 @@ def test_gemm_conv_and_training_under_sm86_limits():
     training tests, planned for an A4000."""
     _pytest_under_sm86(["tests/test_ops.py", "-k", "gemm or dense or conv"])
     _pytest_under_sm86(["tests/test_cuda_training.py"])
-
-
-@pytest.mark.cuda
-def test_gemm_mma_tiles_under_sm86_limits():
-    """Every block tile of the mma.sync GEMM (cuda.gemm.mma_tile) forced under an A4000's
-    limits: the tiles whose shared memory exceeds 99 KB a block (128x256x64, 144 KB) are
-    refused -- their cases skip with the refusal, which must name shared memory -- and every
-    other tile runs all its cases against the oracle (none of them may be refused)."""
-    out = _pytest_under_sm86(["tests/test_gemm_mma_tiles.py", "-rs"])
-    assert "128x256x64 does not fit" in out, out[-3000:]
-    for tile in ("128x256x32", "128x128x32", "128x128x64", "128x64x32", "64x64x32"):
-        assert f"{tile} does not fit" not in out, f"{tile} was refused under sm_86 limits:\n{out[-3000:]}"

@@ -6,7 +6,6 @@
 #     ARCH=86 bash benchmarks/cutlass/build.sh          # an RTX A4000 / A5000 build
 #     ARCH="86;90a" JOBS=16 bash benchmarks/cutlass/build.sh
 #     ONLY="gemm:0 conv:3" ARCH=86 bash benchmarks/cutlass/build.sh   # a few objects, no .so
-#     KINDS=gemm bash benchmarks/cutlass/build.sh       # GEMM configs only; conv ones refuse (one stub object)
 #
 # What it does: finds the CUTLASS 2.x headers of the `nvidia-cutlass` wheel (CUTLASS_INCLUDE,
 # else the installed `cutlass_library` package, else /tmp/site/cutlass_library -- where the
@@ -75,9 +74,8 @@ JOBLIST=()
 if [ -n "${ONLY:-}" ]; then
   JOBLIST=($ONLY)
 else
-  KINDS=${KINDS:-gemm conv}
-  case " $KINDS " in *" gemm "*) for i in $(ids GCB_GEMM_CONFIGS); do JOBLIST+=("gemm:$i"); done;; esac
-  case " $KINDS " in *" conv "*) for i in $(ids GCB_CONV_CONFIGS); do JOBLIST+=("conv:$i"); done;; esac
+  for i in $(ids GCB_GEMM_CONFIGS); do JOBLIST+=("gemm:$i"); done
+  for i in $(ids GCB_CONV_CONFIGS); do JOBLIST+=("conv:$i"); done
 fi
 echo "build.sh: CUTLASS $VERSION ($INC), arch ${ARCH}, ${#JOBLIST[@]} objects, $JOBS jobs"
 
@@ -125,11 +123,6 @@ done
 "$NVCC" -c "$HERE/registry.cu" -o "$OBJ/registry.o" "${FLAGS[@]}" -DGCB_ARCH="\"sm_${ARCH//[;,]/+sm_}\"" \
   -DGCB_CUTLASS_VERSION="\"$VERSION\""
 OBJS=("$OBJ/registry.o")
-case " ${KINDS:-gemm conv} " in
-  *" conv "*) ;;
-  *) "$NVCC" -c "$HERE/stub_inst.cu" -o "$OBJ/conv_all.stub.o" -DGCB_STUB_ALL_CONV "${FLAGS[@]}" || exit 1
-     OBJS+=("$OBJ/conv_all.stub.o");;
-esac
 for j in "${JOBLIST[@]}"; do
   o="$OBJ/${j%%:*}_${j##*:}.o"; [ -f "$o" ] || o="$OBJ/${j%%:*}_${j##*:}.stub.o"; OBJS+=("$o")
 done

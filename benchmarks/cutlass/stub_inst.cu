@@ -7,20 +7,18 @@
  * Why: build.sh links the library even when a few of the dozens of instantiations fail (a
  * new CUDA or CUTLASS release refusing one template), so that one bad config costs its own
  * column, not the whole benchmark run on the GPU; build.sh prints which configs are stubs,
- * and bench_cutlass.py reports them as "did not compile". With -DGCB_STUB_ALL_CONV (no GCB_ID)
- * it is every conv config's stand-in at once: build.sh KINDS=gemm, a GEMM-only library.
+ * and bench_cutlass.py reports them as "did not compile".
  */
 #include <cstdio>
 
 #include "entry.h"
 
-#if !defined(GCB_ID) && !defined(GCB_STUB_ALL_CONV)
+#ifndef GCB_ID
 #error "compile with -DGCB_ID=<the config's id in configs.h>"
 #endif
 #define GCB_PASTE_(a, b) a##b
 #define GCB_PASTE(a, b) GCB_PASTE_(a, b)
 
-#ifndef GCB_STUB_ALL_CONV
 #ifdef GCB_STUB_GEMM
 #define GCB_STUB_NAME GCB_PASTE(gcb_gemm_entry_, GCB_ID)
 #define GCB_STUB_ARGS gcb::GemmArgs
@@ -48,27 +46,3 @@ extern "C" int GCB_STUB_NAME(int what, const GCB_STUB_ARGS *, const gcb::Launch 
                  GCB_STUB_KIND, GCB_ID);
     return GCB_NOT_SUPPORTED;
 }
-#endif
-
-#ifdef GCB_STUB_ALL_CONV
-/* KINDS without conv (build.sh): every conv config as a stand-in, in this one object */
-#include "configs.h"
-#define GCB_STUB_CONV_(ID, ...)                                                                          \
-    extern "C" int gcb_conv_entry_##ID(int what, const gcb::ConvArgs *, const gcb::Launch *l,              \
-                                       gcb::KernelInfo *info, size_t *ws)                                 \
-    {                                                                                                     \
-        if (what == gcb::kInfo) {                                                                         \
-            info->smem_bytes = -1;                                                                        \
-            info->threads = 0;                                                                            \
-            return GCB_OK;                                                                                \
-        }                                                                                                 \
-        if (what == gcb::kWorkspace) {                                                                    \
-            *ws = 0;                                                                                      \
-            return GCB_OK;                                                                                \
-        }                                                                                                 \
-        if (l && l->msg && l->msg_len > 0)                                                                \
-            snprintf(l->msg, (size_t)l->msg_len, "conv config %d was not built (build.sh KINDS=gemm)", ID); \
-        return GCB_NOT_SUPPORTED;                                                                         \
-    }
-GCB_CONV_CONFIGS(GCB_STUB_CONV_)
-#endif

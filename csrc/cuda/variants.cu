@@ -55,8 +55,6 @@ extern "C" int gc_cuda_variant_probe(int point, int value, const char **why)
     case GC_VP_CUDA_GEMM_PATH:
         if (value == GC_V_GEMM_WGMMA) return wgmma(be, gc_cuda_gemm_wgmma_compiled, why);
         return value == GC_V_GEMM_MMA ? tensor_cores(be, why) : 1;
-    case GC_VP_CUDA_GEMM_MMA_TILE: /* whether the tile fits is the call's question (the knob may change) */
-        return tensor_cores(be, why);
     case GC_VP_CUDA_CONV2D_FWD:
         if (value == GC_V_FWD_WGMMA) return wgmma(be, gc_conv2d_wgmma_compiled, why);
         return value == GC_V_FWD_MMA || value == GC_V_FWD_SMALLC || value == GC_V_FWD_GEMM ? tensor_cores(be, why)

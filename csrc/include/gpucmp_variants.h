@@ -52,15 +52,6 @@ extern "C" {
     V(P, SMALL, "small", 0) V(P, VENDOR, "vendor", GC_VARIANT_REPORT_ONLY) \
     V(P, EPILOGUE, "epilogue", GC_VARIANT_REPORT_ONLY)
 
-/* the block tile of the mma.sync GEMM (gemm_mma.cu): M x N x K slice, K counted in 16-bit
- * elements (a TF32 slice holds half as many floats: the same bytes); auto: the device's
- * plan (shared memory per block and per SM, SM count). A tile the device cannot hold is
- * refused, never launched. */
-#define GC_VARIANTS_CUDA_GEMM_MMA_TILE(V, P) \
-    V(P, AUTO, "auto", 0) V(P, T128X256X32, "128x256x32", 0) V(P, T128X128X32, "128x128x32", 0) \
-    V(P, T128X128X64, "128x128x64", 0) V(P, T128X64X32, "128x64x32", 0) V(P, T64X64X32, "64x64x32", 0) \
-    V(P, T128X256X64, "128x256x64", 0)
-
 /* the convolution passes: a kernel, "gemm" (the GEMM route of stride-1 unpadded 1x1
  * layers where it is valid, else auto) or "conv" (auto, never the GEMM route) */
 #define GC_VARIANTS_CUDA_CONV2D_FWD(V, P) \
@@ -114,9 +105,6 @@ extern "C" {
       "CPU recurrence kernel (rnn_fwd, rnn_bwd): fused AVX-512, AVX2+FMA or portable C, or stepwise") \
     C(CUDA_GEMM_PATH, "cuda.gemm.path", "cuda", GC_VARIANTS_CUDA_GEMM_PATH, \
       "CUDA GEMM kernel: exact-f32 SIMT, mma.sync, Hopper wgmma, small tiles + split K") \
-    C(CUDA_GEMM_MMA_TILE, "cuda.gemm.mma_tile", "cuda", GC_VARIANTS_CUDA_GEMM_MMA_TILE, \
-      "block tile of the mma.sync GEMM, M x N x K (K in 16-bit elements; TF32 halves it): auto plans per " \
-      "device from its shared memory and SM count; a tile the device cannot hold is refused") \
     C(CUDA_CONV2D_FWD, "cuda.conv2d.fwd", "cuda", GC_VARIANTS_CUDA_CONV2D_FWD, \
       "CUDA conv2d forward kernel") \
     C(CUDA_CONV2D_BWD_DATA, "cuda.conv2d.bwd_data", "cuda", GC_VARIANTS_CUDA_CONV2D_BWD_DATA, \
@@ -164,7 +152,6 @@ typedef enum { GC_VARIANT_POINTS(GC_VP_ENUM_C_, GC_VP_ENUM_K_) GC_VP_COUNT } gc_
 enum { GC_VARIANTS_CPU_GEMM_SIMD(GC_V_ENUM_, GC_V_SIMD_) };
 enum { GC_VARIANTS_CPU_RNN_SIMD(GC_V_ENUM_, GC_V_CRNN_) };
 enum { GC_VARIANTS_CUDA_GEMM_PATH(GC_V_ENUM_, GC_V_GEMM_) };
-enum { GC_VARIANTS_CUDA_GEMM_MMA_TILE(GC_V_ENUM_, GC_V_MMAT_) };
 enum { GC_VARIANTS_CUDA_CONV2D_FWD(GC_V_ENUM_, GC_V_FWD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_BWD_DATA(GC_V_ENUM_, GC_V_BWDD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_WGRAD(GC_V_ENUM_, GC_V_WGRAD_) };

@@ -24,11 +24,10 @@ GEMM_OBJDIR := $(OUT)/obj/gemm
 GEMM_NVFLAGS := -DGC_GEMM_WATCHDOG=$(GEMM_WATCHDOG) -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC \
                 -I$(ROOT)/csrc/include -I$(ROOT)/csrc/cuda $(DEFS)
 GEMM_CU := $(addprefix $(ROOT)/csrc/cuda/,gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu \
-             gemm_vendor.cu tensor_map.cu) $(sort $(wildcard $(ROOT)/csrc/cuda/gemm_mma_*.cu)) \
-           $(ROOT)/tests/cuda/test_gemm.cu
+             gemm_vendor.cu tensor_map.cu) $(ROOT)/tests/cuda/test_gemm.cu
 GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c $(ROOT)/csrc/core/variants.c
 GEMM_OBJ := $(patsubst %,$(GEMM_OBJDIR)/%.o,$(notdir $(GEMM_CU) $(GEMM_C)))
-GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/gemm_mma.cuh cuda/common.cuh cuda/hopper_ptx.cuh include/gpucmp.h \
+GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh cuda/hopper_ptx.cuh include/gpucmp.h \
               include/gpucmp_variants.h)
 
 gemm: $(OUT)/test_gemm

@@ -35,7 +35,6 @@
 #include "gemm.cuh"
 
 #include <algorithm>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +71,6 @@ extern "C" cudaStream_t gc_cuda_stream(const gc_backend *) { return g_stream; }
 extern "C" int gc_cuda_cc(const gc_backend *) { return g_cc; }
 extern "C" int gc_cuda_sm_count(const gc_backend *) { return g_sms; }
 extern "C" size_t gc_cuda_smem_optin(const gc_backend *) { return g_optin; }
-extern "C" int gc_cuda_smem_blocks_per_sm(const gc_backend *, size_t) { return INT_MAX; }
 extern "C" gc_status gc_cuda_set_device(const gc_backend *) { return GC_OK; }
 extern "C" int gc_cuda_capturing(const gc_backend *)
 {
