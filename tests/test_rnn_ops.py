@@ -147,27 +147,17 @@ def rnn_variant_skip(var):
     return None
 
 
-def resident_clusters():
-    """Whether cuda.rnn=resident may split U over a thread-block cluster here: where the
-    cluster variant can run (sm_90 and its image; not while planning for an sm_86 card
-    under cuda.smem_limit_kb) -- rnn_resident.cu's rule."""
-    return _core.built_with_cuda and rnn_variant_skip("cluster") is None
-
-
-def resident_refusal(op, ins, p, rmask=None, clusters=None):
+def resident_refusal(op, ins, p, rmask=None):
     """Why cuda.rnn=resident refuses this call (None: it runs it): recurrent dropout, or a
-    U that does not fit in the registers of one block or (clusters: None = this device's
-    resident_clusters()) of a cluster's -- gpucmp.harness.costs.rnn_resident_eligible, the
-    Python twin of rres_plan (csrc/cuda/rnn_resident_kernels.cuh) that the harness's
+    U that does not fit in a block's registers -- gpucmp.harness.costs.rnn_resident_eligible,
+    the Python twin of rres_plan (csrc/cuda/rnn_resident_kernels.cuh) that the harness's
     projections use too, checked against the C rule by tests/test_rnn_resident_emu.py."""
     if rmask is not None:
         return "recurrent dropout"
     U = ins[1] if op == "rnn_fwd" else ins[3]
     which = "fwd" if op == "rnn_fwd" else "bwd"
-    if clusters is None:
-        clusters = resident_clusters()
-    if not costs.rnn_resident_eligible(p.get("cell", "lstm"), U.shape[0], which, clusters=clusters):
-        return "U does not fit in the registers of one block" + (" or of a cluster's" if clusters else "")
+    if not costs.rnn_resident_eligible(p.get("cell", "lstm"), U.shape[0], which):
+        return "U does not fit in one block's registers"
     return None
 
 
@@ -1089,8 +1079,7 @@ def _rnn_plan(backend, cell, seed, B, T, F, u, classes=3):
 def test_persistent_recurrence_in_a_captured_graph(cell, var):
     """Training steps of an rnn -> dense plan with cuda.rnn=persistent (or cluster: a
     cluster launch is a kernel node with its cluster dimension; or resident, a plain
-    launch, on a U it holds in registers: u = 48, or where it may split U over a cluster,
-    u = 100: a cluster launch for the gated cells), replayed from a CUDA graph
+    launch, on a U it holds in registers: u = 48), replayed from a CUDA graph
     (train_steps) and run op by op: the same weights bit for bit (the kernel is
     deterministic), steps replayed, and the forced kernel is what ran."""
     if _CUDA[0] not in _BACKENDS:
@@ -1100,7 +1089,7 @@ def test_persistent_recurrence_in_a_captured_graph(cell, var):
         pytest.skip(why)
     seed = _seed()
     rng = np.random.default_rng(seed)
-    B, T, F, u = 16, 9, 5, (70 if var != "resident" else 100 if resident_clusters() else 48)
+    B, T, F, u = 16, 9, 5, (48 if var == "resident" else 70)
     n = 6 * B
     x = rng.standard_normal((n, T, F)).astype(np.float32)
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]

@@ -1,14 +1,11 @@
 """The register-resident RNN kernels (csrc/cuda/rnn_resident_kernels.cuh, cuda.rnn=resident)
 run on the host by tests/cuda/rnn_resident_emu.cpp (one std::thread per CUDA thread, a
-barrier per block and per warp for the shuffles, a barrier and a shared-memory window per
-thread-block cluster), against the float64 oracle -- the checks of
-tests/test_rnn_persistent_emu.py: every cell, masks of every pattern (left, middle, right
-padding, a fully masked row), go_backwards, sequences on / off, zero_output_for_mask,
+barrier per block and per warp for the shuffles), against the float64 oracle -- the checks
+of tests/test_rnn_persistent_emu.py: every cell, masks of every pattern (left, middle,
+right padding, a fully masked row), go_backwards, sequences on / off, zero_output_for_mask,
 absent h0 / c0 / bh, several row groups with an uneven last group, row tiles of 1 and 2,
-several K-slice counts (shuffle depths), u not a multiple of 4 or 32, U split over the
-CTAs of a cluster (2 or 4, the last CTA short; u = 128 and u = 72, 100 for the gated
-cells, 256 for SimpleRNN), every output element written (NaN-filled before the call, NaN
-shared memory), and which shapes the plan takes with and without clusters.
+several K-slice counts (shuffle depths), u not a multiple of 4 or 32, every output element
+written (NaN-filled before the call, NaN shared memory), and which shapes the plan takes.
 Runs wherever g++ (C++20) is found; on a GPU tests/test_rnn_ops.py runs the real kernels
 (forced resident). float32 only (the storage type only changes loads and stores).
 """
@@ -21,7 +18,6 @@ import numpy as np
 import pytest
 
 import reference as ref
-from gpucmp.harness import costs
 from test_rnn_ops import (BOUNDED, CELLS, TOL, Problem, _seed, gates, oracle_kw, rel_check, resident_refusal,
                           save_blocks)
 from test_rnn_persistent_emu import ACT_ID, CELL_ID, ROOT, _f32, _p
@@ -43,26 +39,22 @@ def emu(tmp_path_factory):
         raise AssertionError(f"building the emulator failed:\n{p.stderr}")
     lib = ctypes.CDLL(out)
     f = ctypes.POINTER(ctypes.c_float)
-    ints = [ctypes.c_int] * 12
+    ints = [ctypes.c_int] * 11
     lib.emu_res_fwd.argtypes = ints + [f] * 10 + [ctypes.POINTER(ctypes.c_int)]
     lib.emu_res_bwd.argtypes = ints + [f] * 10 + [ctypes.POINTER(ctypes.c_int)]
     lib.emu_res_fwd.restype = lib.emu_res_bwd.restype = ctypes.c_int
-    lib.emu_res_plan.argtypes = [ctypes.c_int] * 4 + [ctypes.POINTER(ctypes.c_int)]
+    lib.emu_res_plan.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     lib.emu_res_plan.restype = ctypes.c_int
     return lib
 
 
-def _ints(pr, B, T, u, ks, rows, ncl):
+def _ints(pr, B, T, u, ks, rows):
     p = pr.p
     return (B, T, u, CELL_ID[p["cell"]], ACT_ID[p["activation"]], ACT_ID[p["recurrent_activation"]],
-            int(p["sequences"]), int(p["zero_output_for_mask"]), int(p["go_backwards"]), ks, rows, ncl)
+            int(p["sequences"]), int(p["zero_output_for_mask"]), int(p["go_backwards"]), ks, rows)
 
 
-INFO = 7  # grid, KS, KC, R, RT, NCL, UC
-
-
-def res_forward(lib, pr, ks, rows, ncl=-1):
-    """ncl: CTAs per cluster (-1: no cluster, 0: the plan's choice up to 4)."""
+def res_forward(lib, pr, ks, rows):
     B, T, Gu = pr.xw.shape
     u = pr.U.shape[0]
     cell = pr.p["cell"]
@@ -71,15 +63,15 @@ def res_forward(lib, pr, ks, rows, ncl=-1):
     hT = np.full((B, u), np.nan, np.float32)
     cT = np.full((B, u), np.nan, np.float32) if cell == "lstm" else None
     ins = [_f32(a) for a in (pr.xw, pr.U, pr.h0, pr.c0, pr.bh, pr.mask)]
-    info = (ctypes.c_int * INFO)()
-    st = lib.emu_res_fwd(*_ints(pr, B, T, u, ks, rows, ncl), *[_p(a) for a in ins], _p(y), _p(save), _p(hT),
-                         _p(cT), info)
+    info = (ctypes.c_int * 5)()
+    st = lib.emu_res_fwd(*_ints(pr, B, T, u, ks, rows), *[_p(a) for a in ins], _p(y), _p(save), _p(hT), _p(cT),
+                         info)
     assert st == 0, f"the resident plan refused the forward ({pr.what}, ks={ks})"
     return {"y": y.astype(np.float64), "save": save.astype(np.float64), "h": hT.astype(np.float64),
             "c": None if cT is None else cT.astype(np.float64)}, tuple(info)
 
 
-def res_backward(lib, pr, save, ks, rows, ncl=-1):
+def res_backward(lib, pr, save, ks, rows):
     S, B, T, u = save.shape
     cell = pr.p["cell"]
     G = gates(cell)
@@ -88,9 +80,9 @@ def res_backward(lib, pr, save, ks, rows, ncl=-1):
     dh0 = np.full((B, u), np.nan, np.float32)
     dc0 = np.full((B, u), np.nan, np.float32) if cell == "lstm" else None
     ins = [_f32(a) for a in (pr.dy, pr.dh_T, pr.dc_T, pr.U, save, pr.mask)]
-    info = (ctypes.c_int * INFO)()
-    st = lib.emu_res_bwd(*_ints(pr, B, T, u, ks, rows, ncl), *[_p(a) for a in ins], _p(dxw), _p(dm), _p(dh0),
-                         _p(dc0), info)
+    info = (ctypes.c_int * 5)()
+    st = lib.emu_res_bwd(*_ints(pr, B, T, u, ks, rows), *[_p(a) for a in ins], _p(dxw), _p(dm), _p(dh0), _p(dc0),
+                         info)
     assert st == 0, f"the resident plan refused the backward ({pr.what}, ks={ks})"
     return {"dxw": dxw.astype(np.float64), "dm": None if dm is None else dm.astype(np.float64),
             "dh0": dh0.astype(np.float64), "dc0": None if dc0 is None else dc0.astype(np.float64)}, tuple(info)
@@ -126,40 +118,7 @@ def _fit_ks(cell, u, ks, bwd):
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"B{s[0]}T{s[1]}u{s[2]}ks{s[3]}.{s[4]}r{s[5]}" for s in SHAPES])
 def test_emulated_resident_kernels_match_the_oracle(emu, cell, shape):
     B, T, u, ksf, ksb, rows, kw = shape
-    _check_against_oracle(emu, cell, B, T, u, _fit_ks(cell, u, ksf, 0), _fit_ks(cell, u, ksb, 1), rows, -1, -1, kw)
-
-
-# The cluster split: (B, T, u, forward CTAs per cluster, backward ones, rows per row
-# group, Problem options, the cells it applies to); CTAs 0 = the plan's choice with
-# clusters allowed (4 for the gated cells at u = 72 .. 128 and SimpleRNN at 256, 1 for
-# SimpleRNN up to 128). u = 10, 33 forced to 2 and 4 CTAs: a last CTA with fewer units.
-GATED = ("lstm", "gru", "gru_reset_before")
-CLUSTER_SHAPES = [
-    (3, 4, 128, 0, 0, 2, dict(mask="mixed", sequences=True), CELLS),
-    (2, 3, 72, 0, 0, 1, dict(mask="left", go_backwards=True, zero_output_for_mask=True), GATED),
-    (3, 3, 100, 0, 0, 3, dict(mask="middle", sequences=True, h0=False, c0=False, bh=False), GATED),
-    (1, 1, 128, 0, 0, 1, dict(), GATED),
-    (2, 3, 256, 0, 0, 1, dict(mask="right", sequences=True, go_backwards=True), ("simple",)),
-    (5, 3, 10, 4, 2, 2, dict(mask="mixed", go_backwards=True, sequences=True), CELLS),
-    (4, 2, 33, 2, 4, 1, dict(mask="right", zero_output_for_mask=True), CELLS),
-]
-CLUSTER_CASES = [(c, sh) for sh in CLUSTER_SHAPES for c in sh[7]]
-
-
-@pytest.mark.parametrize("cell,shape", CLUSTER_CASES,
-                         ids=[f"{c}-B{s[0]}T{s[1]}u{s[2]}ncl{s[3]}.{s[4]}r{s[5]}" for c, s in CLUSTER_CASES])
-def test_emulated_resident_cluster_kernels_match_the_oracle(emu, cell, shape):
-    B, T, u, nf, nb, rows, kw, _ = shape
-    _check_against_oracle(emu, cell, B, T, u, 0, 0, rows, nf, nb, kw)
-
-
-def _expected_ncl(cell, u, ncl, which):
-    if ncl != 0:
-        return max(ncl, 1)
-    return costs.rnn_resident_ctas(cell, u, which, clusters=True)
-
-
-def _check_against_oracle(emu, cell, B, T, u, ksf, ksb, rows, nclf, nclb, kw):
+    ksf, ksb = _fit_ks(cell, u, ksf, 0), _fit_ks(cell, u, ksb, 1)
     seed = _seed()
     rng = np.random.default_rng(seed)
     ract = BOUNDED[(B + u) % len(BOUNDED)]
@@ -167,10 +126,9 @@ def _check_against_oracle(emu, cell, B, T, u, ksf, ksb, rows, nclf, nclb, kw):
     if (B + T) % 3 == 0:  # Keras' defaults: the constant-folded activations
         act, ract = "tanh", "sigmoid"
     pr = Problem(rng, "float32", cell, B=B, T=T, u=u, act=act, ract=ract, **kw)
-    got, info = res_forward(emu, pr, ksf, rows, nclf)
-    what = f"[emu resident seed={seed} fwd grid/KS/KC/R/RT/NCL/UC={info}] {pr.what}"
-    assert info[5] == _expected_ncl(cell, u, nclf, "fwd"), what
-    assert info[0] == -(-B // min(rows, B)) * info[5] and info[3] == min(rows, B), what
+    got, info = res_forward(emu, pr, ksf, rows)
+    what = f"[emu resident seed={seed} fwd grid/KS/KC/R/RT={info}] {pr.what}"
+    assert info[0] == -(-B // min(rows, B)) and info[3] == min(rows, B), what
     want = ref.rnn_forward(pr.xw, pr.U, **pr.inputs(), **oracle_kw(pr.p))
     tol = TOL["float32"]
     rel_check("y", got["y"], want["y"], tol, what)
@@ -179,9 +137,8 @@ def _check_against_oracle(emu, cell, B, T, u, ksf, ksb, rows, nclf, nclb, kw):
         rel_check("c_T", got["c"], want["c"], tol, what)
     for q, blk in enumerate(want["save"]):
         rel_check(f"save[{q}]", got["save"][q], blk, tol, what)
-    g, info = res_backward(emu, pr, got["save"], ksb, rows, nclb)
-    what = f"[emu resident seed={seed} bwd grid/KS/KC/R/RT/NCL/UC={info}] {pr.what}"
-    assert info[5] == _expected_ncl(cell, u, nclb, "bwd"), what
+    g, info = res_backward(emu, pr, got["save"], ksb, rows)
+    what = f"[emu resident seed={seed} bwd grid/KS/KC/R/RT={info}] {pr.what}"
     wb = ref.rnn_backward(pr.xw, pr.U, **pr.inputs(), dy=pr.dy, dh_T=pr.dh_T, dc_T=pr.dc_T, **oracle_kw(pr.p))
     rel_check("dxw", g["dxw"], wb["dxw"], tol, what)
     rel_check("dh0", g["dh0"], wb["dh0"], tol, what)
@@ -203,14 +160,13 @@ def test_emulated_resident_without_save_dy_and_optional_outputs(emu):
         u = pr.U.shape[0]
         y = np.full((B, T, u), np.nan, np.float32)
         ins = [_f32(a) for a in (pr.xw, pr.U, pr.h0, pr.c0, pr.bh, pr.mask)]
-        info = (ctypes.c_int * INFO)()
-        assert emu.emu_res_fwd(*_ints(pr, B, T, u, 0, 2, -1), *[_p(a) for a in ins], _p(y), None, None, None,
-                               info) == 0
+        info = (ctypes.c_int * 5)()
+        assert emu.emu_res_fwd(*_ints(pr, B, T, u, 0, 2), *[_p(a) for a in ins], _p(y), None, None, None, info) == 0
         want = ref.rnn_forward(pr.xw, pr.U, **pr.inputs(), **oracle_kw(pr.p))
         rel_check("y", y, want["y"], TOL["float32"], f"{cell} no save")
         save = np.ascontiguousarray(want["save"], np.float32)
         dxw = np.full((B, T, Gu), np.nan, np.float32)
-        assert emu.emu_res_bwd(*_ints(pr, B, T, u, 0, 2, -1), None, None, None, _p(_f32(pr.U)), _p(save),
+        assert emu.emu_res_bwd(*_ints(pr, B, T, u, 0, 2), None, None, None, _p(_f32(pr.U)), _p(save),
                                _p(_f32(pr.mask)), _p(dxw), None, None, None, info) == 0
         wb = ref.rnn_backward(pr.xw, pr.U, **pr.inputs(), dy=np.zeros_like(pr.dy), dh_T=None, dc_T=None,
                               **oracle_kw(pr.p))
@@ -221,38 +177,22 @@ def test_emulated_resident_without_save_dy_and_optional_outputs(emu):
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_the_plan_takes_the_small_recurrences_and_refuses_the_rest(emu, cell):
-    """rres_plan takes, in one CTA per row group, SimpleRNN u <= 128 and LSTM / GRU u <= 64;
-    with thread-block clusters (sm_90), U split over 2 or 4 CTAs, SimpleRNN u <= 256 and
-    LSTM / GRU u <= 128 (both passes), with a template KC holding each lane's slice, the
-    fewest CTAs that hold it, every CTA owning a unit; and agrees with the Python twins
-    (costs.rnn_resident_ctas, and test_rnn_ops.resident_refusal that the CUDA tests use to
-    expect a refusal)."""
-    info = (ctypes.c_int * 4)()
-    for clusters in (False, True):
-        limit = (128 if cell == "simple" else 64) * (2 if clusters else 1)
-        for u in list(range(1, 140)) + [200, 255, 256, 257, 1024]:
-            for bwd in (0, 1):
-                which = "bwd" if bwd else "fwd"
-                ok = emu.emu_res_plan(u, CELL_ID[cell], bwd, 4 if clusters else 1, info)
-                U = np.zeros((u, 1))  # the twin reads U's shape only
-                twin = resident_refusal("rnn_bwd" if bwd else "rnn_fwd", (None, U, None, U), {"cell": cell},
-                                        clusters=clusters) is None
-                what = (cell, u, which, clusters, tuple(info))
-                assert ok == twin, f"rres_plan and test_rnn_ops.resident_refusal disagree: {what}"
-                assert ok == (u <= limit), what
-                ncl = costs.rnn_resident_ctas(cell, u, which, clusters=clusters)
-                assert ncl == (info[2] if ok else 0), f"rres_plan and costs.rnn_resident_ctas disagree: {what}"
-                if ok:
-                    ks, kc, ncl, uc = info[0], info[1], info[2], info[3]
-                    assert kc in (16, 64) and kc * ks >= (u * gates(cell) if bwd else u), what
-                    assert ncl in ((1, 2, 4) if clusters else (1,)) and (ncl - 1) * uc < u <= ncl * uc, what
-                    if clusters and u <= limit // 2:
-                        assert ncl == 1, what  # no cluster where one CTA holds U
-    # the seeds' SimpleRNN(128): 64 of U's floats per lane, K in 2 slices, both passes, one CTA;
-    # LSTM / GRU(128): 4 CTAs of 32 units, K in 2 (forward) or 8 (backward) slices of <= 64
+    """rres_plan takes SimpleRNN u <= 128 and LSTM / GRU u <= 64 (both passes), with a
+    template KC holding each lane's slice, and agrees with the Python twin the CUDA tests
+    use to expect a refusal (test_rnn_ops.resident_refusal)."""
+    info = (ctypes.c_int * 2)()
+    limit = 128 if cell == "simple" else 64
+    for u in list(range(1, 140)) + [200, 256, 1024]:
+        for bwd in (0, 1):
+            ok = emu.emu_res_plan(u, CELL_ID[cell], bwd, info)
+            U = np.zeros((u, 1))  # the twin reads U's shape only
+            twin = resident_refusal("rnn_bwd" if bwd else "rnn_fwd", (None, U, None, U), {"cell": cell}) is None
+            assert ok == twin, f"rres_plan and test_rnn_ops.resident_refusal disagree: {cell} u={u} bwd={bwd}"
+            assert ok == (u <= limit), (cell, u, bwd, tuple(info))
+            if ok:
+                ks, kc = info[0], info[1]
+                assert kc in (16, 64) and kc * ks >= (u * gates(cell) if bwd else u), (cell, u, ks, kc)
+    # the seeds' SimpleRNN(128): 64 of U's floats per lane, K in 2 slices, both passes
     if cell == "simple":
-        assert emu.emu_res_plan(128, 0, 0, 4, info) and tuple(info) == (2, 64, 1, 128)
-        assert emu.emu_res_plan(128, 0, 1, 4, info) and tuple(info) == (2, 64, 1, 128)
-    elif cell == "lstm":
-        assert emu.emu_res_plan(128, 1, 0, 4, info) and tuple(info) == (2, 64, 4, 32)
-        assert emu.emu_res_plan(128, 1, 1, 4, info) and tuple(info) == (8, 64, 4, 32)
+        assert emu.emu_res_plan(128, 0, 0, info) and tuple(info) == (2, 64)
+        assert emu.emu_res_plan(128, 0, 1, info) and tuple(info) == (2, 64)

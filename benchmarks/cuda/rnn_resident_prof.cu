@@ -1,17 +1,15 @@
 /* rnn_resident_prof.cu -- time per step of the register-resident recurrence (the kernels of
- * csrc/cuda/rnn_resident_kernels.cuh, cuda.rnn=resident) launched directly, float32:
- * SimpleRNN u = 128, LSTM and GRU (reset_after, with b_h) u = 64 (one CTA per row group)
- * and u = 128 (U split over a thread-block cluster of 4 CTAs, sm_90+), B = 64, 128, 256,
- * T = 100 by default; forward (with the save blocks, as in training) and backward (dy of
- * the last output and dh_T, from that forward's save). The grid is chosen as
- * rnn_resident.cu does (rows per CTA from the SMs x the occupancy, or from
- * cudaOccupancyMaxActiveClusters for a cluster plan). Timed with events over
- * back-to-back launches after warm-up. Output: one JSON object per line per (pass, cell,
- * shape), in the shape of rnn_persistent_prof.cu's lines.
+ * csrc/cuda/rnn_resident_kernels.cuh, cuda.rnn=resident) launched directly, float32, on
+ * the seeds' small shapes: SimpleRNN u = 128, LSTM and GRU (reset_after, with b_h) u = 64,
+ * B = 64, 128, 256, T = 100 by default; forward (with the save blocks, as in training) and
+ * backward (dy of the last output and dh_T, from that forward's save). The grid is chosen
+ * as rnn_resident.cu does (rows per CTA from the SMs x the occupancy). Timed with events
+ * over back-to-back launches after warm-up. Output: one JSON object per line per
+ * (pass, cell, shape), in the shape of rnn_persistent_prof.cu's lines.
  *
  *     nvcc -O3 -std=c++17 -arch=sm_90a -Icsrc/include -Icsrc/cuda --expt-relaxed-constexpr \
  *          -o rnn_res_prof benchmarks/cuda/rnn_resident_prof.cu
- *     ./rnn_res_prof [T] [reps] [B ...] [-u UNITS]   # default 100 20, B 64 128 256, all u
+ *     ./rnn_res_prof [T] [reps] [B ...]          # default 100 20, B 64 128 256
  */
 #include "cuda_check.h"
 #include "rnn_resident_kernels.cuh"
@@ -36,59 +34,12 @@ static float *dev_random(size_t n, float scale, std::mt19937 &g)
 template <int RT> static void (*fwd_kern(int KC))(rres_fwd_args) { return rres_fwd_kernel<float, RT>(KC); }
 template <int RT> static void (*bwd_kern(int KC))(rres_bwd_args) { return rres_bwd_kernel<float, RT>(KC); }
 
-static int clusters_of(const void *k, int ncl, int groups, size_t smem)
-{
-    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)ncl, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)(groups * ncl), 1, 1);
-    cfg.blockDim = dim3(RRES_NT, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    CK(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
-    return n;
-}
-
-template <typename Args> static void launch(void (*k)(Args), const Args &a, int grid, size_t smem)
-{
-    if (a.s.NCL == 1) {
-        k<<<grid, RRES_NT, smem>>>(a);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)a.s.NCL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)grid, 1, 1);
-    cfg.blockDim = dim3(RRES_NT, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k, a));
-}
-
 /* rnn_resident.cu's choice: one row per CTA while the batch fits the SMs x the
- * occupancy, else ceil(B / that) rows in 2-row tiles; a cluster plan: as many row
- * groups as clusters run at once. Returns the occupancy used (clusters: the active
- * clusters) */
+ * occupancy, else ceil(B / that) rows in 2-row tiles; returns the occupancy used */
 template <typename K>
 static int plan(rres_shape *s, int bwd, int sms, K (*kern_of)(rres_shape *), size_t *smem)
 {
     s->R = 1;
-    if (s->NCL > 1) {
-        *smem = rres_layout(s, bwd);
-        int n = clusters_of((const void *)kern_of(s), s->NCL, s->B, *smem);
-        if (n > 0 && s->B > n) {
-            s->R = (s->B + n - 1) / n;
-            *smem = rres_layout(s, bwd);
-            n = clusters_of((const void *)kern_of(s), s->NCL, (s->B + s->R - 1) / s->R, *smem);
-        }
-        return n;
-    }
     *smem = rres_layout(s, bwd);
     int occ = 0;
     CK(cudaFuncSetAttribute(kern_of(s), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem));
@@ -109,24 +60,14 @@ int main(int argc, char **argv)
 {
     const int T = argc > 1 ? atoi(argv[1]) : 100, reps = argc > 2 ? atoi(argv[2]) : 20;
     std::vector<int> Bs;
-    int only_u = 0;
-    for (int i = 3; i < argc; i++) {
-        if (argv[i][0] == '-' && argv[i][1] == 'u' && i + 1 < argc) only_u = atoi(argv[++i]);
-        else Bs.push_back(atoi(argv[i]));
-    }
+    for (int i = 3; i < argc; i++) Bs.push_back(atoi(argv[i]));
     if (Bs.empty()) Bs = {64, 128, 256};
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    int cc = 0;
-    CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct {
         int cell, u;
         const char *name;
-    } cells[5] = {{GC_RNN_SIMPLE, 128, "simple"},
-                  {GC_RNN_LSTM, 64, "lstm"},
-                  {GC_RNN_GRU, 64, "gru"},
-                  {GC_RNN_LSTM, 128, "lstm"},
-                  {GC_RNN_GRU, 128, "gru"}};
+    } cells[3] = {{GC_RNN_SIMPLE, 128, "simple"}, {GC_RNN_LSTM, 64, "lstm"}, {GC_RNN_GRU, 64, "gru"}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -134,7 +75,6 @@ int main(int argc, char **argv)
     for (const auto &c : cells)
         for (int B : Bs) {
             const int u = c.u, cell = c.cell;
-            if (only_u && u != only_u) continue;
             const int G = cell == GC_RNN_SIMPLE ? 1 : cell == GC_RNN_LSTM ? 4 : 3;
             const int nsave = cell == GC_RNN_SIMPLE ? 2 : cell == GC_RNN_LSTM ? 7 : 5;
             float *xw = dev_random((size_t)B * T * G * u, 0.5f, g), *U = dev_random((size_t)u * G * u, 0.1f, g);
@@ -150,19 +90,14 @@ int main(int argc, char **argv)
             for (int bwd = 0; bwd < 2; bwd++) {
                 rres_shape s;
                 rres_shape_of(&s, B, T, u, cell, GC_RNN_TANH, GC_RNN_SIGMOID, 0, 0, 0);
-                if (!rres_plan(&s, bwd, 0, cc >= 9 ? RRES_NCL_MAX : 1)) {
+                if (!rres_plan(&s, bwd, 0)) {
                     printf("{\"pass\": \"%s\", \"cell\": \"%s\", \"u\": %d, \"error\": \"not resident\"}\n",
                            bwd ? "bwd" : "fwd", c.name, u);
                     continue;
                 }
                 size_t smem = 0;
                 const int occ = bwd ? plan(&s, 1, sms, bwd_of, &smem) : plan(&s, 0, sms, fwd_of, &smem);
-                if (occ < 1) {
-                    printf("{\"pass\": \"%s\", \"cell\": \"%s\", \"u\": %d, \"error\": \"does not fit\"}\n",
-                           bwd ? "bwd" : "fwd", c.name, u);
-                    continue;
-                }
-                const int grid = (B + s.R - 1) / s.R * s.NCL;
+                const int grid = (B + s.R - 1) / s.R;
                 cudaFuncAttributes fa;
                 float ms = 0.0f;
                 if (!bwd) {
@@ -171,10 +106,10 @@ int main(int argc, char **argv)
                     a.out = out, a.save = save, a.hT = hT;
                     auto k = fwd_of(&s);
                     CK(cudaFuncGetAttributes(&fa, k));
-                    for (int w = 0; w < 3; w++) launch(k, a, grid, smem);
+                    for (int w = 0; w < 3; w++) k<<<grid, RRES_NT, smem>>>(a);
                     CK(cudaGetLastError());
                     CK(cudaEventRecord(e0));
-                    for (int w = 0; w < reps; w++) launch(k, a, grid, smem);
+                    for (int w = 0; w < reps; w++) k<<<grid, RRES_NT, smem>>>(a);
                     CK(cudaEventRecord(e1));
                 } else {
                     rres_bwd_args a = {};
@@ -182,19 +117,19 @@ int main(int argc, char **argv)
                     a.dxw = dxw, a.dm = cell == GC_RNN_GRU ? dm : nullptr, a.dh0 = dh0;
                     auto k = bwd_of(&s);
                     CK(cudaFuncGetAttributes(&fa, k));
-                    for (int w = 0; w < 3; w++) launch(k, a, grid, smem);
+                    for (int w = 0; w < 3; w++) k<<<grid, RRES_NT, smem>>>(a);
                     CK(cudaGetLastError());
                     CK(cudaEventRecord(e0));
-                    for (int w = 0; w < reps; w++) launch(k, a, grid, smem);
+                    for (int w = 0; w < reps; w++) k<<<grid, RRES_NT, smem>>>(a);
                     CK(cudaEventRecord(e1));
                 }
                 CK(cudaEventSynchronize(e1));
                 CK(cudaEventElapsedTime(&ms, e0, e1));
                 const double us = 1000.0 * ms / reps;
                 printf("{\"pass\": \"%s\", \"variant\": \"resident\", \"cell\": \"%s\", \"B\": %d, \"T\": %d, "
-                       "\"u\": %d, \"NCL\": %d, \"KS\": %d, \"KC\": %d, \"R\": %d, \"RT\": %d, \"grid\": %d, \"occupancy\": %d, "
+                       "\"u\": %d, \"KS\": %d, \"KC\": %d, \"R\": %d, \"RT\": %d, \"grid\": %d, \"occupancy\": %d, "
                        "\"regs\": %d, \"smem\": %zu, \"us_per_launch\": %.2f, \"us_per_step\": %.3f}\n",
-                       bwd ? "bwd" : "fwd", c.name, B, T, u, s.NCL, s.KS, s.KC, s.R, s.RT, grid, occ, fa.numRegs, smem, us,
+                       bwd ? "bwd" : "fwd", c.name, B, T, u, s.KS, s.KC, s.R, s.RT, grid, occ, fa.numRegs, smem, us,
                        us / T);
                 fflush(stdout);
             }

@@ -440,7 +440,7 @@ static gc_status rnn_bwd(const gc_backend *be, const gc_op_call *call)
 } // namespace
 
 /* cuda.rnn: auto takes the resident kernel (rnn_resident.cu: all of U in each CTA's
- * registers, or in a thread-block cluster's on sm_90) wherever it is eligible, else the persistent kernel (rnn_persistent.cu)
+ * registers) wherever it is eligible, else the persistent kernel (rnn_persistent.cu)
  * wherever that is, else the stepwise loop above; resident, persistent and cluster (the
  * persistent kernels exchanging through a thread-block cluster's shared memory; never
  * auto's choice for now) refuse an ineligible call (saying why); stepwise never tries

@@ -22,9 +22,8 @@ gc_status gc_rnn_cluster_bwd(const gc_backend *be, const gc_op_call *call, int *
 int gc_rnn_cluster_available(const gc_backend *be, const char **why);
 
 /* The register-resident variant (cuda.rnn=resident, rnn_resident.cu: one CTA per group of
- * rows holds all of U in registers, or on sm_90 a cluster of up to 4 CTAs holds it between
- * them; small recurrences only): the same outcomes (it has no wait that can fail: an
- * error status is a launch that failed). auto tries it first. */
+ * rows holds all of U in registers; small recurrences only): the same outcomes (it has
+ * no wait that can fail: an error status is a launch that failed). auto tries it first. */
 gc_status gc_rnn_resident_fwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 gc_status gc_rnn_resident_bwd(const gc_backend *be, const gc_op_call *call, int *ran, const char **why);
 

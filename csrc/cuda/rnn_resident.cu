@@ -1,18 +1,18 @@
 /* rnn_resident.cu -- the recurrence of SimpleRNN / LSTM / GRU (both reset variants) for
  * small recurrent kernels, one launch for all T steps, forward and backward: each CTA
  * owns a group of batch rows and holds the WHOLE recurrent kernel U in registers
- * (float32), so the CTAs never exchange anything; or, on sm_90+ where one CTA's
- * registers are too few, a thread-block cluster of NCL = 2 or 4 CTAs owns the row group
- * and holds U between them (cuda.rnn=resident either way; rnn.cu's auto tries it first). The arithmetic is the stepwise path's and the persistent kernels'
+ * (float32), so the CTAs never exchange anything (cuda.rnn=resident; rnn.cu's auto
+ * tries it first). The arithmetic is the stepwise path's and the persistent kernels'
  * (gpucmp.h has the interface, the save layout and the masking rules): float32 FFMA
  * accumulation, expf / tanhf, no TF32; only the summation order of the products differs.
  * This file is the host side (eligibility, grid choice, launch); the kernels are in
  * rnn_resident_kernels.cuh.
  *
  * Why it is built this way: the persistent kernel (rnn_persistent.cu) splits U over NC
- * CTAs per row group and pays an L2 round trip per step for the h exchange. When G*u*u
- * floats fit in one CTA's registers there is nothing to exchange: a step is a dot
- * product from registers, a few shuffles, the gate math and one __syncthreads.
+ * CTAs per row group and pays an L2 round trip per step for the h exchange (1.86 us per
+ * SimpleRNN(128) step forward on an H200, 2.7 backward). When G*u*u floats fit in one
+ * CTA's registers there is nothing to exchange: a step is a dot product from registers,
+ * a few shuffles, the gate math and one __syncthreads.
  * - Grid: one CTA of RRES_NT = 256 threads per R batch rows, R = 1 while the batch fits
  *   in the SMs x the occupancy, else ceil(B / (SMs x occupancy)) (fewer when the shared
  *   memory of R rows does not fit: the CTAs then run in waves; rows are independent, so
@@ -26,8 +26,7 @@
  *   floats: SimpleRNN u <= 128 (K in 2 slices of 64), LSTM u <= 64 (4 lanes per unit, one
  *   per gate), GRU u <= 64 (the 4th gate lane idle; that keeps a unit's lanes a power of
  *   two inside one warp, so the gate values meet by shuffles instead of a second
- *   barrier through shared memory). Larger U: split over a cluster (below), else refused
- *   (the persistent kernel takes it).
+ *   barrier through shared memory). Larger U is refused (the persistent kernel takes it).
  *   512-thread CTAs were considered: at 128 registers per thread they hold no more of U
  *   than 256 threads with 64 each, so they add nothing but barrier cost.
  * - Forward step: acc = h_{t-1} (shared, float32, double-buffered) . U_slice in 4
@@ -44,27 +43,6 @@
  *   = direct part + dz . U^T[j] from registers (U's row j, K = G*u in slices); the
  *   butterfly leaves the sum in unit j's lanes, where the next step's gate gradients
  *   need it: again one barrier per step (reset_before: two, d(r*h) = da . U_h^T first).
- * - The cluster split (NCL > 1; LSTM / GRU u <= 128, SimpleRNN u <= 256): CTA c of the
- *   cluster owns units c*UC .. (c+1)*UC - 1 (all G gate columns of each forward, so the
- *   cell update stays in the CTA; the rows of U^T of those units backward) with the
- *   one-CTA thread layout over its UC units; 256 threads x 64 floats hold a quarter of
- *   LSTM(128)'s U, hence NCL = 4 there (NCL = 2 only where it suffices: GRU's backward at
- *   u <= 85). Each CTA stages only its own columns' inputs and writes its new h (forward;
- *   r*h too for reset_before) or its dz (backward) into its own AND every peer's shared
- *   memory (DSMEM: mapa + st.shared::cluster, the same offsets in every CTA), then the
- *   step barrier is the hardware cluster barrier (barrier.cluster.arrive.release /
- *   wait.acquire; the next step's loads are issued between the two): one per step as in
- *   one CTA (two for reset_before), double-buffered h / dz making it enough for both the
- *   read-after-write and the write-after-read order; a start barrier before any remote
- *   write (every peer started and initialised), none needed at the end (no remote write
- *   after the last step's). NCL is a run-time value of the same kernels (the cluster
- *   instructions trap below sm_90, where NCL = 1 is always planned): no instantiation
- *   added. Planned only where the device has clusters and the build its sm_90 image
- *   (gc_rnn_cluster_available) and the run does not plan for a smaller card
- *   (cuda.smem_limit_kb forced: sm_86 has no clusters); the row groups are as many as
- *   cudaOccupancyMaxActiveClusters says run at once (2-row tiles beyond), as the one-CTA
- *   plan sizes its grid by the occupancy. Clusters are independent and co-scheduled by
- *   the hardware: an ordinary (cluster-dimension) kernel node under graph capture.
  * - Storage float32 / float16 / bfloat16: converted at the loads and stores only.
  * Not taken (persistent or stepwise instead): recurrent dropout (rmask), U too large for
  * the registers (above), rows whose shared memory does not fit even one per CTA. */
@@ -87,19 +65,8 @@ template <typename T> static const void *kern_of(int bwd, int KC, int RT)
 
 static const void *in_data(const gc_tensor *t) { return t && t->data ? t->data : NULL; }
 
-/* whether U may be split over a thread-block cluster here: the device has clusters
- * (sm_90+) and the build its sm_90 image (the cluster variant's probe), and the run does
- * not plan for a smaller card (cuda.smem_limit_kb forced: the sm_86 cards it stands for
- * have no clusters) */
-static int clusters_here(const gc_backend *be)
-{
-    const char *w = NULL;
-    if (gc_variant_forced(GC_VP_CUDA_SMEM_LIMIT_KB) > 0) return 0;
-    return gc_rnn_cluster_available(be, &w);
-}
-
-static int common_checks(const gc_backend *be, const gc_rnn_params *p, int64_t B, int64_t T, int64_t u,
-                         const void *rmask, int bwd, rres_shape *s, const char **why)
+static int common_checks(const gc_rnn_params *p, int64_t B, int64_t T, int64_t u, const void *rmask, int bwd,
+                         rres_shape *s, const char **why)
 {
     if (rmask) {
         *why = "recurrent dropout (rmask) is not the resident kernel's";
@@ -113,12 +80,9 @@ static int common_checks(const gc_backend *be, const gc_rnn_params *p, int64_t B
     }
     rres_shape_of(s, (int)B, (int)T, (int)u, (int)p->cell, (int)p->act, (int)p->recurrent_act, p->sequences,
                   p->zero_output_for_mask, p->go_backwards);
-    const int cl = clusters_here(be);
-    if (!rres_plan(s, bwd, 0, cl ? RRES_NCL_MAX : 1)) {
-        *why = cl ? "U does not fit in the registers of a cluster of 4 blocks (at most 64 of its floats per "
-                    "thread of 256: SimpleRNN u <= 256, LSTM / GRU u <= 128)"
-                  : "U does not fit in one block's registers (at most 64 of its floats per thread of 256: "
-                    "SimpleRNN u <= 128, LSTM / GRU u <= 64; no thread-block clusters to split it over here)";
+    if (!rres_plan(s, bwd, 0)) {
+        *why = "U does not fit in one block's registers (at most 64 of its floats per thread of 256: "
+               "SimpleRNN u <= 128, LSTM / GRU u <= 64)";
         return 0;
     }
     return 1;
@@ -141,36 +105,9 @@ static int occupancy(const gc_backend *be, const void *kern, size_t smem)
     return min(occ, gc_cuda_smem_blocks_per_sm(be, smem));
 }
 
-/* clusters of NCL blocks of the kernel with smem bytes that run at once (0: none), the
- * kernel's shared-memory attribute raised to smem first */
-static int active_clusters(const void *kern, int ncl, int groups, size_t smem)
-{
-    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)ncl, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)(groups * ncl), 1, 1);
-    cfg.blockDim = dim3(RRES_NT, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        n = 0;
-    }
-    return n;
-}
-
 /* R rows per CTA (the layout filled: RT tells the kernel), the grid and the shared
  * memory (the kernel's attribute raised to it where that is needed); 0 + *why
- * when not eligible on the running device. A cluster plan (NCL > 1): as many row
- * groups as clusters run at once (cudaOccupancyMaxActiveClusters, scaled to the
- * backend's SMs), more rows per group (2-row tiles) when the batch has more rows */
+ * when not eligible on the running device */
 template <typename T>
 static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_t *smem_out, const char **why)
 {
@@ -191,33 +128,6 @@ static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_
         return 0;
     }
     const void *k = kern_of<T>(bwd, s->KC, 1);
-    if (s->NCL > 1) {
-        const int NCL = s->NCL;
-        const int clusters = active_clusters(k, NCL, B, smem);
-        if (clusters < 1) {
-            *why = "no cluster of the resident kernel fits on the device (cudaOccupancyMaxActiveClusters is 0)";
-            return 0;
-        }
-        int64_t slots = clusters;
-        if (sms < phys) slots = max((int64_t)1, (int64_t)clusters * sms / phys);
-        if (B > slots) {
-            rres_shape t = *s;
-            t.R = (int)((B + slots - 1) / slots);
-            size_t sm2 = rres_layout(&t, bwd);
-            while (t.R > 2 && sm2 > optin) {
-                t.R--;
-                sm2 = rres_layout(&t, bwd);
-            }
-            const void *k2 = kern_of<T>(bwd, s->KC, 2);
-            if (sm2 <= optin && active_clusters(k2, NCL, (B + t.R - 1) / t.R, sm2) >= 1) {
-                *s = t;
-                smem = sm2;
-            } /* else one row per cluster, in waves (k's attribute was set for smem) */
-        }
-        *grid = (B + s->R - 1) / s->R * NCL;
-        *smem_out = smem;
-        return 1;
-    }
     const int occ1 = occupancy(be, k, smem);
     if (occ1 < 1) {
         *why = "no block of the resident kernel fits on an SM (registers or shared memory)";
@@ -245,47 +155,13 @@ static int choose(const gc_backend *be, int bwd, rres_shape *s, int *grid, size_
     return 1;
 }
 
-/* a plain launch (NCL = 1) or a cluster launch of NCL blocks per cluster (an ordinary
- * kernel node under stream capture, with its cluster dimension) */
-template <typename Args>
-static gc_status launch(const gc_backend *be, void (*kern)(Args), Args a, int grid, size_t smem, const char *what,
-                        int *ran)
-{
-    if (a.s.NCL == 1) {
-        kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
-        gc_status st = gc_cuda_launch_check(what);
-        if (!st) *ran = 1;
-        return st;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)a.s.NCL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)grid, 1, 1);
-    cfg.blockDim = dim3(RRES_NT, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = gc_cuda_stream(be);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return gc_fail(GC_ERR_BACKEND,
-                       "%s: the resident recurrence (grid %d x %d threads, clusters of %d, %zu bytes of shared "
-                       "memory) did not launch: %s",
-                       what, grid, RRES_NT, a.s.NCL, smem, cudaGetErrorString(e));
-    }
-    *ran = 1;
-    return GC_OK;
-}
-
 template <typename T>
 static gc_status fwd_typed(const gc_backend *be, const gc_op_call *call, int *ran, const char **why)
 {
     const gc_rnn_params *p = (const gc_rnn_params *)call->params;
     const gc_tensor *xw = call->in[0];
     rres_shape s;
-    if (!common_checks(be, p, xw->shape[0], xw->shape[1], call->in[1]->shape[0], in_data(call->in[6]), 0, &s, why))
+    if (!common_checks(p, xw->shape[0], xw->shape[1], call->in[1]->shape[0], in_data(call->in[6]), 0, &s, why))
         return GC_OK;
     int grid = 0;
     size_t smem = 0;
@@ -297,7 +173,10 @@ static gc_status fwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     a.out = call->out[0]->data, a.save = call->out[1] ? call->out[1]->data : NULL;
     a.hT = call->out[2] ? call->out[2]->data : NULL, a.cT = call->out[3] ? call->out[3]->data : NULL;
     void (*kern)(rres_fwd_args) = s.RT == 1 ? rres_fwd_kernel<T, 1>(s.KC) : rres_fwd_kernel<T, 2>(s.KC);
-    return launch(be, kern, a, grid, smem, "rnn_fwd", ran);
+    kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
+    gc_status st = gc_cuda_launch_check("rnn_fwd: the resident recurrence");
+    if (!st) *ran = 1;
+    return st;
 }
 
 template <typename T>
@@ -306,7 +185,7 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     const gc_rnn_params *p = (const gc_rnn_params *)call->params;
     const gc_tensor *save = call->in[4];
     rres_shape s;
-    if (!common_checks(be, p, save->shape[1], save->shape[2], save->shape[3], in_data(call->in[6]), 1, &s, why))
+    if (!common_checks(p, save->shape[1], save->shape[2], save->shape[3], in_data(call->in[6]), 1, &s, why))
         return GC_OK;
     int grid = 0;
     size_t smem = 0;
@@ -318,7 +197,10 @@ static gc_status bwd_typed(const gc_backend *be, const gc_op_call *call, int *ra
     a.dxw = call->out[0]->data, a.dm = call->out[1] ? call->out[1]->data : NULL;
     a.dh0 = call->out[2] ? call->out[2]->data : NULL, a.dc0 = call->out[3] ? call->out[3]->data : NULL;
     void (*kern)(rres_bwd_args) = s.RT == 1 ? rres_bwd_kernel<T, 1>(s.KC) : rres_bwd_kernel<T, 2>(s.KC);
-    return launch(be, kern, a, grid, smem, "rnn_bwd", ran);
+    kern<<<grid, RRES_NT, smem, gc_cuda_stream(be)>>>(a);
+    gc_status st = gc_cuda_launch_check("rnn_bwd: the resident recurrence");
+    if (!st) *ran = 1;
+    return st;
 }
 
 } // namespace

@@ -5,17 +5,13 @@
  * kernels must agree on.
  *
  * Kept apart so that tests/cuda/rnn_resident_emu.cpp compiles the very same kernel code
- * on the host (GC_RNN_EMU: one std::thread per CUDA thread, a std::barrier per block, per
- * warp and per cluster; it provides threadIdx / blockIdx, __syncthreads, the dynamic
- * shared memory RRES_SMEM_DECL, the warp shuffles rres_shfl / rres_shfl_xor, the cluster
- * primitives rres_cl_arrive / rres_cl_wait / rres_cl_st, float4, gc_to_f and gc_from_f)
- * and checks it against the float64 oracle on machines without a GPU.
+ * on the host (GC_RNN_EMU: one std::thread per CUDA thread, a std::barrier per block and
+ * per warp; it provides threadIdx / blockIdx, __syncthreads, the dynamic shared memory
+ * RRES_SMEM_DECL, the warp shuffles rres_shfl / rres_shfl_xor, float4, gc_to_f and
+ * gc_from_f) and checks it against the float64 oracle on machines without a GPU.
  *
  * Thread layout (RRES_NT threads, one CTA per group of R batch rows, nothing shared
- * between CTAs; or NCL CTAs of a cluster per group, CTA c taking the units c*UC ..
- * c*UC + UC - 1 of what is said below for all u -- its lanes' j are those units, the
- * vectors it reads stay whole, and what it writes into them goes to every CTA of the
- * cluster, rres_put):
+ * between CTAs):
  * - forward, h_{t-1} . U: K = u split into KS slices of kc (<= KC) units; the lanes of
  *   unit j are L = GP * KS adjacent lanes (GP = 1 for SimpleRNN, else 4 >= G: one lane
  *   group per gate, the 4th idle for GRU), lane (j, g, ks) holds U[ks*kc + kk, g*u + j]
@@ -46,11 +42,6 @@
 #define RRES_NT 256    /* threads per CTA */
 #define RRES_KC_MAX 64 /* U's floats per thread at most (the register budget) */
 #define RRES_PF 8      /* next-step input elements a thread holds in registers */
-#define RRES_NCL_MAX 4 /* CTAs per thread-block cluster at most (one batch row's U split) */
-/* blocks per SM the kernels are compiled for: 2 for KC = 16 (at most 128 registers a
- * thread: two CTAs share an SM where a batch has more rows than SMs), 1 for KC = 64
- * (U's 64 floats plus the step's working set need more than 128) */
-#define RRES_MINB(KC) ((KC) <= 16 ? 2 : 1)
 
 namespace {
 
@@ -63,7 +54,7 @@ struct rres_div {
     unsigned mul, sh;
 };
 
-__host__ __device__ static inline rres_div rres_div_of(int d)
+static inline rres_div rres_div_of(int d)
 {
     rres_div v;
     v.d = d < 1 ? 1 : d;
@@ -92,10 +83,6 @@ struct rres_shape {
      * per gate (GP) and per unit (L) */
     int KS, kc, KC, GP, L;
     int R, RT, RP, HS; /* rows per CTA, row tile, rows padded to RT, sliced row stride */
-    /* the cluster split (rres_plan): NCL CTAs per row group (1: no cluster), UC units per
-     * CTA (CTA c of the cluster owns units c*UC .. min(u, (c+1)*UC) - 1, all G gate
-     * columns of each, forward; the rows of U^T of those units, backward) */
-    int NCL, UC;
     /* shared memory (byte offsets, 16-aligned); forward: h0/h1 (the double-buffered h),
      * v (reset_before's r*h), x0/x1 (staged xw), m0/m1 (staged mask), c, e (states),
      * z, r (reset_before's gates between its products); backward: h0/h1 (dz, double),
@@ -123,103 +110,7 @@ struct rres_bwd_args {
 #define RRES_SMEM_DECL extern __shared__ __align__(16) unsigned char smem[]
 __device__ __forceinline__ float rres_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ float rres_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-
-/* The cluster primitives (NCL > 1 only; sm_90+): the hardware cluster barrier split into
- * arrive.release / wait.acquire (every thread of every CTA of the cluster executes both,
- * .aligned: the pair is also a barrier of this CTA's threads and orders its shared
- * memory), and a float stored into CTA `rank`'s shared memory at the offset p has in this
- * CTA's (the layouts agree: mapa + st.shared::cluster). Below sm_90 they trap: the host
- * never launches a cluster there (rnn_resident.cu plans NCL = 1). */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define RRES_CLUSTER_PTX 1
 #endif
-__device__ __forceinline__ void rres_cl_arrive()
-{
-#ifdef RRES_CLUSTER_PTX
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void rres_cl_wait()
-{
-#ifdef RRES_CLUSTER_PTX
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void rres_cl_st(float *p, unsigned rank, float v)
-{
-#ifdef RRES_CLUSTER_PTX
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
-#else
-    (void)p, (void)rank, (void)v;
-    __trap();
-#endif
-}
-#endif
-
-/* This CTA's place in its cluster (NCL = 1: the whole row group): rank c (a 1-D cluster
- * over a 1-D grid numbers its CTAs blockIdx.x % NCL), its row group, its units c0 ..
- * c0 + uc - 1, and the divisors of its staging items. CL = false (the KC = 16 kernels,
- * which a cluster plan never uses: rres_plan) folds it to the one-CTA constants, so those
- * kernels carry none of the cluster's registers. */
-struct rres_cta {
-    int ncl, c, grp, c0, uc;
-    rres_div d_uc, d_gc, d_nrc; /* uc, G*uc, nr*uc */
-};
-
-template <bool CL> __device__ __forceinline__ rres_cta rres_cta_of(const rres_shape &s, int nr)
-{
-    rres_cta c;
-    if (!CL) {
-        c.ncl = 1, c.c = 0, c.grp = (int)blockIdx.x, c.c0 = 0, c.uc = s.u;
-        return c;
-    }
-    c.ncl = s.NCL;
-    c.c = (int)blockIdx.x % s.NCL, c.grp = (int)blockIdx.x / s.NCL;
-    c.c0 = c.c * s.UC;
-    c.uc = s.u - c.c0 < s.UC ? s.u - c.c0 : s.UC;
-    if (c.ncl > 1) {
-        c.d_uc = rres_div_of(c.uc);
-        c.d_gc = rres_div_of(s.G * c.uc);
-        c.d_nrc = rres_div_of(nr * c.uc);
-    }
-    (void)nr;
-    return c;
-}
-
-/* v at p in this CTA's shared memory and, in a cluster, at the same offset in every
- * other CTA's of the cluster (the exchange of h, r*h, dz) */
-__device__ __forceinline__ void rres_put(const rres_cta &c, float *p, float v)
-{
-    *p = v;
-    if (c.ncl > 1)
-        for (int q = 1; q < c.ncl; q++) {
-            int r = c.c + q;
-            if (r >= c.ncl) r -= c.ncl;
-            rres_cl_st(p, (unsigned)r, v);
-        }
-}
-
-/* the step barrier: __syncthreads alone, or the cluster barrier (the puts before it are
- * then visible in every CTA of the cluster); `between` runs after this thread's arrive
- * and before its wait (register-only work: the next loads' issue) */
-template <typename F> __device__ __forceinline__ void rres_step_sync(const rres_cta &c, F &&between)
-{
-    if (c.ncl > 1) {
-        rres_cl_arrive();
-        between();
-        rres_cl_wait();
-    } else {
-        __syncthreads();
-        between();
-    }
-}
 
 template <typename T> __device__ __forceinline__ const T *rres_cptr(const void *p) { return (const T *)p; }
 
@@ -283,68 +174,31 @@ __device__ __forceinline__ void rres_reduce(float (&acc)[RT], int KS)
  * storage type, converted only at the store, so no instruction waits for the load), and
  * stored into the other shared buffer just before the next barrier, a whole step later.
  * Items past RRES_PF per thread (many rows per CTA) are copied synchronously at the
- * store. Flat item i of a step is element i of the staged buffer (NCL = 1); a CTA of a
- * cluster stages only its own units' items, placed where the whole row's would be. */
+ * store. Flat item i of a step is element i of the staged buffer. */
 template <typename T>
 struct rres_pf {
     T v[RRES_PF];
     float m;
 };
 
-/* forward items: i < nr*G*uc: row r, column n (of Gu) = gate g's column of unit c0 + jj
- * (NCL = 1: i = r*Gu + n); the source xw[b0 + r, t, n], the place xs[r*Gu + n] */
-__device__ __forceinline__ int rres_fwd_item(const rres_shape &s, const rres_cta &c, int i, int &r)
-{
-    const int Gu = s.G * s.u;
-    if (c.ncl == 1) {
-        r = rdiv(i, s.d_gu);
-        return i - r * Gu;
-    }
-    r = rdiv(i, c.d_gc);
-    const int rem = i - r * s.G * c.uc, g = rdiv(rem, c.d_uc);
-    return g * s.u + c.c0 + (rem - g * c.uc);
-}
-
+/* forward items: i < nr*G*u: xw[b0 + i / Gu, t, i % Gu] */
 template <typename T>
-__device__ __forceinline__ const T *rres_fwd_src(const rres_fwd_args &a, const rres_shape &s, int b0, int t, int r,
-                                                 int n)
+__device__ __forceinline__ const T *rres_fwd_src(const rres_fwd_args &a, const rres_shape &s, int b0, int t, int i)
 {
-    return rres_cptr<T>(a.xw) + ((int64_t)(b0 + r) * s.T + t) * (s.G * s.u) + n;
+    const int Gu = s.G * s.u, r = rdiv(i, s.d_gu), n = i - r * Gu;
+    return rres_cptr<T>(a.xw) + ((int64_t)(b0 + r) * s.T + t) * Gu + n;
 }
 
-/* backward items: i < nb*nr*uc: block q, row r, unit j = c0 + jj; the place
- * ss[q*nr*u + r*u + j] (NCL = 1: i itself); the source save block q < nsave (time t),
- * or dy (sequences, processing index k) */
-struct rres_bitem {
-    int q, r, j, at;
-};
-
-__device__ __forceinline__ rres_bitem rres_bwd_item(const rres_shape &s, const rres_cta &c, const rres_div &dnru,
-                                                    int nru, int i)
-{
-    rres_bitem v;
-    if (c.ncl == 1) {
-        v.q = rdiv(i, dnru);
-        const int rem = i - v.q * nru;
-        v.r = rdiv(rem, s.d_u), v.j = rem - v.r * s.u, v.at = i;
-        return v;
-    }
-    const int nrc = nru / s.u * c.uc;
-    v.q = rdiv(i, c.d_nrc);
-    const int rem = i - v.q * nrc;
-    v.r = rdiv(rem, c.d_uc);
-    v.j = c.c0 + rem - v.r * c.uc;
-    v.at = v.q * nru + v.r * s.u + v.j;
-    return v;
-}
-
+/* backward items: i < nb*nr*u, block q = i / (nr*u): save block q < nsave (time t), or dy
+ * (sequences, processing index k) */
 template <typename T>
-__device__ __forceinline__ const T *rres_bwd_src(const rres_bwd_args &a, const rres_shape &s, int b0, int k, int t,
-                                                 const rres_bitem &v)
+__device__ __forceinline__ const T *rres_bwd_src(const rres_bwd_args &a, const rres_shape &s, const rres_div &dnru,
+                                                 int nru, int b0, int k, int t, int i)
 {
-    const int64_t b = b0 + v.r;
-    if (v.q < s.nsave) return rres_cptr<T>(a.save) + v.q * s.blk + (b * s.T + t) * s.u + v.j;
-    return rres_cptr<T>(a.dy) + (b * s.T + k) * s.u + v.j;
+    const int q = rdiv(i, dnru), rem = i - q * nru, r = rdiv(rem, s.d_u), j = rem - r * s.u;
+    const int64_t b = b0 + r;
+    if (q < s.nsave) return rres_cptr<T>(a.save) + q * s.blk + (b * s.T + t) * s.u + j;
+    return rres_cptr<T>(a.dy) + (b * s.T + k) * s.u + j;
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -356,15 +210,13 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
     const rres_acts<F> acts{s.act, s.ract};
     const int tid = (int)threadIdx.x, lane = tid & 31;
     const int u = s.u, G = s.G, Gu = G * u, KS = s.KS, kc = s.kc, L = s.L, HS = s.HS;
-    const int ks = tid & (KS - 1), g = (tid / KS) & (s.GP - 1), jl = tid / L;
-    const int b0 = ((int)blockIdx.x / (KC > 16 ? s.NCL : 1)) * s.R, nr = rres_min(s.R, s.B - b0);
-    const rres_cta cta = rres_cta_of<(KC > 16)>(s, nr);
-    const int j = cta.c0 + jl;                    /* the lane's unit (of u) */
-    const bool wact = (tid & ~31) / L < cta.uc; /* warp-uniform: the warp holds some unit */
-    const bool col = jl < cta.uc && g < G;      /* this lane holds a column of U */
-    const bool gl = col && g == 0 && ks == 0;   /* the unit's lane: the cell update */
+    const int ks = tid & (KS - 1), g = (tid / KS) & (s.GP - 1), j = tid / L;
+    const int b0 = (int)blockIdx.x * s.R, nr = rres_min(s.R, s.B - b0);
+    const bool wact = (tid & ~31) / L < u; /* warp-uniform: the warp holds some unit */
+    const bool col = j < u && g < G;       /* this lane holds a column of U */
+    const bool gl = col && g == 0 && ks == 0; /* the unit's lane: the cell update */
     const int base = lane & ~(L - 1);
-    const int pj = jl < cta.uc ? (j / kc) * (KC + 4) + j % kc : 0; /* unit j in a sliced row */
+    const int pj = j < u ? (j / kc) * (KC + 4) + j % kc : 0; /* unit j in a sliced row */
     const int cell = s.cell, before = cell == GC_RNN_GRU_RESET_BEFORE;
     const T *U = rres_cptr<T>(a.U), *h0 = rres_cptr<T>(a.h0), *c0 = rres_cptr<T>(a.c0), *bh = rres_cptr<T>(a.bh);
     T *out = (T *)a.out, *save = (T *)a.save;
@@ -398,18 +250,14 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
         cs[i] = c0 ? gc_to_f(c0[o]) : 0.0f;
         es[i] = 0.0f;
     }
-    /* step 0's inputs (this CTA's columns), synchronously */
-    const int ntot = nr * G * cta.uc;
+    /* step 0's inputs, synchronously */
     {
         const int t = s.gb ? s.T - 1 : 0;
-        for (int i = tid; i < ntot; i += RRES_NT) {
-            int r;
-            const int n = rres_fwd_item(s, cta, i, r);
-            xs0[r * Gu + n] = gc_to_f(*rres_fwd_src<T>(a, s, b0, t, r, n));
-        }
+        for (int i = tid; i < nr * Gu; i += RRES_NT) xs0[i] = gc_to_f(*rres_fwd_src<T>(a, s, b0, t, i));
         if (a.mask)
             for (int r = tid; r < nr; r += RRES_NT) ms0[r] = a.mask[(int64_t)(b0 + r) * s.T + t];
     }
+    const int ntot = nr * Gu;
     rres_pf<T> pf;
     pf.m = 1.0f;
     auto issue = [&](int kn) { /* step kn's inputs into registers */
@@ -417,11 +265,7 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
 #pragma unroll
         for (int q = 0; q < RRES_PF; q++) {
             const int i = tid + q * RRES_NT;
-            if (i < ntot) {
-                int r;
-                const int n = rres_fwd_item(s, cta, i, r);
-                pf.v[q] = *rres_fwd_src<T>(a, s, b0, t, r, n);
-            }
+            if (i < ntot) pf.v[q] = *rres_fwd_src<T>(a, s, b0, t, i);
         }
         if (a.mask && tid < nr) pf.m = a.mask[(int64_t)(b0 + tid) * s.T + t];
     };
@@ -430,27 +274,16 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
 #pragma unroll
         for (int q = 0; q < RRES_PF; q++) {
             const int i = tid + q * RRES_NT;
-            if (i < ntot) {
-                int r;
-                const int n = rres_fwd_item(s, cta, i, r);
-                xs[r * Gu + n] = gc_to_f(pf.v[q]);
-            }
+            if (i < ntot) xs[i] = gc_to_f(pf.v[q]);
         }
-        for (int i = tid + RRES_PF * RRES_NT; i < ntot; i += RRES_NT) {
-            int r;
-            const int n = rres_fwd_item(s, cta, i, r);
-            xs[r * Gu + n] = gc_to_f(*rres_fwd_src<T>(a, s, b0, t, r, n));
-        }
+        for (int i = tid + RRES_PF * RRES_NT; i < ntot; i += RRES_NT) xs[i] = gc_to_f(*rres_fwd_src<T>(a, s, b0, t, i));
         if (a.mask) {
             if (tid < nr) ms[tid] = pf.m;
             for (int r = tid + RRES_NT; r < nr; r += RRES_NT) ms[r] = a.mask[(int64_t)(b0 + r) * s.T + t];
         }
     };
-    /* the start barrier (a cluster's: no CTA writes into a peer before the peer has
-     * initialised its buffers, and every CTA of the cluster has started) */
-    rres_step_sync(cta, [&] {
-        if (s.T > 1) issue(1);
-    });
+    __syncthreads();
+    if (s.T > 1) issue(1);
 
     for (int k = 0; k < s.T; k++) {
         const int t = s.gb ? s.T - 1 - k : k;
@@ -495,7 +328,7 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
             }
             }
             const int live = ms[r] != 0.0f;
-            rres_put(cta, hnext + r * HS + pj, live ? hn : hp); /* h_t: into every CTA of the cluster */
+            hnext[r * HS + pj] = live ? hn : hp;
             float ev = es[si];
             if (live) {
                 if (cell == GC_RNN_LSTM) cs[si] = cn;
@@ -542,7 +375,7 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
                             const int si = r * u + j;
                             const float hp = hcur[r * HS + pj];
                             zsv[si] = v, rsv[si] = v1;
-                            rres_put(cta, rhb + r * HS + pj, v1 * hp);
+                            rhb[r * HS + pj] = v1 * hp;
                         } else {
                             update(r, v, v1, v2, v3);
                         }
@@ -551,7 +384,7 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
             }
         }
         if (before) {
-            rres_step_sync(cta, [] {}); /* r*h complete (in every CTA of the cluster) */
+            __syncthreads(); /* r*h complete */
             if (wact) {
                 for (int r0 = 0; r0 < nr; r0 += RT) {
                     float acc[RT];
@@ -567,11 +400,8 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
             }
         }
         if (k + 1 < s.T) store(k + 1, cur ? xs0 : xs1, cur ? ms0 : ms1);
-        /* h_t (in every CTA of the cluster) and the next inputs complete; the loads of the
-         * step after are issued while the cluster's peers arrive */
-        rres_step_sync(cta, [&] {
-            if (k + 2 < s.T) issue(k + 2);
-        });
+        __syncthreads(); /* h_t (and the next inputs) complete */
+        if (k + 2 < s.T) issue(k + 2);
     }
     /* the final states: h_T is in buffer T & 1 (written by this very lane) */
     const float *hfin = (s.T & 1) ? hb1 : hb0;
@@ -587,7 +417,7 @@ __device__ __forceinline__ void rres_fwd_body(const rres_fwd_args &a, unsigned c
 }
 
 template <typename T, int KC, int RT>
-__global__ void __launch_bounds__(RRES_NT, RRES_MINB(KC)) rnn_res_fwd(rres_fwd_args a)
+__global__ void __launch_bounds__(RRES_NT, 1) rnn_res_fwd(rres_fwd_args a)
 {
     RRES_SMEM_DECL;
     if (a.s.fast) rres_fwd_body<T, KC, RT, true>(a, smem);
@@ -603,13 +433,10 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
     const rres_acts<F> acts{s.act, s.ract};
     const int tid = (int)threadIdx.x;
     const int u = s.u, G = s.G, Gu = G * u, KS = s.KS, kc = s.kc, L = s.L, HS = s.HS;
-    const int ks = tid & (KS - 1), jl = tid / L;
-    const int b0 = ((int)blockIdx.x / (KC > 16 ? s.NCL : 1)) * s.R, nr = rres_min(s.R, s.B - b0);
-    const rres_cta cta = rres_cta_of<(KC > 16)>(s, nr);
-    const int j = cta.c0 + jl;                  /* the lane's unit (of u) */
-    const bool hold = jl < cta.uc;              /* this lane holds a row slice of U^T */
-    const bool wact = (tid & ~31) / L < cta.uc;
-    const bool own = hold && ks == 0; /* unit j's lane: the gate gradients */
+    const int ks = tid & (KS - 1), j = tid / L;
+    const int b0 = (int)blockIdx.x * s.R, nr = rres_min(s.R, s.B - b0);
+    const bool wact = (tid & ~31) / L < u;
+    const bool own = j < u && ks == 0; /* unit j's lane: the gate gradients */
     const int cell = s.cell, before = cell == GC_RNN_GRU_RESET_BEFORE;
     const T *U = rres_cptr<T>(a.U), *dy = rres_cptr<T>(a.dy), *dhT = rres_cptr<T>(a.dhT), *dcT = rres_cptr<T>(a.dcT);
     T *dxw = (T *)a.dxw, *dm = (T *)a.dm;
@@ -623,7 +450,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
     int pg[4];
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        const int n = q * u + (hold ? j : 0);
+        const int n = q * u + (j < u ? j : 0);
         pg[q] = (n / kc) * (KC + 4) + n % kc;
     }
 
@@ -632,10 +459,10 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
 #pragma unroll
     for (int kk = 0; kk < KC; kk++) {
         const int n = ks * kc + kk;
-        w[kk] = (hold && kk < kc && n < Gu) ? gc_to_f(U[(int64_t)j * Gu + n]) : 0.0f;
+        w[kk] = (j < u && kk < kc && n < Gu) ? gc_to_f(U[(int64_t)j * Gu + n]) : 0.0f;
     }
     const int want_dy = s.seq && dy;
-    const int nru = nr * u, nb = s.nsave + 1, ntot = (s.nsave + want_dy) * nr * cta.uc;
+    const int nru = nr * u, nb = s.nsave + 1, ntot = (s.nsave + want_dy) * nru;
     const rres_div dnru = nr == s.R ? s.d_nru : s.d_nru_last;
     for (int i = tid; i < s.RP * HS; i += RRES_NT) {
         dz0[i] = 0.0f, dz1[i] = 0.0f;
@@ -654,10 +481,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
     {
         const int k = s.T - 1, t = s.gb ? s.T - 1 - k : k;
         float *ss = (k & 1) ? ss1 : ss0, *ms = (k & 1) ? ms1 : ms0;
-        for (int i = tid; i < ntot; i += RRES_NT) {
-            const rres_bitem v = rres_bwd_item(s, cta, dnru, nru, i);
-            ss[v.at] = gc_to_f(*rres_bwd_src<T>(a, s, b0, k, t, v));
-        }
+        for (int i = tid; i < ntot; i += RRES_NT) ss[i] = gc_to_f(*rres_bwd_src<T>(a, s, dnru, nru, b0, k, t, i));
         if (a.mask)
             for (int r = tid; r < nr; r += RRES_NT) ms[r] = a.mask[(int64_t)(b0 + r) * s.T + t];
     }
@@ -668,7 +492,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
 #pragma unroll
         for (int q = 0; q < RRES_PF; q++) {
             const int i = tid + q * RRES_NT;
-            if (i < ntot) pf.v[q] = *rres_bwd_src<T>(a, s, b0, kn, t, rres_bwd_item(s, cta, dnru, nru, i));
+            if (i < ntot) pf.v[q] = *rres_bwd_src<T>(a, s, dnru, nru, b0, kn, t, i);
         }
         if (a.mask && tid < nr) pf.m = a.mask[(int64_t)(b0 + tid) * s.T + t];
     };
@@ -677,21 +501,17 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
 #pragma unroll
         for (int q = 0; q < RRES_PF; q++) {
             const int i = tid + q * RRES_NT;
-            if (i < ntot) ss[rres_bwd_item(s, cta, dnru, nru, i).at] = gc_to_f(pf.v[q]);
+            if (i < ntot) ss[i] = gc_to_f(pf.v[q]);
         }
-        for (int i = tid + RRES_PF * RRES_NT; i < ntot; i += RRES_NT) {
-            const rres_bitem v = rres_bwd_item(s, cta, dnru, nru, i);
-            ss[v.at] = gc_to_f(*rres_bwd_src<T>(a, s, b0, kn, t, v));
-        }
+        for (int i = tid + RRES_PF * RRES_NT; i < ntot; i += RRES_NT)
+            ss[i] = gc_to_f(*rres_bwd_src<T>(a, s, dnru, nru, b0, kn, t, i));
         if (a.mask) {
             if (tid < nr) ms[tid] = pf.m;
             for (int r = tid + RRES_NT; r < nr; r += RRES_NT) ms[r] = a.mask[(int64_t)(b0 + r) * s.T + t];
         }
     };
-    /* the start barrier (as the forward's) */
-    rres_step_sync(cta, [&] {
-        if (s.T > 1) issue(s.T - 2);
-    });
+    __syncthreads();
+    if (s.T > 1) issue(s.T - 2);
 
     for (int k = s.T - 1; k >= 0; k--) {
         const int t = s.gb ? s.T - 1 - k : k;
@@ -711,11 +531,11 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         if (q >= G) break;
-                        rres_put(cta, dzr + pg[q], 0.0f);
+                        dzr[pg[q]] = 0.0f;
                         dxw[row + (int64_t)q * u + j] = gc_from_f<T>(0.0f);
                         if (dm) dm[row + (int64_t)q * u + j] = gc_from_f<T>(0.0f);
                     }
-                    if (before) rres_put(cta, dzh + r * HS + pg[2], 0.0f);
+                    if (before) dzh[r * HS + pg[2]] = 0.0f;
                     continue;
                 }
                 const float gr = dhs[si] + dev;
@@ -724,7 +544,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
                 switch (cell) {
                 case GC_RNN_SIMPLE: {
                     const float da = gr * acts.da(ss[nru + si]);
-                    rres_put(cta, dzr + pg[0], da);
+                    dzr[pg[0]] = da;
                     dxw[row + j] = gc_from_f<T>(da);
                     dds[si] = 0.0f;
                     break;
@@ -736,8 +556,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
                     const float dcn = dcs[si] + gr * og * acts.da(ac);
                     const float v0 = dcn * gg * acts.dr(ig), v1 = dcn * cp * acts.dr(fg);
                     const float v2 = dcn * ig * acts.da(gg), v3 = gr * ac * acts.dr(og);
-                    rres_put(cta, dzr + pg[0], v0), rres_put(cta, dzr + pg[1], v1);
-                    rres_put(cta, dzr + pg[2], v2), rres_put(cta, dzr + pg[3], v3);
+                    dzr[pg[0]] = v0, dzr[pg[1]] = v1, dzr[pg[2]] = v2, dzr[pg[3]] = v3;
                     dxw[row + j] = gc_from_f<T>(v0), dxw[row + u + j] = gc_from_f<T>(v1);
                     dxw[row + 2 * u + j] = gc_from_f<T>(v2), dxw[row + 3 * u + j] = gc_from_f<T>(v3);
                     dcs[si] = dcn * fg;
@@ -749,14 +568,14 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
                     const float s4 = ss[4 * nru + si];
                     const float da = gr * (1.0f - zg) * acts.da(hh);
                     const float vz = gr * (hp - hh) * acts.dr(zg);
-                    rres_put(cta, dzr + pg[0], vz);
+                    dzr[pg[0]] = vz;
                     dxw[row + j] = gc_from_f<T>(vz);
                     dds[si] = gr * zg;
                     dxw[row + 2 * u + j] = gc_from_f<T>(da);
                     if (cell == GC_RNN_GRU) {
                         const float vr = da * s4 * acts.dr(rg);
-                        rres_put(cta, dzr + pg[1], vr);
-                        rres_put(cta, dzr + pg[2], da * rg);
+                        dzr[pg[1]] = vr;
+                        dzr[pg[2]] = da * rg;
                         dxw[row + u + j] = gc_from_f<T>(vr);
                         if (dm) {
                             dm[row + j] = gc_from_f<T>(vz);
@@ -764,19 +583,14 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
                             dm[row + 2 * u + j] = gc_from_f<T>(da * rg);
                         }
                     } else {
-                        rres_put(cta, dzh + r * HS + pg[2], da); /* the r gate: after d(r*h) = da . U_h^T */
+                        dzh[r * HS + pg[2]] = da; /* the r gate: after d(r*h) = da . U_h^T */
                     }
                     break;
                 }
                 }
             }
         if (k > 0) store(k - 1, cur ? ss0 : ss1, cur ? ms0 : ms1);
-        /* dz (reset_before: its h block) complete, in every CTA of the cluster; the loads
-         * of the step after are issued while the peers arrive (reset_before: after its
-         * second barrier) */
-        rres_step_sync(cta, [&] {
-            if (!before && k > 1) issue(k - 2);
-        });
+        __syncthreads(); /* dz (reset_before: its h block) complete */
         if (before) {
             /* d(r*h) = da . U_h^T, then the r gate and the r*h part of the direct term */
             if (wact)
@@ -791,15 +605,14 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
                         const int si = r * u + j;
                         const float drh = acc[i], hp = ss[si], rg = ss[2 * nru + si];
                         const float vr = drh * hp * acts.dr(rg);
-                        rres_put(cta, dz + r * HS + pg[1], vr);
+                        dz[r * HS + pg[1]] = vr;
                         dxw[((int64_t)(b0 + r) * s.T + t) * Gu + u + j] = gc_from_f<T>(vr);
                         dds[si] += drh * rg;
                     }
                 }
-            rres_step_sync(cta, [&] { /* the r block of dz complete */
-                if (k > 1) issue(k - 2);
-            });
+            __syncthreads(); /* the r block of dz complete */
         }
+        if (k > 1) issue(k - 2);
         /* dh_{t-1} = the direct part + dz . U^T */
         if (wact)
             for (int r0 = 0; r0 < nr; r0 += RT) {
@@ -823,7 +636,7 @@ __device__ __forceinline__ void rres_bwd_body(const rres_bwd_args &a, unsigned c
 }
 
 template <typename T, int KC, int RT>
-__global__ void __launch_bounds__(RRES_NT, RRES_MINB(KC)) rnn_res_bwd(rres_bwd_args a)
+__global__ void __launch_bounds__(RRES_NT, 1) rnn_res_bwd(rres_bwd_args a)
 {
     RRES_SMEM_DECL;
     if (a.s.fast) rres_bwd_body<T, KC, RT, true>(a, smem);
@@ -844,33 +657,22 @@ static inline int rres_kc_template(int kc)
     return 0;
 }
 
-/* The thread layout of one pass: the u units split over NCL CTAs of a cluster (UC
- * each, every CTA owning at least one), K = u (forward) or G*u (backward) split over KS
- * slices, UC * L lanes (L = GP * KS; forward GP = 1 or 4, backward 1) within RRES_NT.
- * Picks the fewest CTAs (1, 2, 4, at most max_ncl: 1 where the device has no clusters),
- * then the smallest template KC, then the fewest slices giving it (the fewest shuffle
- * stages); want_ks / want_ncl > 0 ask for that KS / NCL (the host emulation). 0 when U
- * does not fit. */
-static inline int rres_plan(rres_shape *s, int bwd, int want_ks, int max_ncl = 1, int want_ncl = 0)
+/* The thread layout of one pass: K = u (forward) or G*u (backward) split over KS
+ * slices, u * L lanes (L = GP * KS; forward GP = 1 or 4, backward 1) within RRES_NT.
+ * Picks the smallest template KC, then the fewest slices giving it (the fewest shuffle
+ * stages); want_ks > 0 asks for that KS (the host emulation). 0 when U does not fit. */
+static inline int rres_plan(rres_shape *s, int bwd, int want_ks)
 {
     const int u = s->u, G = s->G, K = bwd ? G * u : u;
     s->GP = bwd || G == 1 ? 1 : 4;
-    int best = 0, best_ks = 0, ncl = 1, uc = u;
-    for (; ncl <= max_ncl && ncl <= RRES_NCL_MAX; ncl *= 2) {
-        if (want_ncl > 0 && ncl != want_ncl) continue;
-        uc = (u + ncl - 1) / ncl;
-        if ((ncl - 1) * uc >= u) continue; /* a CTA without a unit */
-        for (int ks = 1; ks <= 32; ks *= 2) {
-            if (want_ks > 0 && ks != want_ks) continue;
-            if (s->GP * ks > 32 || (int64_t)uc * s->GP * ks > RRES_NT) break;
-            int kct = rres_kc_template((K + ks - 1) / ks);
-            if (kct && ncl > 1) kct = RRES_KC_MAX; /* the cluster code is in the KC = 64 kernels only */
-            if (kct && (!best || kct < best)) best = kct, best_ks = ks;
-        }
-        if (best) break;
+    int best = 0, best_ks = 0;
+    for (int ks = 1; ks <= 32; ks *= 2) {
+        if (want_ks > 0 && ks != want_ks) continue;
+        if (s->GP * ks > 32 || (int64_t)u * s->GP * ks > RRES_NT) break;
+        const int kct = rres_kc_template((K + ks - 1) / ks);
+        if (kct && (!best || kct < best)) best = kct, best_ks = ks;
     }
     if (!best) return 0;
-    s->NCL = ncl, s->UC = uc;
     s->KS = best_ks;
     s->kc = (K + best_ks - 1) / best_ks;
     s->KC = best;
@@ -907,7 +709,7 @@ static inline size_t rres_layout(rres_shape *s, int bwd)
     s->o_e = take(R * u * 4);
     s->o_z = take(bwd || before ? R * u * 4 : 0);
     s->o_r = take(bwd || before ? R * u * 4 : 0);
-    const int NG = (s->B + s->R - 1) / s->R; /* row groups (of NCL CTAs each) */
+    const int NG = (s->B + s->R - 1) / s->R;
     s->d_gu = rres_div_of((int)Gu);
     s->d_u = rres_div_of(s->u);
     s->d_nru = rres_div_of(s->R * s->u);
@@ -925,7 +727,6 @@ static inline void rres_shape_of(rres_shape *s, int B, int T, int u, int cell, i
     s->cell = cell, s->act = act, s->ract = ract, s->seq = seq != 0, s->zo = zo != 0, s->gb = gb != 0;
     s->blk = (int64_t)B * T * u;
     s->fast = act == GC_RNN_TANH && (cell == GC_RNN_SIMPLE || ract == GC_RNN_SIGMOID);
-    s->NCL = 1, s->UC = u;
 }
 
 /* the kernel instantiation of a plan's KC (one of rres_kc_template's) and row tile RT:

@@ -88,8 +88,7 @@ extern "C" {
  * launch for all steps (rnn_persistent.cu; refused where it does not fit on chip), its
  * groups exchanging through global memory (persistent) or as thread-block clusters
  * through distributed shared memory (cluster: sm_90+; auto does not pick it), or one
- * launch whose CTAs each hold all of U in registers and exchange nothing, or, on sm_90,
- * whose clusters of 2-4 CTAs each hold a row group's U between them (resident,
+ * launch whose CTAs each hold all of U in registers and exchange nothing (resident,
  * rnn_resident.cu: small U only; auto tries it first) */
 #define GC_VARIANTS_CUDA_RNN(V, P) \
     V(P, AUTO, "auto", 0) V(P, STEPWISE, "stepwise", 0) V(P, PERSISTENT, "persistent", 0) \
@@ -118,8 +117,7 @@ extern "C" {
     C(CUDA_RNN, "cuda.rnn", "cuda", GC_VARIANTS_CUDA_RNN, \
       "CUDA recurrence (rnn_fwd / rnn_bwd): one launch per step, or one persistent launch for all steps " \
       "(exchanging through global memory, or through a Hopper cluster's shared memory), or resident: " \
-      "one launch, each block holding all of a small U in registers (SimpleRNN u <= 128, LSTM / GRU u <= 64; " \
-      "sm_90: split over a cluster of up to 4 blocks, SimpleRNN u <= 256, LSTM / GRU u <= 128)") \
+      "one launch, each block holding all of a small U in registers (SimpleRNN u <= 128, LSTM / GRU u <= 64)") \
     K(CUDA_CONV2D_MMA_STAGES, "cuda.conv2d.mma_stages", "cuda", 3, 7, \
       "cp.async stages of the mma.sync implicit GEMM (forward, data gradient)") \
     K(CUDA_CONV2D_MMA_SPLITS, "cuda.conv2d.mma_splits", "cuda", 1, 65535, \

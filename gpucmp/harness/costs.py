@@ -156,39 +156,23 @@ RNN_TILE = 16         # the stepwise recurrent matmul's output tile (csrc/cuda/r
 RNN_MAX_CTAS_PER_GROUP = 16   # the persistent kernel's CTAs per group of batch rows, at most
 
 
-RNN_RESIDENT_MAX_CLUSTER = 4  # CTAs per thread-block cluster of the resident kernel, at most
-
-
-def rnn_resident_ctas(cell, units, which, rmask=False, clusters=False):
-    """CTAs per row group that cuda.rnn=resident (csrc/cuda/rnn_resident*: U held in
-    registers, no exchange between row groups) runs a call with, 0 when it refuses it --
-    the Python twin of its rres_plan: no recurrent dropout, and U in registers: the u units
-    split over NCL CTAs (1, 2 or 4, the fewest that hold U; more than one only on a device
-    with thread-block clusters, sm_90+, each CTA owning a unit), K = u forward, G*u
-    backward, in power-of-two slices of at most 64 floats per lane, units per CTA x lanes
-    per unit <= 256 with one lane per gate in the gated cells' forward. One CTA: SimpleRNN
-    u <= 128, LSTM / GRU u <= 64; clusters: SimpleRNN u <= 256, LSTM / GRU u <= 128."""
+def rnn_resident_eligible(cell, units, which, rmask=False):
+    """Whether cuda.rnn=resident (csrc/cuda/rnn_resident*: one CTA per batch row holding
+    all of U in registers) takes a call -- the Python twin of its rres_plan: no recurrent
+    dropout, and U in one block's registers (K = u forward, G*u backward, split over
+    power-of-two slices of at most 64 floats per lane, u x lanes per unit <= 256 with one
+    lane per gate in the gated cells' forward): SimpleRNN u <= 128, LSTM / GRU u <= 64."""
     if rmask:
-        return 0
+        return False
     g, u = RNN_GATES[cell], int(units)
     gp = 1 if which == "bwd" or g == 1 else 4
     k = g * u if which == "bwd" else u
-    ncl = 1
-    while ncl <= (RNN_RESIDENT_MAX_CLUSTER if clusters else 1):
-        uc = -(-u // ncl)
-        ks = 1
-        while (ncl - 1) * uc < u and gp * ks <= 32 and uc * gp * ks <= 256:
-            if -(-k // ks) <= 64:
-                return ncl
-            ks *= 2
-        ncl *= 2
-    return 0
-
-
-def rnn_resident_eligible(cell, units, which, rmask=False, clusters=False):
-    """Whether cuda.rnn=resident takes a call (rnn_resident_ctas > 0); clusters: on a
-    device with thread-block clusters (sm_90+: U may be split over up to 4 CTAs)."""
-    return rnn_resident_ctas(cell, units, which, rmask, clusters) > 0
+    ks = 1
+    while gp * ks <= 32 and u * gp * ks <= 256:
+        if -(-k // ks) <= 64:
+            return True
+        ks *= 2
+    return False
 
 
 def rnn_launches_per_step(cell, variant, rmask=False):
@@ -226,7 +210,7 @@ def recurrent(name, which, cell, batch, steps, units, dtype="float32", variant="
     per step, fp32 FFMA whatever the storage dtype) and the gate math; bytes default to
     the op's operands read or written once; blocks are the CTAs the step's FLOPs spread
     over (stepwise: the recurrent matmul's 16 x 16 output tiles; persistent: up to 16 per
-    batch row; resident: one per batch row, or its cluster's CTAs); launches follow the variant (rnn_launches). variant_source says where the
+    batch row; resident: one per batch row); launches follow the variant (rnn_launches). variant_source says where the
     variant came from: 'given' (the op's description), 'build' (the auto choice of the
     running build), 'assumed' (neither: the projection takes the calibration's)."""
     if cell not in RNN_GATES:
@@ -247,8 +231,8 @@ def recurrent(name, which, cell, batch, steps, units, dtype="float32", variant="
         nbytes = float(s * io)
     if variant == "persistent":
         blocks = b * RNN_MAX_CTAS_PER_GROUP
-    elif variant == "resident":  # a cluster of CTAs per row where one CTA cannot hold U
-        blocks = b * max(1, rnn_resident_ctas(cell, u, which, clusters=True))
+    elif variant == "resident":
+        blocks = b
     else:
         n = g * u if which == "fwd" else u
         blocks = math.ceil(n / RNN_TILE) * math.ceil(b / RNN_TILE)

@@ -103,9 +103,7 @@ RNN_CELL_OF_GATES = {1: "simple", 4: "lstm", 3: "gru"}
 def build_rnn_variant(rmask=False, cell=None, units=None, which="fwd"):
     """(variant, source) of the CUDA recurrence in the running build: the variant forced
     at point cuda.rnn, else its auto choice -- resident where the build has it and the
-    call fits it (cell and units given: costs.rnn_resident_eligible; U split over a
-    thread-block cluster where the build's cluster variant is available and no smaller
-    card is planned for under cuda.smem_limit_kb), else persistent where
+    call fits it (cell and units given: costs.rnn_resident_eligible), else persistent where
     the build has it and the call is eligible (no recurrent dropout), else stepwise; ('stepwise', 'assumed') in a
     build without the point (a CPU-only build cannot say what its CUDA build would run:
     the projection then takes the variant the calibration recorded)."""
@@ -120,13 +118,7 @@ def build_rnn_variant(rmask=False, cell=None, units=None, which="fwd"):
     if forced in costs.RNN_VARIANTS:
         return forced, "build"
     avail = info.get("available") or []
-    try:
-        limit = (_core.variants().get("cuda.smem_limit_kb") or {}).get("forced") or "auto"
-    except Exception:
-        limit = "auto"
-    clusters = "cluster" in avail and limit in ("auto", 0, "0")
-    if "resident" in avail and cell is not None and \
-            costs.rnn_resident_eligible(cell, units, which, rmask, clusters=clusters):
+    if "resident" in avail and cell is not None and costs.rnn_resident_eligible(cell, units, which, rmask):
         return "resident", "build"
     ok = "persistent" in avail and not rmask
     return ("persistent" if ok else "stepwise"), "build"

@@ -125,23 +125,6 @@ def persistent_fits(op, row):
     return u_bytes / costs.RNN_MAX_CTAS_PER_GROUP + PERSISTENT_STATE_BYTES <= smem and not e["rmask"]
 
 
-def has_clusters(row):
-    """Whether a spec row's GPU has thread-block clusters (compute capability >= 9.0),
-    where cuda.rnn=resident may split U over a cluster's CTAs (costs.rnn_resident_ctas)."""
-    try:
-        return float((row or {}).get("compute_capability")) >= 9.0
-    except (TypeError, ValueError):
-        return False
-
-
-def _origin_has_clusters(cal):
-    try:
-        from . import specs
-        return has_clusters(specs.spec(cal["gpu"]))
-    except Exception:  # an unknown card: no clusters (the conservative choice)
-        return False
-
-
 def origin_variant(op, cal):
     """The variant that ran `op` on the origin: the op's own when its description gave it,
     else the one the calibration recorded for its shape, else the one auto ran for most of
@@ -153,8 +136,7 @@ def origin_variant(op, cal):
     if rec and rec.get("variant") in costs.RNN_VARIANTS:
         return rec["variant"]
     auto = (cal.get("recurrent") or {}).get("auto_variant")
-    if auto == "resident" and not costs.rnn_resident_eligible(e["cell"], e["units"], e["which"], e["rmask"],
-                                                              clusters=_origin_has_clusters(cal)):
+    if auto == "resident" and not costs.rnn_resident_eligible(e["cell"], e["units"], e["which"], e["rmask"]):
         auto = "persistent"  # auto's next choice for a U the resident kernel does not hold
     if auto in costs.RNN_VARIANTS and not (auto == "persistent" and e["rmask"]):
         return auto
@@ -163,19 +145,9 @@ def origin_variant(op, cal):
 
 def resolve(op, cal, target_row):
     """(op as the origin ran it, op as the target runs it): the origin's variant, and the
-    same on the target unless that is persistent and U does not fit the target's SMs, or
-    resident with U split over a cluster and the target has no clusters (then persistent,
-    or stepwise where that does not fit either)."""
+    same on the target unless that is persistent and U does not fit the target's SMs."""
     v = origin_variant(op, cal)
     op_o = costs.with_variant(op, v, "calibration" if v != op.extra["variant"] else op.extra["variant_source"])
-    e = op_o.extra
-    if v == "resident" and not costs.rnn_resident_eligible(e["cell"], e["units"], e["which"], e["rmask"],
-                                                           clusters=has_clusters(target_row)):
-        v = "persistent"  # a U split over a cluster on the origin; the target has no clusters
-        op_t = costs.with_variant(op_o, v, "target")
-        if not persistent_fits(op_t, target_row):
-            return op_o, costs.with_variant(op_o, "stepwise", "target")
-        return op_o, op_t
     if v == "persistent" and not persistent_fits(op_o, target_row):
         return op_o, costs.with_variant(op_o, "stepwise", "target")
     return op_o, op_o

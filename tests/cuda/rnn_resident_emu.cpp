@@ -8,23 +8,15 @@
  * buffers used alternately: a lane writes buffer p of shuffle n only after every lane
  * passed shuffle n-1's barrier, which each reached after reading buffer p at shuffle
  * n-2), the dynamic shared memory (one buffer per block, filled with NaN bytes, so a read
- * of anything the kernel did not write shows up in the outputs), and the thread-block
- * cluster (NCL > 1): the NCL CTAs of one cluster run together, the cluster barrier is a
- * std::barrier over all their threads (split into arrive / wait with the token, as
- * barrier.cluster.arrive / wait), and a store into a peer's shared memory goes to the
- * same offset in that CTA's buffer (as mapa + st.shared::cluster). Clusters (and, without
- * clusters, CTAs) are independent, so the emulation runs them one after another. float32
- * storage only (the storage type only changes the loads and stores). The caller picks
- * the rows per CTA and may force the K-slice count and the CTAs per cluster, so small
- * problems exercise several row groups, row tiles of 1 and 2, several shuffle depths and
- * clusters of 2 and 4 with a short last CTA. */
+ * of anything the kernel did not write shows up in the outputs). The CTAs are
+ * independent (no inter-CTA exchange), so the emulation runs them one after another.
+ * float32 storage only (the storage type only changes the loads and stores). The caller
+ * picks the rows per CTA and may force the K-slice count, so small problems exercise
+ * several row groups, row tiles of 1 and 2 and several shuffle depths. */
 #include <barrier>
-#include <cstdlib>
 #include <cmath>
-#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -65,24 +57,6 @@ static inline float emu_exchange(float v, int src)
 static inline float rres_shfl(float v, int src) { return emu_exchange(v, src); }
 static inline float rres_shfl_xor(float v, int m) { return emu_exchange(v, (int)(threadIdx.x & 31u) ^ m); }
 
-/* the cluster: its barrier (over NCL x RRES_NT threads) and its CTAs' shared memory */
-static thread_local std::barrier<> *emu_cbar;
-static thread_local std::optional<std::barrier<>::arrival_token> emu_tok;
-static thread_local unsigned char *const *emu_csmem;
-static thread_local size_t emu_smem_bytes;
-static inline void rres_cl_arrive() { emu_tok.emplace(emu_cbar->arrive()); }
-static inline void rres_cl_wait()
-{
-    emu_cbar->wait(std::move(*emu_tok));
-    emu_tok.reset();
-}
-static inline void rres_cl_st(float *p, unsigned rank, float v)
-{
-    const ptrdiff_t off = (unsigned char *)p - emu_smem;
-    if (off < 0 || (size_t)off + 4 > emu_smem_bytes) std::abort(); /* outside the window */
-    *(float *)(emu_csmem[rank] + off) = v;
-}
-
 static inline float gc_to_f(float v) { return v; }
 template <typename T> T gc_from_f(float v);
 template <> inline float gc_from_f<float>(float v) { return v; }
@@ -92,57 +66,41 @@ template <> inline float gc_from_f<float>(float v) { return v; }
 
 namespace {
 
-/* grid CTAs in clusters of ncl (grid a multiple of it), one cluster at a time */
-template <typename Args> static void run(void (*kern)(Args), const Args &a, int grid, int ncl, size_t smem_bytes)
+template <typename Args> static void run(void (*kern)(Args), const Args &a, int grid, size_t smem_bytes)
 {
-    for (int b0 = 0; b0 < grid; b0 += ncl) {
-        std::vector<std::vector<unsigned char>> smem((size_t)ncl);
-        std::vector<unsigned char *> bases((size_t)ncl);
-        std::vector<std::barrier<> *> bars((size_t)ncl);
-        std::vector<std::vector<emu_warp>> warps((size_t)ncl);
-        std::barrier<> cbar((ptrdiff_t)ncl * RRES_NT);
-        for (int c = 0; c < ncl; c++) {
-            smem[(size_t)c].assign(smem_bytes + 16, 0xFF); /* NaN bytes */
-            uintptr_t p = (uintptr_t)smem[(size_t)c].data();
-            bases[(size_t)c] = (unsigned char *)((p + 15) & ~(uintptr_t)15);
-            bars[(size_t)c] = new std::barrier<>(RRES_NT);
-            warps[(size_t)c] = std::vector<emu_warp>(RRES_NT / 32);
-        }
+    for (int b = 0; b < grid; b++) {
+        std::vector<unsigned char> smem(smem_bytes + 16, 0xFF); /* NaN bytes */
+        uintptr_t p = (uintptr_t)smem.data();
+        unsigned char *base = (unsigned char *)((p + 15) & ~(uintptr_t)15);
+        std::barrier<> bar(RRES_NT);
+        std::vector<emu_warp> warps(RRES_NT / 32);
         std::vector<std::thread> th;
-        th.reserve((size_t)ncl * RRES_NT);
-        for (int c = 0; c < ncl; c++)
-            for (int t = 0; t < RRES_NT; t++)
-                th.emplace_back([&, c, t] {
-                    blockIdx = {(unsigned)(b0 + c), 0, 0};
-                    threadIdx = {(unsigned)t, 0, 0};
-                    emu_smem = bases[(size_t)c];
-                    emu_smem_bytes = smem_bytes;
-                    emu_bar = bars[(size_t)c];
-                    emu_cbar = &cbar;
-                    emu_csmem = bases.data();
-                    emu_w = &warps[(size_t)c][(size_t)(t / 32)];
-                    emu_wgen = 0;
-                    kern(a);
-                });
+        th.reserve(RRES_NT);
+        for (int t = 0; t < RRES_NT; t++)
+            th.emplace_back([&, b, t] {
+                blockIdx = {(unsigned)b, 0, 0};
+                threadIdx = {(unsigned)t, 0, 0};
+                emu_smem = base;
+                emu_bar = &bar;
+                emu_w = &warps[(size_t)(t / 32)];
+                emu_wgen = 0;
+                kern(a);
+            });
         for (auto &x : th) x.join();
-        for (auto *b : bars) delete b;
     }
 }
 
-/* the shape as rnn_resident.cu sets it, with the caller's rows per row group, K slices
- * and CTAs per cluster (ncl 0: the plan's choice with clusters of up to RRES_NCL_MAX;
- * -1: without clusters); 0 when the plan refuses */
+/* the shape as rnn_resident.cu sets it, with the caller's rows per CTA and K slices;
+ * 0 when the plan refuses */
 static int setup(rres_shape *s, int B, int T, int u, int cell, int act, int ract, int seq, int zo, int gb, int bwd,
-                 int want_ks, int rows, int ncl, size_t *smem, int *info)
+                 int want_ks, int rows, size_t *smem, int *info)
 {
     rres_shape_of(s, B, T, u, cell, act, ract, seq, zo, gb);
-    if (!rres_plan(s, bwd, want_ks, ncl < 0 ? 1 : RRES_NCL_MAX, ncl > 0 ? ncl : 0)) return 0;
+    if (!rres_plan(s, bwd, want_ks)) return 0;
     s->R = rows < 1 ? 1 : (rows > B ? B : rows);
     *smem = rres_layout(s, bwd);
-    const int grid = (B + s->R - 1) / s->R * s->NCL;
-    if (info)
-        info[0] = grid, info[1] = s->KS, info[2] = s->KC, info[3] = s->R, info[4] = s->RT, info[5] = s->NCL,
-        info[6] = s->UC;
+    const int grid = (B + s->R - 1) / s->R;
+    if (info) info[0] = grid, info[1] = s->KS, info[2] = s->KC, info[3] = s->R, info[4] = s->RT;
     return grid;
 }
 
@@ -153,45 +111,43 @@ template <int RT> static void (*bwd_kern(int KC))(rres_bwd_args) { return rres_b
 
 extern "C" {
 
-/* forward: float32 arrays as rnn_fwd takes them (NULL for absent optional ones); ncl as
- * setup's; info: grid, KS, KC, R, RT, NCL, UC. Returns 0, or -1 when the plan refuses the
- * shape. */
+/* forward: float32 arrays as rnn_fwd takes them (NULL for absent optional ones); info:
+ * grid, KS, KC, R, RT. Returns 0, or -1 when the plan refuses the shape. */
 int emu_res_fwd(int B, int T, int u, int cell, int act, int ract, int seq, int zo, int gb, int want_ks, int rows,
-                int ncl, const float *xw, const float *U, const float *h0, const float *c0, const float *bh, const float *mask,
+                const float *xw, const float *U, const float *h0, const float *c0, const float *bh, const float *mask,
                 float *y, float *save, float *hT, float *cT, int *info)
 {
     rres_fwd_args a;
     size_t smem = 0;
-    const int grid = setup(&a.s, B, T, u, cell, act, ract, seq, zo, gb, 0, want_ks, rows, ncl, &smem, info);
+    const int grid = setup(&a.s, B, T, u, cell, act, ract, seq, zo, gb, 0, want_ks, rows, &smem, info);
     if (!grid) return -1;
     a.xw = xw, a.U = U, a.h0 = h0, a.c0 = c0, a.bh = bh, a.mask = mask;
     a.out = y, a.save = save, a.hT = hT, a.cT = cT;
-    run(a.s.RT == 1 ? fwd_kern<1>(a.s.KC) : fwd_kern<2>(a.s.KC), a, grid, a.s.NCL, smem);
+    run(a.s.RT == 1 ? fwd_kern<1>(a.s.KC) : fwd_kern<2>(a.s.KC), a, grid, smem);
     return 0;
 }
 
 int emu_res_bwd(int B, int T, int u, int cell, int act, int ract, int seq, int zo, int gb, int want_ks, int rows,
-                int ncl, const float *dy, const float *dhT, const float *dcT, const float *U, const float *save,
+                const float *dy, const float *dhT, const float *dcT, const float *U, const float *save,
                 const float *mask, float *dxw, float *dm, float *dh0, float *dc0, int *info)
 {
     rres_bwd_args a;
     size_t smem = 0;
-    const int grid = setup(&a.s, B, T, u, cell, act, ract, seq, zo, gb, 1, want_ks, rows, ncl, &smem, info);
+    const int grid = setup(&a.s, B, T, u, cell, act, ract, seq, zo, gb, 1, want_ks, rows, &smem, info);
     if (!grid) return -1;
     a.dy = dy, a.dhT = dhT, a.dcT = dcT, a.U = U, a.save = save, a.mask = mask;
     a.dxw = dxw, a.dm = dm, a.dh0 = dh0, a.dc0 = dc0;
-    run(a.s.RT == 1 ? bwd_kern<1>(a.s.KC) : bwd_kern<2>(a.s.KC), a, grid, a.s.NCL, smem);
+    run(a.s.RT == 1 ? bwd_kern<1>(a.s.KC) : bwd_kern<2>(a.s.KC), a, grid, smem);
     return 0;
 }
 
-/* the plan alone (which shapes the resident kernels take, with clusters of up to max_ncl
- * CTAs): 1 with KS / KC / NCL / UC in info, else 0 */
-int emu_res_plan(int u, int cell, int bwd, int max_ncl, int *info)
+/* the plan alone (which shapes the resident kernels take): 1 with KS / KC in info, else 0 */
+int emu_res_plan(int u, int cell, int bwd, int *info)
 {
     rres_shape s;
     rres_shape_of(&s, 1, 1, u, cell, 0, 1, 0, 0, 0);
-    if (!rres_plan(&s, bwd, 0, max_ncl)) return 0;
-    if (info) info[0] = s.KS, info[1] = s.KC, info[2] = s.NCL, info[3] = s.UC;
+    if (!rres_plan(&s, bwd, 0)) return 0;
+    if (info) info[0] = s.KS, info[1] = s.KC;
     return 1;
 }
 }

@@ -287,8 +287,7 @@ def replace_model(m):
 
 def test_the_resident_variant_takes_small_recurrences_in_one_launch(rng):
     """cuda.rnn=resident (U in one block's registers): SimpleRNN u <= 128, LSTM / GRU
-    u <= 64 in one CTA (u <= 256 / 128 split over a cluster's CTAs on sm_90), no recurrent
-    dropout; one launch, one CTA per batch row, one barrier a step
+    u <= 64, no recurrent dropout; one launch, one CTA per batch row, one barrier a step
     (two for reset_before); a calibration whose auto ran resident gives persistent to the
     ops it cannot hold."""
     for cell, top in (("simple", 128), ("lstm", 64), ("gru", 64), ("gru_reset_before", 64)):
@@ -304,23 +303,5 @@ def test_the_resident_variant_takes_small_recurrences_in_one_launch(rng):
     cal = {"ops": {}, "peaks": {"launch_s": 2e-6}, "recurrent": {"auto_variant": "resident"}}
     assert recurrent.origin_variant(big, cal) == "persistent"
     assert recurrent.origin_variant(small, cal) == "resident"
-    # with thread-block clusters (sm_90+) U splits over up to 4 CTAs: LSTM / GRU u <= 128,
-    # SimpleRNN u <= 256; the op's blocks count the cluster's CTAs; a target without
-    # clusters (sm_86) runs such an op persistent
-    for cell, top in (("simple", 256), ("lstm", 128), ("gru", 128), ("gru_reset_before", 128)):
-        for which in ("fwd", "bwd"):
-            assert costs.rnn_resident_eligible(cell, top, which, clusters=True), (cell, which)
-            assert not costs.rnn_resident_eligible(cell, top + 1, which, clusters=True), (cell, which)
-    assert costs.rnn_resident_ctas("lstm", 128, "fwd", clusters=True) == 4
-    assert costs.rnn_resident_ctas("simple", 128, "fwd", clusters=True) == 1
-    assert costs.rnn_resident_ctas("lstm", 128, "fwd") == 0
-    op = costs.recurrent("r", "fwd", "lstm", b, t, 128, variant="resident")
-    assert op.launches == 1 and op.blocks == 4 * b
-    assert recurrent.has_clusters({"compute_capability": "9.0"}) and not recurrent.has_clusters(
-        {"compute_capability": "8.6"})
-    o, tgt = recurrent.resolve(op, cal, {"compute_capability": "8.6", "smem_per_sm_kb": 100})
-    assert o.extra["variant"] == "resident" and tgt.extra["variant"] == "persistent", tgt.extra
-    o, tgt = recurrent.resolve(op, cal, {"compute_capability": "9.0", "smem_per_sm_kb": 228})
-    assert tgt.extra["variant"] == "resident"
     p = recurrent.default_params("resident", 2e-6, 1980.0)
     assert p["source"] == "default" and 0 < p["floor_s"] < recurrent.default_params("persistent", 2e-6, 1980.0)["floor_s"]
