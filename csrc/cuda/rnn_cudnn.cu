@@ -459,6 +459,34 @@ static gc_status rn_seq_lengths(const gc_backend *be, const float *mask, int64_t
     return GC_OK;
 }
 
+/* the descriptors of one call's x, y and states and cuDNN's space sizes for them: made
+ * together for the forward and the backward (rn_io_free releases what was made) */
+struct rn_io {
+    rnDataDesc xd, yd;
+    rnTensorDesc hd;
+    size_t work, reserve;
+};
+
+static void rn_io_free(rn_io *io)
+{
+    if (io->hd) g_rn.DestroyTensorDescriptor(io->hd);
+    if (io->yd) g_rn.DestroyRNNDataDescriptor(io->yd);
+    if (io->xd) g_rn.DestroyRNNDataDescriptor(io->xd);
+}
+
+static gc_status rn_io_make(rnHandle h, rnRNNDesc rd, int mode, const gc_rnn_cudnn_call *c, rn_io *io)
+{
+    const gc_rnn_cudnn_layer *L = c->L;
+    gc_status st = GC_OK;
+    *io = rn_io{};
+    RN_TRY("SetRNNDataDescriptor (x)", data_desc(&io->xd, L->dt, c->rows, c->T, L->in, c->seq_host));
+    RN_TRY("SetRNNDataDescriptor (y)", data_desc(&io->yd, L->dt, c->rows, c->T, L->u, c->seq_host));
+    RN_TRY("SetTensorNdDescriptor (h)", state_desc(&io->hd, L->dt, c->rows, L->u));
+    RN_TRY("GetRNNTempSpaceSizes", g_rn.GetRNNTempSpaceSizes(h, rd, mode, io->xd, &io->work, &io->reserve));
+done:
+    return st;
+}
+
 static gc_status rn_forward(const gc_backend *be, const gc_rnn_cudnn_call *c)
 {
     gc_status st = check_sizes(c);
@@ -467,29 +495,22 @@ static gc_status rn_forward(const gc_backend *be, const gc_rnn_cudnn_call *c)
     rnHandle h;
     rnRNNDesc rd;
     if ((st = rn_setup(be, L, &h, &rd))) return st;
-    rnDataDesc xd = NULL, yd = NULL;
-    rnTensorDesc hd = NULL;
-    size_t work = 0, reserve = 0;
+    rn_io io;
     void *ws = NULL;
     const int mode = c->training ? RN_FWD_TRAINING : RN_FWD_INFERENCE;
     const int lstm = L->cell == GC_RNN_LSTM;
-    RN_TRY("SetRNNDataDescriptor (x)", data_desc(&xd, L->dt, c->rows, c->T, L->in, c->seq_host));
-    RN_TRY("SetRNNDataDescriptor (y)", data_desc(&yd, L->dt, c->rows, c->T, L->u, c->seq_host));
-    RN_TRY("SetTensorNdDescriptor (h)", state_desc(&hd, L->dt, c->rows, L->u));
-    RN_TRY("GetRNNTempSpaceSizes", g_rn.GetRNNTempSpaceSizes(h, rd, mode, xd, &work, &reserve));
-    if (c->training && (reserve > c->reserve_bytes || !c->reserve)) {
+    if ((st = rn_io_make(h, rd, mode, c, &io))) goto done;
+    if (c->training && (io.reserve > c->reserve_bytes || !c->reserve)) {
         st = gc_fail(GC_ERR_BACKEND, "rnn (impl cudnn): cuDNN asks %zu bytes of reserve space, the plan holds %zu",
-                     reserve, c->reserve_bytes);
+                     io.reserve, c->reserve_bytes);
         goto done;
     }
-    if ((st = gc_cuda_workspace(be, work ? work : 256, &ws))) goto done;
-    RN_TRY("RNNForward", g_rn.RNNForward(h, rd, mode, c->seq_dev, xd, c->x, yd, c->y, hd, c->hx, c->hy, hd,
-                                         lstm ? c->cx : NULL, lstm ? c->cy : NULL, c->w_bytes, c->w, work, ws,
+    if ((st = gc_cuda_workspace(be, io.work ? io.work : 256, &ws))) goto done;
+    RN_TRY("RNNForward", g_rn.RNNForward(h, rd, mode, c->seq_dev, io.xd, c->x, io.yd, c->y, io.hd, c->hx, c->hy, io.hd,
+                                         lstm ? c->cx : NULL, lstm ? c->cy : NULL, c->w_bytes, c->w, io.work, ws,
                                          c->training ? c->reserve_bytes : 0, c->training ? c->reserve : NULL));
 done:
-    if (hd) g_rn.DestroyTensorDescriptor(hd);
-    if (yd) g_rn.DestroyRNNDataDescriptor(yd);
-    if (xd) g_rn.DestroyRNNDataDescriptor(xd);
+    rn_io_free(&io);
     return st;
 }
 
@@ -503,22 +524,17 @@ static gc_status rn_backward(const gc_backend *be, const gc_rnn_cudnn_call *c)
     rnHandle h;
     rnRNNDesc rd;
     if ((st = rn_setup(be, L, &h, &rd))) return st;
-    rnDataDesc xd = NULL, yd = NULL;
-    rnTensorDesc hd = NULL;
-    size_t work = 0, reserve = 0;
+    rn_io io;
     void *ws = NULL;
     const int lstm = L->cell == GC_RNN_LSTM;
     cudaStream_t s = gc_cuda_stream(be);
-    RN_TRY("SetRNNDataDescriptor (x)", data_desc(&xd, L->dt, c->rows, c->T, L->in, c->seq_host));
-    RN_TRY("SetRNNDataDescriptor (y)", data_desc(&yd, L->dt, c->rows, c->T, L->u, c->seq_host));
-    RN_TRY("SetTensorNdDescriptor (h)", state_desc(&hd, L->dt, c->rows, L->u));
-    RN_TRY("GetRNNTempSpaceSizes", g_rn.GetRNNTempSpaceSizes(h, rd, RN_FWD_TRAINING, xd, &work, &reserve));
-    if (reserve > c->reserve_bytes) {
+    if ((st = rn_io_make(h, rd, RN_FWD_TRAINING, c, &io))) goto done;
+    if (io.reserve > c->reserve_bytes) {
         st = gc_fail(GC_ERR_BACKEND, "rnn (impl cudnn): cuDNN asks %zu bytes of reserve space, the plan holds %zu",
-                     reserve, c->reserve_bytes);
+                     io.reserve, c->reserve_bytes);
         goto done;
     }
-    if ((st = gc_cuda_workspace(be, work ? work : 256, &ws))) goto done;
+    if ((st = gc_cuda_workspace(be, io.work ? io.work : 256, &ws))) goto done;
     if (!c->all_full) { /* padded steps of dx: zeros, whatever cuDNN leaves there */
         cudaError_t e = cudaMemsetAsync(c->dx, 0, (size_t)(c->rows * c->T * L->in) * gc_dtype_size(L->dt), s);
         if (e != cudaSuccess) {
@@ -528,9 +544,9 @@ static gc_status rn_backward(const gc_backend *be, const gc_rnn_cudnn_call *c)
         }
     }
     RN_TRY("RNNBackwardData_v8",
-           g_rn.RNNBackwardData_v8(h, rd, c->seq_dev, yd, c->y, c->dy, xd, c->dx, hd, c->hx, c->dhy, c->dhx, hd,
+           g_rn.RNNBackwardData_v8(h, rd, c->seq_dev, io.yd, c->y, c->dy, io.xd, c->dx, io.hd, c->hx, c->dhy, c->dhx, io.hd,
                                    lstm ? c->cx : NULL, lstm ? c->dcy : NULL, lstm ? c->dcx : NULL, c->w_bytes, c->w,
-                                   work, ws, c->reserve_bytes, c->reserve));
+                                   io.work, ws, c->reserve_bytes, c->reserve));
     {   /* the weight gradient accumulates (CUDNN_WGRAD_MODE_ADD): from zero */
         cudaError_t e = cudaMemsetAsync(c->dw, 0, c->w_bytes, s);
         if (e != cudaSuccess) {
@@ -540,12 +556,10 @@ static gc_status rn_backward(const gc_backend *be, const gc_rnn_cudnn_call *c)
         }
     }
     RN_TRY("RNNBackwardWeights_v8",
-           g_rn.RNNBackwardWeights_v8(h, rd, RN_WGRAD_ADD, c->seq_dev, xd, c->x, hd, c->hx, yd, c->y, c->w_bytes,
-                                      c->dw, work, ws, c->reserve_bytes, c->reserve));
+           g_rn.RNNBackwardWeights_v8(h, rd, RN_WGRAD_ADD, c->seq_dev, io.xd, c->x, io.hd, c->hx, io.yd, c->y, c->w_bytes,
+                                      c->dw, io.work, ws, c->reserve_bytes, c->reserve));
 done:
-    if (hd) g_rn.DestroyTensorDescriptor(hd);
-    if (yd) g_rn.DestroyRNNDataDescriptor(yd);
-    if (xd) g_rn.DestroyRNNDataDescriptor(xd);
+    rn_io_free(&io);
     return st;
 }
 
