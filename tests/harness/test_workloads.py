@@ -123,6 +123,20 @@ def test_memory_model_is_linear_and_max_batch_fits(cnn):
     assert parts["weights"] + parts["gradients"] + parts["optimizer_state"] == 4 * 4 * 93_322
 
 
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_max_batch_is_the_plans_own_limit_for_resnet50(precision):
+    # at small batches a half-precision ResNet-50 plan grows by far less per row than at
+    # large ones (shared buffers sized by batch-independent users): the largest batch must
+    # still be exactly the plan's, on the cards users compare
+    descs = workloads.get("resnet50").descs(precision)
+    for cap in (16e9, 24e9):
+        b = memory.max_batch(descs, cap)
+        assert b > 8
+        assert memory.plan_memory(descs, b)["total"] + memory.CONTEXT_RESERVE_BYTES <= cap
+        assert memory.plan_memory(descs, b + 1)["total"] + memory.CONTEXT_RESERVE_BYTES > cap
+    assert memory.max_batch(descs, memory.CONTEXT_RESERVE_BYTES + 1) == 0
+
+
 def test_costs_of_an_op():
     op = costs.conv2d("c", "fwd", 2, 8, 8, 3, 4, 3, 3, 6, 6, dtype="float16", tf32=False)
     assert op.flops == 2 * 2 * 6 * 6 * 4 * 3 * 3 * 3

@@ -108,22 +108,13 @@ class GanWorkload(Workload):
         return parts
 
     def max_batch(self, capacity_bytes, precision):
-        """The largest batch whose two training plans fit together (each is linear in the batch)."""
+        """The largest batch whose two training plans fit together."""
         _, dm, ganm = self.template()
         plans = list(zip(self._descs(precision)[1:], (describe.optimizer_kind(dm), describe.optimizer_kind(ganm))))
 
         def total(b):
             return sum(memory.plan_memory(d, b, o)["total"] for d, o in plans)
-        slope = total(2) - total(1)
-        room = capacity_bytes - memory.CONTEXT_RESERVE_BYTES - (total(1) - slope)
-        if slope <= 0 or room < slope:
-            return 0
-        b = int(room // slope)
-        while b > 0 and total(b) + memory.CONTEXT_RESERVE_BYTES > capacity_bytes:
-            b -= 1
-        while total(b + 1) + memory.CONTEXT_RESERVE_BYTES <= capacity_bytes:
-            b += 1
-        return b
+        return memory.largest_batch(total, capacity_bytes)
 
     def prepare(self, device, config, precision):
         from ... import keras
