@@ -543,12 +543,16 @@ def dropout_backward(dy, rate, seed):
 # optimizers (Keras formulas; functional: they return the updated arrays)
 # =====================================================================================
 
-def adam_update(w, g, m, v, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, t=1):
-    """Keras Adam step t (t = iterations + 1): returns (w, m, v)."""
+def adam_update(w, g, m, v, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, t=1,
+                one_minus_beta_1=None, one_minus_beta_2=None):
+    """Keras Adam step t (t = iterations + 1): returns (w, m, v). one_minus_beta_*: the
+    factors of the moment updates when not 1 - beta_* (Keras 3 multiplies by the float32
+    of 1 - beta computed in double from the user's beta, while the bias correction uses
+    the float32 beta itself: pass beta_* = f32(b), one_minus_beta_* = f32(1 - b))."""
     w, g, m, v = _f64(w), _f64(g), _f64(m), _f64(v)
     alpha = lr * math.sqrt(1.0 - beta_2 ** t) / (1.0 - beta_1 ** t)
-    m = m + (g - m) * (1.0 - beta_1)
-    v = v + (g * g - v) * (1.0 - beta_2)
+    m = m + (g - m) * (1.0 - beta_1 if one_minus_beta_1 is None else one_minus_beta_1)
+    v = v + (g * g - v) * (1.0 - beta_2 if one_minus_beta_2 is None else one_minus_beta_2)
     w = w - alpha * m / (np.sqrt(v) + epsilon)
     return w, m, v
 
@@ -566,10 +570,11 @@ def sgd_update(w, g, m=None, lr=0.01, momentum=0.0, nesterov=False):
     return w, m
 
 
-def rmsprop_update(w, g, v, lr=0.001, rho=0.9, epsilon=1e-7):
-    """Keras RMSprop (not centered, no momentum): returns (w, v)."""
+def rmsprop_update(w, g, v, lr=0.001, rho=0.9, epsilon=1e-7, one_minus_rho=None):
+    """Keras RMSprop (not centered, no momentum): returns (w, v); one_minus_rho as
+    adam_update's one_minus_beta_*."""
     w, g, v = _f64(w), _f64(g), _f64(v)
-    v = rho * v + (1.0 - rho) * g * g
+    v = rho * v + (1.0 - rho if one_minus_rho is None else one_minus_rho) * g * g
     w = w - lr * g / np.sqrt(v + epsilon)
     return w, v
 

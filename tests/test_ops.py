@@ -962,7 +962,10 @@ def case_adam(c):
         res = ops.adam_update(W, c.arg(g), M, V, t=t, lr=lr, beta_1=b1, beta_2=b2, epsilon=eps,
                               backend=c.backend, dtype=c.dtype)
         assert res[0] is W and res[1] is M and res[2] is V, c.msg("not updated in place")
-        rw, rm, rv = ref.adam_update(w, g, m, v, f32r(lr), f32r(b1), f32r(b2), f32r(eps), t)
+        # Keras 3's moment factors: float32(1 - beta) from the double beta (0.001f for
+        # 0.999, not 1.0f - 0.999f = 0.000999987f)
+        rw, rm, rv = ref.adam_update(w, g, m, v, f32r(lr), f32r(b1), f32r(b2), f32r(eps), t,
+                                     one_minus_beta_1=f32r(1 - b1), one_minus_beta_2=f32r(1 - b2))
         # alpha = lr*sqrt(1-b2^t)/(1-b1^t): float32 rounding of b^t is amplified by 1/(1-b^t)
         b1t, b2t = f32r(b1) ** t, f32r(b2) ** t
         cond = b1t / (1 - b1t) + 0.5 * b2t / (1 - b2t)
@@ -1023,7 +1026,7 @@ def case_rmsprop(c):
         W, V = _state(c, w), _state(c, v)
         ops.rmsprop_update(W, c.arg(g), V, lr=lr, rho=rho, epsilon=eps, backend=c.backend,
                            dtype=c.dtype)
-        rw, rv = ref.rmsprop_update(w, g, v, f32r(lr), f32r(rho), f32r(eps))
+        rw, rv = ref.rmsprop_update(w, g, v, f32r(lr), f32r(rho), f32r(eps), one_minus_rho=f32r(1 - rho))
         _check_state(c, "w", W, rw, w)
         _check_state(c, "v", V, rv, v)
         _check_skip(c, (W, V), lambda flag: ops.rmsprop_update(

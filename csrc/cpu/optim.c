@@ -54,7 +54,7 @@ gc_status gc_cpu_adam(int64_t n, float *w, const float *g, float *m, float *v,
     if (n == 0 || skipped(p->skip)) return GC_OK;
     const float alpha = (float)((double)lr * sqrt(1.0 - pow((double)p->beta_2, t)) /
                                 (1.0 - pow((double)p->beta_1, t)));
-    const float omb1 = 1.0f - p->beta_1, omb2 = 1.0f - p->beta_2, eps = p->epsilon;
+    const float omb1 = gc_one_minus(p->beta_1), omb2 = gc_one_minus(p->beta_2), eps = p->epsilon;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= OPT_PAR_MIN)
     for (int64_t b = 0; b < nblk; b++) {
@@ -114,7 +114,7 @@ gc_status gc_cpu_rmsprop(int64_t n, float *w, const float *g, float *v,
 {
     if (n < 0) return gc_fail(GC_ERR_INVALID_ARG, "rmsprop: negative size %lld", (long long)n);
     if (n == 0 || skipped(p->skip)) return GC_OK;
-    const float lr = p->dyn ? p->dyn[0] : p->lr, rho = p->rho, omr = 1.0f - p->rho, eps = p->epsilon;
+    const float lr = p->dyn ? p->dyn[0] : p->lr, rho = p->rho, omr = gc_one_minus(p->rho), eps = p->epsilon;
     const int64_t nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= OPT_PAR_MIN)
     for (int64_t b = 0; b < nblk; b++) {

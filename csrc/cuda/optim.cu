@@ -6,7 +6,8 @@
  * float32 with every product, sum, quotient and square root rounded separately
  * (__fmul_rn / __fadd_rn / __fdiv_rn / __fsqrt_rn, so nvcc cannot contract them into
  * FMAs): on f32 storage the GPU update is bit-identical to the CPU's. Adam's bias
- * correction alpha = lr*sqrt(1-b2^t)/(1-b1^t) is computed in double, like the CPU.
+ * correction alpha = lr*sqrt(1-b2^t)/(1-b1^t) is computed in double, like the CPU, and
+ * the moments' factors 1 - beta as Keras 3 rounds them (gc_one_minus, on the host).
  * Per-tensor updates are one gc_map_launch each (vectorised). The fused variant walks
  * a device array of (w, g, state) slots in one launch and reads its hyper-parameters
  * from device memory, so a captured CUDA graph replays it with a new learning rate and
@@ -132,8 +133,8 @@ extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *cal
     const gc_adam_params *p = (const gc_adam_params *)call->params;
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
-    adam_f f = {p->dyn ? 0.0f : adam_alpha(p->lr, p->beta_1, p->beta_2, p->t), 1.0f - p->beta_1,
-                1.0f - p->beta_2, p->epsilon, p->skip};
+    adam_f f = {p->dyn ? 0.0f : adam_alpha(p->lr, p->beta_1, p->beta_2, p->t), gc_one_minus(p->beta_1),
+                gc_one_minus(p->beta_2), p->epsilon, p->skip};
     if (p->dyn) { /* one launch: each block computes alpha from {lr, t} itself */
         int64_t b = (n + 255) / 256;
         const int64_t cap = (int64_t)(gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80) * 8;
@@ -181,7 +182,7 @@ extern "C" gc_status gc_cuda_op_rmsprop(const gc_backend *be, const gc_op_call *
     const gc_rmsprop_params *p = (const gc_rmsprop_params *)call->params;
     int64_t n = gc_tensor_numel(call->in[0]);
     if (n == 0) return GC_OK;
-    rmsprop_f f = {p->lr, p->rho, 1.0f - p->rho, p->epsilon, p->dyn, p->skip};
+    rmsprop_f f = {p->lr, p->rho, gc_one_minus(p->rho), p->epsilon, p->dyn, p->skip};
     const void *in[3] = {call->in[0]->data, call->out[0]->data, call->out[1]->data};
     void *out[2] = {call->out[0]->data, call->out[1]->data};
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T, st = (gc_map_launch<T, 3, 2>(be, n, in, out, f, "rmsprop")));
@@ -193,10 +194,12 @@ extern "C" gc_status gc_cuda_op_rmsprop(const gc_backend *be, const gc_op_call *
  * plan's tensors are small: one launch instead of one per tensor is the gain). alpha /
  * lr as the per-tensor kernels get them: from dyn when given (thread 0 of each block,
  * in double), else from hp. */
+struct one_minus_f { float b1, b2, rho; }; /* gc_one_minus of beta_1, beta_2, rho (host-side) */
+
 template <typename T>
 __global__ void __launch_bounds__(256) optim_multi_kernel(const gc_opt_slot *slots, int n_slots,
-                                                          const gc_opt_hparams hp, const float *dyn,
-                                                          const float *skip)
+                                                          const gc_opt_hparams hp, const one_minus_f om,
+                                                          const float *dyn, const float *skip)
 {
     __shared__ float sh_alpha, sh_lr;
     if (skipped(skip)) return;
@@ -210,7 +213,7 @@ __global__ void __launch_bounds__(256) optim_multi_kernel(const gc_opt_slot *slo
     }
     __syncthreads();
     const float alpha = sh_alpha, lr = sh_lr;
-    const float omb1 = 1.0f - hp.beta_1, omb2 = 1.0f - hp.beta_2, omr = 1.0f - hp.rho;
+    const float omb1 = om.b1, omb2 = om.b2, omr = om.rho;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (int s = 0; s < n_slots; s++) {
@@ -257,8 +260,9 @@ extern "C" gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, c
     if (b > cap) b = cap;
     if (b < 1) b = 1;
     cudaStream_t s = gc_cuda_stream(be);
+    const one_minus_f om = {gc_one_minus(hp->beta_1), gc_one_minus(hp->beta_2), gc_one_minus(hp->rho)};
     GC_CUDA_DISPATCH_FLOAT(dtype, T,
-                           optim_multi_kernel<T><<<(unsigned)b, 256, 0, s>>>(slots_dev, n_slots, *hp, dyn, skip));
+                           optim_multi_kernel<T><<<(unsigned)b, 256, 0, s>>>(slots_dev, n_slots, *hp, om, dyn, skip));
     return gc_cuda_launch_check("optim_multi");
 }
 

@@ -127,6 +127,10 @@ typedef struct { float rate; uint64_t seed; const uint64_t *dyn_seed; } gc_dropo
  * sgd: outputs w, m (m optional when momentum == 0)
  * rmsprop: outputs w, v */
 typedef struct { float lr, beta_1, beta_2, epsilon; int64_t t; const float *dyn, *skip; } gc_adam_params;
+/* 1 - b as Keras 3's updates use it: from the shortest decimal that rounds to b, in
+ * double, rounded to float (csrc/core/keras_constants.c): 0.999f -> 0.001f, where
+ * 1.0f - 0.999f is 0.000999987f */
+float gc_one_minus(float b);
 typedef struct { float lr, momentum; int nesterov; const float *dyn, *skip; } gc_sgd_params;
 typedef struct { float lr, rho, epsilon; const float *dyn, *skip; } gc_rmsprop_params;
 /* Dynamic values (for steps captured once into a CUDA graph and replayed): when `dyn`

@@ -24,10 +24,11 @@ $(error ops.mk is included by tests/c/Makefile: run `make -C tests/c ops-check`)
 endif
 
 OPS_SRC := $(addprefix $(ROOT)/csrc/cpu/,act.c conv2d.c pool2d.c loss.c dropout.c optim.c metrics.c) \
-           $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/geometry.c $(ROOT)/csrc/core/variants.c
+           $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/geometry.c $(ROOT)/csrc/core/variants.c \
+           $(ROOT)/csrc/core/keras_constants.c
 OPS_GEMM := $(wildcard $(ROOT)/csrc/cpu/gemm*.c)
 OPS_DYN_SRC := $(addprefix $(ROOT)/csrc/cpu/,dropout.c optim.c embedding.c) \
-               $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c
+               $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c $(ROOT)/csrc/core/keras_constants.c
 OPS_RNN_SRC := $(ROOT)/csrc/cpu/rnn.c $(ROOT)/csrc/cpu/rnn_fast.c $(addprefix $(ROOT)/csrc/core/,validate.c oplist.c status.c dtype.c geometry.c variants.c)
 # tiles of a few hundred floats and no minimum work for threading
 OPS_TINY := -DGC_CONV_TILE_BYTES=2048 -DGC_CONV_SHARED_TILE_BYTES=3000 -DGC_CONV_PAR_MIN_FLOPS=0
