@@ -17,6 +17,7 @@ from ._device import available_devices, get_device, set_device
 from . import config
 from . import ops
 from . import keras
+from . import distribute
 
 __version__ = "0.1.0"
 

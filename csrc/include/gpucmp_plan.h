@@ -152,6 +152,26 @@ typedef struct {
 
 typedef struct gc_plan gc_plan;
 
+/* Data parallelism (replicas.c): a group of n training plans, one per replica, each
+ * training on its shard of the global batch in its own thread. A member plan averages
+ * its float32 weight gradients with the others' -- weighted by each shard's rows, added
+ * in rank order, the same bits on every member -- before its optimizer step, so the
+ * replicas' weights stay identical. Host-memory backends (CPU) only for now. A member
+ * whose step fails aborts the group: the others' steps then fail too instead of
+ * waiting; an aborted group is not reused. Destroy the group after its plans. */
+typedef struct gc_replica_group gc_replica_group;
+gc_status gc_replica_group_create(int n, gc_replica_group **out);
+void gc_replica_group_destroy(gc_replica_group *g);
+int gc_replica_group_size(const gc_replica_group *g);
+void gc_replica_group_abort(gc_replica_group *g);
+int gc_replica_group_aborted(gc_replica_group *g);
+/* rank as a member (once per rank); the reduce every member calls each step (see replica_group.c) */
+gc_status gc_replica_group_take_rank(gc_replica_group *g, int rank);
+gc_status gc_replica_group_reduce(gc_replica_group *g, int rank, float *arena, int64_t numel, int64_t rows,
+                                  float *bad);
+/* p (a training plan) becomes replica `rank` of g; it captures no graphs from then on */
+gc_status gc_plan_join_group(gc_plan *p, gc_replica_group *g, int rank);
+
 gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n_nodes,
                          const gc_train_desc *train /* NULL: inference only */,
                          int64_t max_batch, gc_plan **out);

@@ -433,6 +433,7 @@ gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed
 gc_status gc_plan_backward(gc_plan *p, int64_t rows, uint64_t seed)
 {
     p->cur_phase = "backward";
+    p->cur_rows = rows; /* the rows this step's gradients are a mean over (replicas.c) */
     for (int i = p->n - 1; i >= 0; i--) {
         plan_node *l = &p->L[i];
         p->cur_node = i;
@@ -537,10 +538,23 @@ gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y,
     return GC_OK;
 }
 
-gc_status gc_plan_train_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
-                             const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
+/* A replica with no rows of this step (a last batch smaller than the group): a zero
+ * gradient weighted by zero rows, and the same update as the others. */
+static gc_status idle_replica_step(gc_plan *p, const gc_opt_hparams *hp, gc_step_stats *st)
 {
-    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    memset(st, 0, sizeof *st);
+    TRY(gc_plan_loss_scale_begin(p, hp));
+    p->cur_rows = 0;
+    TRY(gc_plan_update(p, hp));
+    TRY(gc_plan_loss_scale_end(p, st));
+    st->steps_applied = p->train.loss_scaling && st->loss_scale < hp->loss_scale ? 0 : 1;
+    return GC_OK;
+}
+
+static gc_status train_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                            const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
+{
+    if (rows == 0 && p->group) return idle_replica_step(p, hp, st);
     TRY(check_rows(p, rows));
     memset(st, 0, sizeof *st);
     if (gc_plan_batch_graph_eligible(p)) return gc_plan_batch_graph_step(p, x, y, rows, hp, seed, st);
@@ -554,6 +568,15 @@ gc_status gc_plan_train_step(gc_plan *p, const float *const *x, const void *y, i
     /* one step: skipped exactly when the scale went down */
     st->steps_applied = p->train.loss_scaling && !p->checking && st->loss_scale < hp->loss_scale ? 0 : 1;
     return GC_OK;
+}
+
+gc_status gc_plan_train_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
+                             const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st)
+{
+    if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
+    gc_status s = train_step(p, x, y, rows, hp, seed, st);
+    if (s && p->group) gc_replica_group_abort(p->group); /* the other replicas must not wait for this one */
+    return s;
 }
 
 gc_status gc_plan_eval_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,

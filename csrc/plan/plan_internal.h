@@ -192,6 +192,11 @@ struct gc_plan {
     int mem_node;
     gc_plan_mem_entry *arena_map; /* the step block's requests, as placed */
     int n_arena_map;
+    /* data parallelism (replicas.c): the group this plan is replica `rank` of, and the
+     * rows of the step being run (the reduce weights each member's gradient by them) */
+    gc_replica_group *group;
+    int rank;
+    int64_t cur_rows;
 };
 
 /* ------------------------------------------------------------------ helpers (plan.c) */
@@ -248,6 +253,8 @@ int gc_node_trains_weight(const plan_node *l, int k);
 gc_status gc_plan_loss_and_metrics(gc_plan *p, int64_t rows, int want_grad, gc_step_stats *st);
 gc_status gc_plan_setup_loss(gc_plan *p);
 gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp);
+/* replicas.c: the group's mean of the gradients into this member's arena (nothing outside a group) */
+gc_status gc_plan_reduce_gradients(gc_plan *p);
 gc_status gc_plan_setup_update(gc_plan *p, const gc_train_desc *t);
 gc_status gc_plan_loss_scale_begin(gc_plan *p, const gc_opt_hparams *hp);
 gc_status gc_plan_loss_scale_end(gc_plan *p, gc_step_stats *st);

@@ -149,9 +149,9 @@ static gc_status graph_step(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
     return be->graph_launch(be, p->graph);
 }
 
-gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, int64_t batch,
-                              const gc_opt_hparams *hp, const float *lrs, const uint64_t *seeds,
-                              gc_step_stats *st)
+static gc_status train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, int64_t batch,
+                             const gc_opt_hparams *hp, const float *lrs, const uint64_t *seeds,
+                             gc_step_stats *st)
 {
     if (!p || !p->training) return gc_fail(GC_ERR_INVALID_ARG, "plan: not compiled for training");
     if (!p->data_y) return gc_fail(GC_ERR_INVALID_ARG, "plan: train_steps needs set_data first");
@@ -248,7 +248,7 @@ done:
 void gc_plan_use_graphs(gc_plan *p, int on)
 {
     if (!p) return;
-    p->graphs_on = on != 0 && !p->no_graphs;
+    p->graphs_on = on != 0 && !p->no_graphs && !p->group; /* a replica reduces on the host each step */
     if (p->graph) {
         p->be->graph_destroy(p->be, p->graph);
         p->graph = NULL;
@@ -265,4 +265,13 @@ int gc_plan_use_fused_optimizer(gc_plan *p, int on)
     gc_plan_use_graphs(p, p->graphs_on); /* a captured step holds the old choice */
     p->fused_opt = on && p->opt_slots != NULL;
     return p->fused_opt;
+}
+
+gc_status gc_plan_train_steps(gc_plan *p, const int32_t *idx, int64_t n_rows, int64_t batch,
+                              const gc_opt_hparams *hp, const float *lrs, const uint64_t *seeds,
+                              gc_step_stats *st)
+{
+    gc_status s = train_steps(p, idx, n_rows, batch, hp, lrs, seeds, st);
+    if (s && p && p->group) gc_replica_group_abort(p->group); /* the other replicas must not wait */
+    return s;
 }

@@ -2,7 +2,8 @@
  *
  * Weight gradients are first converted to float32 (and, with loss scaling, unscaled and
  * checked for non-finite values: the skip decision needs every gradient checked before
- * any weight moves), then every trained tensor is updated -- in one fused launch over a
+ * any weight moves), averaged over the replicas when the plan is one of a group
+ * (replicas.c), then every trained tensor is updated -- in one fused launch over a
  * table of (weight, gradient, state) slots where the backend has optim_multi, else one
  * op per tensor. Skipping a step on overflow and adjusting the scale happen on the
  * device, so a captured step replays them without a host round trip. */
@@ -57,14 +58,19 @@ gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp)
     const float *scale = ls ? (const float *)p->ls_state : NULL;
     p->cur_phase = "update";
     p->cur_node = -1;
-    for (int i = 0; i < p->n; i++) {
-        plan_node *l = &p->L[i];
-        for (int k = 0; k < l->n_w; k++) {
-            plan_weight *w = &l->w[k];
-            if (!w->trains || (w->dw32 == w->dw && !ls)) continue;
-            TRY(gc_plan_scale_cast(p, w->dw, w->dwdt, w->dw32, GC_F32, w->n, scale, 1, ls));
+    if (p->group && p->cur_rows == 0) { /* a replica without rows this step: no gradient */
+        TRY(p->be->fill_zero(p->be, p->grad_arena, (size_t)p->grad_arena_numel * sizeof(float)));
+    } else {
+        for (int i = 0; i < p->n; i++) {
+            plan_node *l = &p->L[i];
+            for (int k = 0; k < l->n_w; k++) {
+                plan_weight *w = &l->w[k];
+                if (!w->trains || (w->dw32 == w->dw && !ls)) continue;
+                TRY(gc_plan_scale_cast(p, w->dw, w->dwdt, w->dw32, GC_F32, w->n, scale, 1, ls));
+            }
         }
     }
+    TRY(gc_plan_reduce_gradients(p)); /* data parallel: every replica's mean, before any weight moves */
     if (p->fused_opt && p->opt_slots && !p->checking) { /* every tensor in one launch */
         const float *dyn = p->device_mode ? (const float *)p->dyn : NULL;
         double t0 = p->profiling ? gc_plan_clock(p) : 0.0;

@@ -26,6 +26,7 @@
 #include "device_api.h"
 #include "variants_api.h"
 #include "rnn_cudnn_api.h"
+#include "replicas_api.h"
 
 #ifdef GPUCMP_WITH_CUDA
 extern gc_status gc_cuda_register_all(void);
@@ -795,12 +796,14 @@ typedef struct {
     int has_train, sparse, loss_scaling;
     unsigned metrics;
     gc_opt_kind opt;
+    PyObject *group; /* the ReplicaGroup this plan joined (outlives the plan), or NULL */
 } PlanObject;
 
 static void plan_dealloc(PlanObject *p)
 {
     gc_plan_destroy(p->plan);
     Py_XDECREF(p->keep);
+    Py_XDECREF(p->group);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
@@ -1291,7 +1294,9 @@ static int plan_inputs_get(PlanObject *p, PyObject *x, const char *what, int any
         n_rows = r;
         in->ptr[k] = PyArray_DATA(a);
     }
-    if (ok && !any_rows && (n_rows < 1 || n_rows > p->max_batch)) {
+    /* a replica may get no rows of a small last batch: it still joins its group's step */
+    const int64_t min_rows = p->group && !strcmp(what, "train_step") ? 0 : 1;
+    if (ok && !any_rows && (n_rows < min_rows || n_rows > p->max_batch)) {
         PyErr_Format(PyExc_ValueError, "Plan: batch of %lld rows, expected 1..%lld", (long long)n_rows,
                      (long long)p->max_batch);
         ok = 0;
@@ -1382,7 +1387,7 @@ static int parse_hparams(PlanObject *p, PyObject *h, gc_opt_hparams *hp)
     return 0;
 }
 
-static PyObject *plan_train_step(PlanObject *p, PyObject *args, PyObject *kw)
+static PyObject *train_step_impl(PlanObject *p, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"x", "y", "hparams", "seed", NULL};
     PyObject *x, *y, *h;
@@ -1487,7 +1492,7 @@ static PyObject *plan_set_data(PlanObject *p, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *plan_train_steps(PlanObject *p, PyObject *args, PyObject *kw)
+static PyObject *train_steps_impl(PlanObject *p, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"indices", "batch_size", "hparams", "lrs", "seeds", NULL};
     PyObject *idx, *h, *lrs = Py_None, *seeds = Py_None;
@@ -1737,7 +1742,46 @@ static PyObject *plan_get_max_batch(PlanObject *p, void *c)
     return PyLong_FromLongLong(p->max_batch);
 }
 
+/* A replica whose step fails anywhere -- bad arguments caught here included -- aborts its
+ * group, so the other replicas' steps return an error instead of waiting for it. */
+static PyObject *abort_group_on_error(PlanObject *p, PyObject *ret)
+{
+    if (!ret && p->group) gc_replica_group_abort(gpucmp_replica_group_of(p->group));
+    return ret;
+}
+
+static PyObject *plan_train_step(PlanObject *p, PyObject *args, PyObject *kw)
+{
+    return abort_group_on_error(p, train_step_impl(p, args, kw));
+}
+
+static PyObject *plan_train_steps(PlanObject *p, PyObject *args, PyObject *kw)
+{
+    return abort_group_on_error(p, train_steps_impl(p, args, kw));
+}
+
+static PyObject *plan_join_group(PlanObject *p, PyObject *args)
+{
+    PyObject *g;
+    int rank;
+    if (!PyArg_ParseTuple(args, "Oi:join_group", &g, &rank)) return NULL;
+    gc_replica_group *group = gpucmp_replica_group_of(g);
+    if (!group) return NULL;
+    if (!p->has_train) return PyErr_Format(PyExc_ValueError, "join_group: the plan is compiled without a loss");
+    if (rank < 0 || rank >= gc_replica_group_size(group))
+        return PyErr_Format(PyExc_IndexError, "join_group: rank %d of a group of %d replicas", rank,
+                            gc_replica_group_size(group));
+    gc_status s = gc_plan_join_group(p->plan, group, rank);
+    if (s) return gc_py_raise(s);
+    Py_INCREF(g);
+    p->group = g;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef plan_methods[] = {
+    {"join_group", (PyCFunction)plan_join_group, METH_VARARGS,
+     "join_group(group, rank): this training plan becomes replica `rank` of a ReplicaGroup (its steps average "
+     "their gradients with the other replicas' before the update)"},
     {"train_step", (PyCFunction)(void (*)(void))plan_train_step, METH_VARARGS | METH_KEYWORDS,
      "train_step(x, y, hparams, seed=0) -> dict of sums (loss, metrics) before the update"},
     {"eval_step", (PyCFunction)plan_eval_step, METH_VARARGS, "eval_step(x, y) -> dict of sums"},
@@ -1814,7 +1858,8 @@ PyMODINIT_FUNC PyInit__core(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (gpucmp_add_bench(m) < 0 || gpucmp_add_device_api(m) < 0 || gpucmp_add_rnn_cudnn_api(m) < 0) {
+    if (gpucmp_add_bench(m) < 0 || gpucmp_add_device_api(m) < 0 || gpucmp_add_rnn_cudnn_api(m) < 0 ||
+        gpucmp_add_replicas_api(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -24,6 +24,8 @@ import numpy as np
 
 from .. import backend, losses as losses_mod, metrics as metrics_mod, optimizers
 from .. import callbacks as callbacks_mod
+from ... import distribute
+from ...distribute.replicas import ReplicatedPlan
 from ..layers import argument_checks as check
 from ..layers.dropout import Dropout
 from . import call_cache
@@ -97,6 +99,8 @@ class Trainer:
         self._batch_sums = None
         self.stop_training = False
         self.history = None
+        # the tf.distribute-style strategy whose scope the model was made (or compiled) in
+        self._distribute_strategy = distribute.get_strategy() if distribute.has_strategy() else None
 
     def _invalidate_plans(self):
         self._train_plans.clear()
@@ -137,6 +141,8 @@ class Trainer:
             metric_list = [metrics_mod.get(m) for m in metrics]
         else:
             metric_list = [metrics_mod.get(metrics)]
+        if distribute.has_strategy():
+            self._distribute_strategy = distribute.get_strategy()
         self.optimizer = opt
         self.loss = loss
         self._loss_obj = loss_obj
@@ -199,22 +205,29 @@ class Trainer:
         shapes = self._data_shapes(xs)
 
         def make(max_batch):
-            flat = lowering.flatten(self, shapes)
-            nodes, mask_node = lowering.describe(flat, self._trainable_of, loss_mask=True)
-            if mask_node is not None:
-                _check_masked_output(self, flat, cfg)
-            nodes = lowering.as_plan_list(nodes)
-            train = {
-                "loss_mask": mask_node,
-                "loss": cfg.loss.plan_kind, "from_logits": cfg.loss.from_logits,
-                "metrics": list(cfg.plan_metrics), "optimizer": self.optimizer.kind,
-                "opt_state": self.optimizer.state_for(
-                    lowering.trainable_variables_in_plan_order(flat, self._trainable_of)),
-                "loss_scaling": self.optimizer.loss_scaling,
-                "loss_scale_growth": getattr(self.optimizer, "dynamic_growth_steps", 2000),
-            }
+            nodes, train = self._train_plan_args(cfg, shapes)
             return lowering.make_plan(nodes, max_batch, train)
         return self._train_plans.get((cfg.key, tuple(shapes)), rows, make)
+
+    def _train_plan_args(self, cfg, shapes):
+        """(nodes, train) of the training plan for data of these batch shapes: the plan's
+        node dicts (holding this model's weight buffers) and its training config (holding
+        the optimizer's state buffers)."""
+        flat = lowering.flatten(self, shapes)
+        nodes, mask_node = lowering.describe(flat, self._trainable_of, loss_mask=True)
+        if mask_node is not None:
+            _check_masked_output(self, flat, cfg)
+        nodes = lowering.as_plan_list(nodes)
+        train = {
+            "loss_mask": mask_node,
+            "loss": cfg.loss.plan_kind, "from_logits": cfg.loss.from_logits,
+            "metrics": list(cfg.plan_metrics), "optimizer": self.optimizer.kind,
+            "opt_state": self.optimizer.state_for(
+                lowering.trainable_variables_in_plan_order(flat, self._trainable_of)),
+            "loss_scaling": self.optimizer.loss_scaling,
+            "loss_scale_growth": getattr(self.optimizer, "dynamic_growth_steps", 2000),
+        }
+        return nodes, train
 
     def _infer_plan(self, rows, xs):
         shapes = self._data_shapes(xs)
@@ -326,9 +339,40 @@ class Trainer:
         n = len(y_arr)
         rows = min(batch_size, n)
         steps = -(-n // batch_size)
-        plan = self._train_plan(rows, cfg, xs)
+        replicas = self._fit_replicas(batch_size)
+        if replicas:
+            plan = ReplicatedPlan(*self._train_plan_args(cfg, self._data_shapes(xs)), replicas, rows,
+                                  self._distribute_strategy.devices[0])
+        else:
+            plan = self._train_plan(rows, cfg, xs)
         if val is not None:
             self._train_plan(min(val_batch, len(val[1])), cfg, val[0])
+        # the data set goes to the device once; batches are gathered there and several
+        # steps run per call (DESIGN.md, "The execution plan"); a set too large for the
+        # device is streamed through it in windows of whole batches; shuffle="batch"
+        # (or a device too full for one batch) takes one call per step
+        resident = _ResidentData.make(plan, xs, y_arr, batch_size) if shuffle != "batch" and not replicas else None
+        try:
+            return self._fit_loop(plan, resident, replicas, xs, y_arr, cfg, val, val_batch, batch_size, epochs,
+                                  initial_epoch, validation_freq, shuffle, steps, n, rows, callbacks, verbose,
+                                  verbose_level)
+        finally:
+            if replicas:
+                plan.finish()
+
+    def _fit_replicas(self, batch_size):
+        """Replicas of a distributed fit (0: an ordinary fit). The global batch must split evenly."""
+        strategy = self._distribute_strategy
+        n = strategy.num_replicas_in_sync if strategy is not None else 1
+        if n <= 1:
+            return 0
+        if batch_size % n:
+            raise ValueError(f"fit: batch_size {batch_size} is the global batch of {strategy!r}; it must be a "
+                             f"multiple of its {n} replicas")
+        return n
+
+    def _fit_loop(self, plan, resident, replicas, xs, y_arr, cfg, val, val_batch, batch_size, epochs,
+                  initial_epoch, validation_freq, shuffle, steps, n, rows, callbacks, verbose, verbose_level):
         opt = self.optimizer
         seed = self._dropout_seeder()
         rng = backend.rng()
@@ -339,11 +383,6 @@ class Trainer:
         params = {"verbose": verbose, "epochs": epochs, "steps": steps}
         cbs, history = callbacks_mod.configure(callbacks, self, verbose_level, params)
         wants_batches = cbs.wants_batches
-        # the data set goes to the device once; batches are gathered there and several
-        # steps run per call (DESIGN.md, "The execution plan"); a set too large for the
-        # device is streamed through it in windows of whole batches; shuffle="batch"
-        # (or a device too full for one batch) takes one call per step
-        resident = _ResidentData.make(plan, xs, y_arr, batch_size) if shuffle != "batch" else None
         chunks = _ChunkSizer(steps, every_step=cbs.wants_every_batch)
         self.stop_training = False
         self.history = history
@@ -401,6 +440,8 @@ class Trainer:
                 break
         if resident:
             resident.release()  # give the device memory back
+        if replicas:
+            plan.check_in_sync()
         cbs.on_train_end(epoch_logs)
         return history
 
