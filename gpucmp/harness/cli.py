@@ -3,6 +3,7 @@
 - `gpucmp compare A4000 A5000 [--workloads ...] [--precision ...] [--batch-size ...]
   [--results FILE ...] [--csv FILE] [--json FILE] [--plot FILE]`: the GPUs side by side,
   measured where present (and this machine's CPU as a reference), projected elsewhere;
+  a GPU may be a data-parallel configuration such as "2x A4000" or "2x A5000 NVLink";
 - `gpucmp specs [NAME ...]`: the spec database; `gpucmp devices`: what is here;
 - `gpucmp bench [--workloads ...] [--devices ...] ...`: measured rows, optionally saved;
 - `gpucmp calibrate --device cuda:0 --out FILE`: the calibration projections start from;
@@ -41,8 +42,19 @@ def _gb(v):
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v / 1e9:.2f} GB"
 
 
+def _is_nan(v):
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _memory_cell(v, gpus):
+    """One card's memory; a multi-GPU row's is each card's share of the batch."""
+    text = _gb(v)
+    return f"{text}/GPU" if text and gpus > 1 else text
+
+
 def print_compare(df, out=sys.stdout):
     import pandas as pd
+    gpus = df["gpus"] if "gpus" in df else pd.Series(1, index=df.index)
     view = pd.DataFrame({
         "gpu": df["gpu"], "workload": df["workload"], "precision": df["precision"],
         "batch": [("" if (isinstance(b, float) and math.isnan(b)) or w in ("gemm", "bandwidth") else int(b))
@@ -54,18 +66,22 @@ def print_compare(df, out=sys.stdout):
         "per W": [("" if isinstance(v, float) and math.isnan(v) else f"{v:.3g}") for v in df["perf_per_watt"]],
         "per $1000": [("" if isinstance(v, float) and math.isnan(v) else f"{1000 * v:.3g}")
                       for v in df["perf_per_dollar"]],
-        "memory": [_gb(v) for v in df["memory_needed_bytes"]],
+        "memory": [_memory_cell(v, n) for v, n in zip(df["memory_needed_bytes"], gpus)],
         "max batch": [("" if isinstance(v, float) and math.isnan(v) else f"{int(v):,}") for v in df["max_batch"]],
     })
+    if (gpus > 1).any():      # multi-GPU rows: how much of N cards' throughput data parallelism keeps
+        view.insert(view.columns.get_loc("ratio") + 1, "scaling",
+                    ["" if _is_nan(e) else f"{100 * e:.0f}%" for e in df["scaling_efficiency"]])
     print(view.to_string(index=False), file=out)
 
 
 def cmd_compare(args):
     from .compare import compare
-    from . import specs as specs_mod
+    from . import multi_gpu, specs as specs_mod
     df = compare(args.gpus, args.workloads, args.precision, args.batch_size, args.results or None,
                  measure=not args.no_measure, include_local=not args.no_local)
-    gpus = list(dict.fromkeys(df.loc[~df["reference"].astype(bool), "gpu"]))
+    compared = dict.fromkeys(df.loc[~df["reference"].astype(bool), "gpu"])
+    gpus = list(dict.fromkeys(multi_gpu.parse(g).gpu for g in compared))     # the cards of "2x A4000"
     cols = ["name", "architecture", "sms", "fp32_tflops", "tf32_tflops", "fp16_tflops", "memory_gb",
             "bandwidth_gbs", "tdp_w", "launch_price_usd"]
     print("Specs (dense Tensor Core TFLOP/s with fp32 accumulation):")
@@ -100,8 +116,13 @@ def _export(df, args):
 
 
 def cmd_specs(args):
-    from . import specs as specs_mod
+    from . import multi_gpu, specs as specs_mod
     import pandas as pd
+    for name in args.names or ():
+        cfg = multi_gpu.parse(name)
+        if cfg.count > 1:
+            raise ValueError(f"specs: {name!r} is a multi-GPU configuration; the spec database holds single "
+                             f"cards: gpucmp specs {cfg.gpu!r}")
     df = specs_mod.specs(args.names or None)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         shown = df.drop(columns=[c for c in ("source", "aliases") if c in df.columns])

@@ -5,7 +5,10 @@ include_local)` -> a DataFrame, one row per GPU x workload x precision x batch s
 throughput, step time, source ('measured' / 'projected'), the ratio to the first GPU,
 performance per watt (measured power, or TDP for projected rows) and per dollar (launch
 price), the memory the step needs, whether it fits the card and the largest batch that
-does. Results passed in (`results=`: DataFrames or files from `benchmark` on other
+does. A GPU may be a data-parallel configuration of one host ("2x A4000", "2x A5000 NVLink":
+multi_gpu.py), projected from one card at the per-GPU batch plus the gradients' all-reduce,
+with the power, price and largest batch of N cards (columns gpus, interconnect,
+scaling_efficiency). Results passed in (`results=`: DataFrames or files from `benchmark` on other
 machines) and GPUs present here (measured when `measure=True`) replace projections;
 `include_local` adds the measured rows of other devices -- this machine's CPU, GPUs not
 in the list -- as reference rows (column `reference`; no ratio).
@@ -20,7 +23,7 @@ import platform
 import pandas as pd
 
 from . import devices as devices_mod
-from . import projection, results, specs
+from . import multi_gpu, projection, results, specs
 from . import workloads as wl
 from .memory import CONTEXT_RESERVE_BYTES
 from .runner import benchmark, DEFAULT_PRECISIONS
@@ -29,6 +32,8 @@ from .workloads.base import canonical_precision
 COLUMNS = ["gpu", "device", "workload", "precision", "batch_size", "size", "throughput", "unit", "ratio", "step_time_s",
            "source", "perf_per_watt", "perf_per_dollar", "power_w", "price_usd", "memory_needed_bytes", "fits",
            "max_batch", "origin", "note", "reference"]
+MULTI_GPU_COLUMNS = ["scaling_efficiency", "gpus", "interconnect"]
+SINGLE_GPU_VALUES = {"scaling_efficiency": math.nan, "gpus": 1, "interconnect": ""}
 
 
 def _gpu_list(gpus):
@@ -36,7 +41,7 @@ def _gpu_list(gpus):
         gpus = [gpus]
     if gpus is None or not list(gpus):
         raise ValueError("compare: give at least one GPU, e.g. compare(['A4000', 'A5000'])")
-    names = [specs.resolve(g) for g in gpus]
+    names = [multi_gpu.label(multi_gpu.parse(g)) for g in gpus]
     return list(dict.fromkeys(names))
 
 
@@ -59,11 +64,13 @@ def _measured_here(gpu_names, workloads, precisions, batch_sizes, include_local)
 
 def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=None, measure=True,
             include_local=True, calibration=None):
-    """GPUs side by side (see the module docstring). gpus: names ('A4000', 'RTX A5000', ...);
-    workloads as for benchmark() (default cnn, gemm, conv, bandwidth, resnet50); precisions
-    default float32 and float16 (mixed_float16 for models); results: DataFrames or
-    .csv/.json files of measured rows to use instead of projections."""
+    """GPUs side by side (see the module docstring). gpus: names ('A4000', 'RTX A5000', ...,
+    or data-parallel configurations such as '2x A4000': multi_gpu.parse); workloads as for
+    benchmark() (default cnn, gemm, conv, bandwidth, resnet50); precisions default float32
+    and float16 (mixed_float16 for models); results: DataFrames or .csv/.json files of
+    measured rows to use instead of projections."""
     names = _gpu_list(gpus)
+    setups = {g: multi_gpu.parse(g) for g in names}
     ws = wl.resolve_list(workloads)
     if isinstance(precisions, (list, tuple)) and not precisions:
         raise ValueError("compare: precisions is empty")
@@ -74,7 +81,7 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
     sizes = _batch_list(batch_sizes)
     given = [results] if isinstance(results, (str, pd.DataFrame)) or hasattr(results, "__fspath__") else (results or [])
     frames = [_load(r) for r in given]
-    _check_fit(names, ws, precs, sizes)
+    _check_fit(setups, ws, precs, sizes)
     if measure:
         frames += _measured_here(names, ws, precs, sizes, include_local)
     measured = _merge(frames)
@@ -88,8 +95,8 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
                 block = []
                 for g in names:
                     m = _find(measured, g, w.name, p, c.batch_size)
-                    row = dict(m) if m is not None else projection.project(w, g, p, c, cal)
-                    block.append(_decorate(row, g, w, p, c))
+                    row = dict(m) if m is not None else _project(w, setups[g], p, c, cal)
+                    block.append(_decorate(row, setups[g], g, w, p, c))
                 base = block[0]["throughput"]
                 for r in block:
                     r["ratio"] = r["throughput"] / base if base and not math.isnan(base) else math.nan
@@ -101,21 +108,38 @@ def compare(gpus, workloads=None, precisions=None, batch_sizes=None, results=Non
     for col in COLUMNS:
         if col not in out.columns:
             out[col] = math.nan
-    out = out[COLUMNS + [c for c in out.columns if c not in COLUMNS]]
+    for col, single in SINGLE_GPU_VALUES.items():
+        out[col] = out[col].fillna(single) if col in out.columns else single
+    out["gpus"] = out["gpus"].astype(int)
+    shown = COLUMNS + MULTI_GPU_COLUMNS
+    out = out[shown + [c for c in out.columns if c not in shown]]
     out.attrs["calibration"] = cal["provenance"] | {"gpu": cal["gpu"]}
     return out
 
 
-def _check_fit(names, ws, precs, sizes):
-    """A batch size the user asked for that fits none of the GPUs is an error, raised before
-    anything is measured (not a table of 'does not fit')."""
+def _project(w, cfg, p, c, cal):
+    if cfg.count == 1:
+        return projection.project(w, cfg.gpu, p, c, cal)
+    return multi_gpu.project(w, cfg, p, c, cal)
+
+
+def _largest_batch(w, cfg, p):
+    """The largest (global) batch of a model workload on cfg: N cards, each with its share."""
+    return cfg.count * w.max_batch(float(specs.spec(cfg.gpu)["memory_gb"]) * 1e9, p)
+
+
+def _check_fit(setups, ws, precs, sizes):
+    """A batch size the user asked for that fits none of the GPUs (configurations: label ->
+    multi_gpu.Config) is an error, raised before anything is measured (not a table of
+    'does not fit')."""
+    names = list(setups)
     for w in ws:
         if w.kind != "model" or not sizes:
             continue
         for p in precs:
             if not w.supports(p):
                 continue
-            best = max(((w.max_batch(float(specs.spec(g)["memory_gb"]) * 1e9, p), g) for g in names))
+            best = max(((_largest_batch(w, cfg, p), g) for g, cfg in setups.items()))
             too_big = [b for b in sizes if b > best[0]]
             if too_big:
                 raise ValueError(f"batch size {too_big[0]} of workload '{w.name}' ({p}) does not fit the memory of "
@@ -141,15 +165,28 @@ def _find(measured, gpu, workload, precision, batch):
     return hit.iloc[-1].to_dict() if len(hit) else None
 
 
-def _decorate(row, gpu, w, p, c):
-    sp = specs.spec(gpu)
+def _per_gpu_config(w, c, n):
+    """The Config each of n GPUs runs for the global config c (None: c's batch does not split evenly)."""
+    if n == 1:
+        return c
+    if c.batch_size % n:
+        return None
+    return w.configs("cuda", [c.batch_size // n])[0]
+
+
+def _decorate(row, cfg, gpu, w, p, c):
+    """The compare columns of one row of gpu (its label; cfg its multi_gpu.Config): power,
+    price and the largest batch are those of cfg.count cards, memory is one card's share."""
+    sp = specs.spec(cfg.gpu)
+    n = cfg.count
     capacity = float(sp["memory_gb"]) * 1e9
-    mem = w.memory(c, p) if w.kind == "model" else None
+    share = _per_gpu_config(w, c, n) if w.kind == "model" else None
+    mem = w.memory(share, p) if share is not None else None
     needed = mem["total"] if mem else math.nan
     power = row.get("avg_power_w")
     if power is None or (isinstance(power, float) and math.isnan(power)):
-        power = float(sp["tdp_w"])
-    price = float(sp["launch_price_usd"])
+        power = n * float(sp["tdp_w"])
+    price = n * float(sp["launch_price_usd"])
     tp = float(row.get("throughput", math.nan))
     out = {k: row.get(k) for k in ("device", "size", "step_time_s", "source", "origin", "note")}
     out.update(gpu=gpu, workload=w.name, precision=p, batch_size=c.batch_size, size=row.get("size") or c.label,
@@ -158,10 +195,20 @@ def _decorate(row, gpu, w, p, c):
                perf_per_dollar=tp / price if price and not math.isnan(price) else math.nan,
                memory_needed_bytes=needed,
                fits=bool(needed + CONTEXT_RESERVE_BYTES <= capacity) if mem else True,
-               max_batch=w.max_batch(capacity, p) if w.kind == "model" else math.nan)
+               max_batch=_largest_batch(w, cfg, p) if w.kind == "model" else math.nan,
+               scaling_efficiency=_scaling_efficiency(row, n),
+               gpus=n, interconnect=multi_gpu.interconnect(cfg).kind if n > 1 else "")
     if out["source"] == "measured":
         out["origin"] = f"measured on {row.get('device_name') or row.get('device')} ({row.get('date', '')})"
     return out
+
+
+def _scaling_efficiency(row, n):
+    """A projected multi-GPU row's; NaN for one GPU and for measured rows (no single-card
+    measurement at the per-GPU batch to relate them to)."""
+    if n == 1 or row.get("source") != "projected":
+        return math.nan
+    return row.get("scaling_efficiency", math.nan)
 
 
 def _local_rows(measured, names):

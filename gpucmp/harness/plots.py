@@ -110,7 +110,9 @@ def roofline(gpus, workloads=("cnn", "conv", "gemm"), precision="float16", ax=No
 
 
 def save_report(df, path, gpus=None):
-    """Throughput, perf/W and roofline panels of a compare() table, written to `path`."""
+    """Throughput, perf/W and roofline panels of a compare() table, written to `path` (the
+    roofline is per card, so a multi-GPU configuration shows its card's)."""
+    from . import multi_gpu
     plt = _plt()
     gpus = gpus or list(dict.fromkeys(df.loc[~df["reference"].astype(bool), "gpu"]))
     fig, axes = plt.subplots(3, 1, figsize=(10, 12))
@@ -118,7 +120,8 @@ def save_report(df, path, gpus=None):
     axes[0].set_title("throughput")
     perf_per_watt_bars(df, axes[1])
     axes[1].set_title("performance per watt (measured power, or TDP where projected)")
-    roofline(gpus, ax=axes[2])
+    cards = list(dict.fromkeys(multi_gpu.parse(g).gpu for g in gpus))     # "2x RTX A4000": an RTX A4000's
+    roofline(cards, ax=axes[2])
     axes[2].set_title("roofline (achievable peaks) and the workloads' ops")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
