@@ -206,6 +206,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="batch / 16, 2 repeats (smoke run)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-vendor", action="store_true", help="skip gpucmp's cuDNN baseline (PyTorch is cuDNN too)")
+    ap.add_argument("--per-pass", action="store_true",
+                    help="a row per pass (fwd, bwd_data, bwd_filter) besides fwd+bwd")
     ap.add_argument("--layers", choices=("default", "resnet50"), default="default",
                     help="resnet50: every distinct conv of ResNet-50 at 224x224 (with its count)")
     ap.add_argument("--batch", type=int, default=256, help="batch of the resnet50 layers")
@@ -249,7 +252,7 @@ def main():
                 key = f"{li}|{dtype}|{which}"
                 jobs.append({"key": key, "layer": list(layer), "dtype": dtype, "which": which})
                 own[key] = gpucmp_seconds(device, layer, dtype, "own", which, args.repeats)
-                if on_gpu:
+                if on_gpu and not args.no_vendor:
                     ven[key] = gpucmp_seconds(device, layer, dtype, "vendor", which, args.repeats)
     tor = {} if torch is None else torch_seconds(device, jobs, args.repeats)
 
@@ -273,7 +276,10 @@ def main():
     for li, layer in enumerate(layers):
         for dtype in dtypes:
             keys = [f"{li}|{dtype}|{w}" for w in PASSES]
-            for pname, ks, mult in (("fwd", keys[:1], 1.0), ("fwd+bwd", keys, 3.0)):
+            passes = [("fwd", keys[:1], 1.0)]
+            if args.per_pass:
+                passes += [("bwd_data", keys[1:2], 1.0), ("bwd_filter", keys[2:], 1.0)]
+            for pname, ks, mult in passes + [("fwd+bwd", keys, 3.0)]:
                 flops = fwd_flops(layer) * mult
                 row = {"layer": layer[0], "batch": layer[1], "dtype": dtype, "pass": pname}
                 if counts:
@@ -281,7 +287,7 @@ def main():
                 t_own, t_ven, t_tor = total(own, ks), total(ven, ks), total(tor, ks)
                 row["gpucmp ms"] = cell(t_own * 1e3 if isinstance(t_own, float) else t_own)
                 row[f"gpucmp {uname}"] = cell(rate(flops, t_own, unit))
-                if on_gpu:
+                if ven:
                     row[f"{vendor_name} {uname}"] = cell(rate(flops, t_ven, unit))
                     if isinstance(t_own, float) and isinstance(t_ven, float):
                         row[f"gpucmp / {vendor_name}"] = t_ven / t_own
@@ -291,7 +297,7 @@ def main():
                         row["gpucmp / PyTorch"] = t_tor / t_own
                 rows.append(row)
     cols = ["layer", "batch"] + (["count"] if counts else []) + ["dtype", "pass", "gpucmp ms", f"gpucmp {uname}"]
-    if on_gpu:
+    if ven:
         cols += [f"{vendor_name} {uname}", f"gpucmp / {vendor_name}"]
     if tor:
         cols += [f"PyTorch {uname}", "gpucmp / PyTorch"]
@@ -302,10 +308,14 @@ def main():
     if counts:   # the whole network's convolutions: each layer's time times its count
         sums = []
         for dtype in dtypes:
-            for pname, passes in (("fwd", PASSES[:1]), ("fwd+bwd", PASSES)):
+            # "training step": what a step runs -- no data gradient for the stem (its input is the image)
+            for pname, passes in (("fwd", PASSES[:1]), ("bwd_data", PASSES[1:2]), ("bwd_filter", PASSES[2:]),
+                                  ("fwd+bwd", PASSES), ("training step", PASSES)):
                 agg = {}
                 for name, d in (("gpucmp", own), (vendor_name, ven), ("PyTorch", tor)):
-                    ts = [total(d, [f"{li}|{dtype}|{w}" for w in passes]) for li in range(len(layers))]
+                    ts = [total(d, [f"{li}|{dtype}|{w}" for w in passes
+                                    if not (pname == "training step" and li == 0 and w == "bwd_data")])
+                          for li in range(len(layers))]
                     if ts and all(isinstance(t, float) for t in ts):
                         agg[name] = sum(t * counts[L[0]] for t, L in zip(ts, layers))
                 row = {"dtype": dtype, "pass": pname}
