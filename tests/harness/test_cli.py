@@ -2,24 +2,12 @@
 without a GPU, specs, devices, bench with files, merging results, and every bad argument
 ending with exit code 2 and one line (no traceback)."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import gpucmp
+from cli_run import gpucmp_cli
 from gpucmp.harness import results
-
-HOME = str(Path(gpucmp.__file__).resolve().parents[1])
-
-
-def gpucmp_cli(*args, timeout=600):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HOME] + [p for p in os.environ.get("PYTHONPATH", "").split(
-        os.pathsep) if p]))
-    return subprocess.run([sys.executable, "-m", "gpucmp", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd="/")
 
 
 def test_compare_a4000_a5000_prints_measured_and_projected_rows(tmp_path):

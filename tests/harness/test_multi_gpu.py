@@ -3,28 +3,16 @@ hand from the spec rows, compare() rows (projected from one card at the per-GPU 
 exposed all-reduce, N cards' power, price and batch), a measured row winning, and the CLI.
 Nothing is benchmarked: every compare() here has measure=False, include_local=False."""
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import gpucmp
+from cli_run import gpucmp_cli
 from gpucmp.harness import compare as compare_mod
 from gpucmp.harness import multi_gpu as mg
 from gpucmp.harness import projection, results, specs
 from gpucmp.harness.workloads.base import Config as RunConfig
-
-HOME = str(Path(gpucmp.__file__).resolve().parents[1])
-
-
-def gpucmp_cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HOME] + [p for p in os.environ.get("PYTHONPATH", "").split(
-        os.pathsep) if p]))
-    return subprocess.run([sys.executable, "-m", "gpucmp", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd="/")
 
 
 def compare(gpus, workload, batch, precision="mixed_float16", **kw):
