@@ -362,7 +362,7 @@ class Trainer:
 
     def _fit_replicas(self, batch_size):
         """Replicas of a distributed fit (0: an ordinary fit). The global batch must split evenly."""
-        strategy = self._distribute_strategy
+        strategy = getattr(self, "_distribute_strategy", None)
         n = strategy.num_replicas_in_sync if strategy is not None else 1
         if n <= 1:
             return 0
