@@ -1,7 +1,7 @@
 """MirroredStrategy: one replica of the model per device, gradients averaged every step.
 
 What it provides: `MirroredStrategy(devices=None)` with `scope()`, `num_replicas_in_sync`
-and `extended`-free Keras usage: a model compiled inside the scope trains with
+and `devices`, used as from Keras: a model made or compiled inside the scope trains with
 `fit(batch_size=B)` as B rows per step split over the replicas (Keras' global batch), each
 replica running its own execution plan on its shard in its own thread and the plans
 averaging their float32 gradients (weighted by each shard's rows) before every update, so

@@ -10,6 +10,11 @@ before each update) become Keras' running means. When the data set does not fit 
 device, or with shuffle='batch', each step is one ``plan.train_step`` call on batches
 sliced into preallocated C-contiguous float32 buffers.
 
+A model made or compiled in a gpucmp.distribute.MirroredStrategy scope fits data
+parallel: one plan per replica (distribute/replicas.py), batches split over them and
+their gradients averaged in the core every step; evaluate, predict and the *_on_batch
+methods run on the model's own device.
+
 x is carried as a list of float32 arrays, one per model input (data_adapter.split_inputs:
 an array for a one-input model, a list/tuple of arrays in ``model.inputs`` order, or a
 dict keyed by the Input names); the plan takes one array, or that list.
