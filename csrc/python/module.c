@@ -1226,8 +1226,10 @@ static void inputs_release(plan_inputs *in)
     in->n = 0;
 }
 
-static int plan_inputs_get(PlanObject *p, PyObject *x, const char *what, int any_rows, int64_t *rows,
-                           plan_inputs *in)
+/* x's arrays, with min_rows..max_rows rows (max_rows < 0: any count from min_rows on, a
+ * whole data set) */
+static int plan_inputs_get(PlanObject *p, PyObject *x, const char *what, int64_t min_rows, int64_t max_rows,
+                           int64_t *rows, plan_inputs *in)
 {
     memset(in, 0, sizeof *in);
     PyObject *items[GC_NODE_MAX_INPUTS];
@@ -1294,15 +1296,14 @@ static int plan_inputs_get(PlanObject *p, PyObject *x, const char *what, int any
         n_rows = r;
         in->ptr[k] = PyArray_DATA(a);
     }
-    /* a replica may get no rows of a small last batch: it still joins its group's step */
-    const int64_t min_rows = p->group && !strcmp(what, "train_step") ? 0 : 1;
-    if (ok && !any_rows && (n_rows < min_rows || n_rows > p->max_batch)) {
-        PyErr_Format(PyExc_ValueError, "Plan: batch of %lld rows, expected 1..%lld", (long long)n_rows,
-                     (long long)p->max_batch);
+    if (ok && max_rows >= 0 && (n_rows < min_rows || n_rows > max_rows)) {
+        PyErr_Format(PyExc_ValueError, "Plan: batch of %lld rows, expected %lld..%lld", (long long)n_rows,
+                     (long long)min_rows, (long long)max_rows);
         ok = 0;
     }
-    if (ok && any_rows && n_rows < 1) {
-        PyErr_Format(PyExc_ValueError, "Plan.%s: x must have shape (n, *in_shape) with n >= 1", what);
+    if (ok && max_rows < 0 && n_rows < min_rows) {
+        PyErr_Format(PyExc_ValueError, "Plan.%s: x must have shape (n, *in_shape) with n >= %lld", what,
+                     (long long)min_rows);
         ok = 0;
     }
     if (!ok) {
@@ -1398,7 +1399,8 @@ static PyObject *train_step_impl(PlanObject *p, PyObject *args, PyObject *kw)
     if (parse_hparams(p, h, &hp)) return NULL;
     int64_t rows;
     plan_inputs xa;
-    if (plan_inputs_get(p, x, "train_step", 0, &rows, &xa)) return NULL;
+    /* a replica may get no rows of a small last batch: it still joins its group's step */
+    if (plan_inputs_get(p, x, "train_step", p->group ? 0 : 1, p->max_batch, &rows, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, rows);
     if (!ya) {
         inputs_release(&xa);
@@ -1422,7 +1424,7 @@ static PyObject *plan_eval_step(PlanObject *p, PyObject *args)
     if (!p->has_train) return PyErr_Format(PyExc_RuntimeError, "Plan: compiled without a loss; cannot evaluate");
     int64_t rows;
     plan_inputs xa;
-    if (plan_inputs_get(p, x, "eval_step", 0, &rows, &xa)) return NULL;
+    if (plan_inputs_get(p, x, "eval_step", 1, p->max_batch, &rows, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, rows);
     if (!ya) {
         inputs_release(&xa);
@@ -1443,7 +1445,7 @@ static PyObject *plan_predict(PlanObject *p, PyObject *x)
 {
     int64_t rows;
     plan_inputs xa;
-    if (plan_inputs_get(p, x, "predict", 0, &rows, &xa)) return NULL;
+    if (plan_inputs_get(p, x, "predict", 1, p->max_batch, &rows, &xa)) return NULL;
     npy_intp dims[GC_MAX_DIMS];
     dims[0] = rows;
     for (int i = 0; i < p->out_ndim; i++) dims[i + 1] = p->out_shape[i];
@@ -1477,7 +1479,7 @@ static PyObject *plan_set_data(PlanObject *p, PyObject *args)
     }
     plan_inputs xa;
     int64_t n;
-    if (plan_inputs_get(p, x, "set_data", 1, &n, &xa)) return NULL;
+    if (plan_inputs_get(p, x, "set_data", 1, -1, &n, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, n);
     if (!ya) {
         inputs_release(&xa);
@@ -1666,7 +1668,7 @@ static PyObject *plan_profile(PlanObject *p, PyObject *args, PyObject *kw)
     if (parse_hparams(p, h, &hp)) return NULL;
     int64_t rows;
     plan_inputs xa;
-    if (plan_inputs_get(p, x, "profile", 0, &rows, &xa)) return NULL;
+    if (plan_inputs_get(p, x, "profile", 1, p->max_batch, &rows, &xa)) return NULL;
     PyArrayObject *ya = plan_y(p, y, rows);
     if (!ya) {
         inputs_release(&xa);

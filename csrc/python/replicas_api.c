@@ -1,6 +1,6 @@
 /* replicas_api.c -- gpucmp._core.ReplicaGroup(n): n data-parallel replicas' meeting point.
  *
- * What it provides: ReplicaGroup(n) (ValueError outside 1..64), .size, .aborted, .abort();
+ * What it provides: ReplicaGroup(n) (the core's ValueError outside 1..64), .size, .aborted, .abort();
  * Plan.join_group(group, rank) (module.c) makes a training plan replica `rank` of it.
  * Each member's train_step / train_steps then averages its gradients with the others'
  * before its update (gpucmp_plan.h), so the members must step together, one thread each
@@ -11,6 +11,7 @@
 
 #include "gpucmp.h"
 #include "gpucmp_plan.h"
+#include "bench.h"
 #include "replicas_api.h"
 
 typedef struct {
@@ -25,13 +26,12 @@ static PyObject *group_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"n", NULL};
     int n;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "i:ReplicaGroup", kwlist, &n)) return NULL;
-    if (n < 1 || n > 64) return PyErr_Format(PyExc_ValueError, "ReplicaGroup: n = %d replicas; 1 to 64 allowed", n);
     GroupObject *g = (GroupObject *)type->tp_alloc(type, 0);
     if (!g) return NULL;
-    gc_status s = gc_replica_group_create(n, &g->group);
+    gc_status s = gc_replica_group_create(n, &g->group); /* its error: n outside 1..64, or memory */
     if (s) {
         Py_DECREF(g);
-        return PyErr_NoMemory();
+        return gc_py_raise(s);
     }
     return (PyObject *)g;
 }

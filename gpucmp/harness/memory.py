@@ -26,9 +26,10 @@ def plan_memory(descs, batch, optimizer="adam", dataset_rows=0, label_numel=None
                 loss="categorical_crossentropy"):
     """Bytes the plan and its model hold on the device for a training step at `batch` rows."""
     trainable, total = layer_params(descs)
-    plan_bytes = meta_plan(descs, max(1, int(batch)), loss, optimizer).bytes
     if int(batch) == 0:   # the part that does not grow with the batch, from the slope at large batches
         plan_bytes = 2 * meta_plan(descs, 1024, loss, optimizer).bytes - meta_plan(descs, 2048, loss, optimizer).bytes
+    else:
+        plan_bytes = meta_plan(descs, int(batch), loss, optimizer).bytes
     inputs = [d for d in descs if d["kind"] == "input"] or [{"out_shape": descs[0]["in_shape"]}]
     in_n = sum(_numel(d["out_shape"]) for d in inputs)
     label_numel = _numel(descs[-1]["out_shape"]) if label_numel is None else label_numel
