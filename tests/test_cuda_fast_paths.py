@@ -21,6 +21,9 @@ relies on would be reached there only by chance. Here shapes are chosen to take 
   H100 / H200: the halo and im2col kernels; 'same' / 'valid', ragged tiles, 1x1,
   several filter tiles, bias and every activation), on every kernel of cuda.conv2d.fwd
   / .bwd_data this device runs, the wgmma forward on each of cuda.conv2d.fwd_wgmma.
+- conv2d_fwd (any stride) and the stride-1 conv2d_bwd_data on the Hopper GEMM kernel with
+  an im2col A (conv2d_wgmma_igemm.cu), forced (cuda.conv2d.fwd_wgmma=igemm): strided 1x1
+  and 3x3, 256 / 512-channel 3x3, ragged tiles, bias + activations; refusals named.
 - conv2d_bwd_filter on the Hopper wgmma kernel (conv2d_wgmma_wgrad.cu), forced
   (cuda.conv2d.wgrad=wgmma) where the registry says it is available (sm_90a image on a
   compute capability 9.0 device; skipped elsewhere): 1x1 stride 1 and 2, 3x3 'same' /
@@ -229,6 +232,106 @@ def test_conv_large_16bit(case, dtype, g):
                 continue
         _conv_ran(c, gd, point, variant)
         c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+
+
+# ---------------------------------------------------------------- Hopper GEMM kernel with an im2col A
+# conv2d_wgmma_igemm.cu, forced (cuda.conv2d.fwd / .bwd_data = wgmma, cuda.conv2d.fwd_wgmma =
+# igemm) where the registry says it runs: strided 1x1 and 3x3 layers (ResNet-50's shortcuts
+# and block-1 convolutions, asymmetric 'same' padding), 3x3 layers with 256 channels (too big
+# for the resident weight slices), tiles past the batch (M % 128 != 0), N not a multiple of
+# the 256-wide tile, 'valid' padding, bias + each fused activation; the data gradient of
+# stride-1 layers (dy convolved with the flipped kernel, w read in place).
+IGEMM = [
+    dict(N=3, H=28, W=28, C=256, F=512, KH=1, KW=1, s=(2, 2), pad="valid", act="linear"),  # strided shortcut
+    dict(N=2, H=15, W=17, C=128, F=256, KH=3, KW=3, s=(2, 2), pad="same", act="relu"),     # 3x3/2, odd sizes
+    dict(N=2, H=14, W=14, C=256, F=256, KH=3, KW=3, s=(1, 1), pad="same", act="relu"),     # conv4 3x3
+    dict(N=3, H=7, W=7, C=512, F=512, KH=3, KW=3, s=(1, 1), pad="same", act="linear"),     # conv5 3x3, M = 147
+    dict(N=2, H=11, W=13, C=64, F=320, KH=3, KW=3, s=(1, 1), pad="valid", act="sigmoid"),  # F = 320: ragged N tile
+    dict(N=1, H=9, W=10, C=192, F=64, KH=2, KW=3, s=(3, 2), pad="same", act="tanh"),       # uneven strides / kernel
+]
+
+
+@pytest.fixture
+def igemm():
+    """Skips unless the registry says the igemm kernel runs here (sm_90a image of the
+    GEMM kernel on a compute capability 9.0 device)."""
+    if "igemm" not in variants.available("cuda.conv2d.fwd_wgmma"):
+        pytest.skip("cuda.conv2d.fwd_wgmma=igemm is not available here (needs sm_90a code on a 9.0 device)")
+
+
+def _forced_all(c, forced, fn):
+    """fn() with the variants `forced` ({point: name}); each point's `last` must be the forced one."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for point, name in forced.items():
+                stack.enter_context(variants.forced(point, name))
+            out = fn()
+            for point, name in forced.items():
+                assert variants.last(point) == name, c.msg(f"{point}={name} ran {variants.last(point)!r}")
+            return out
+    except AssertionError:
+        raise
+    except Exception as e:
+        raise AssertionError(c.msg(f"{forced}: {type(e).__name__}: {e}")) from e
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("g", IGEMM, ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}"
+                         f"-s{g['s'][0]}{g['s'][1]}-{g['pad']}")
+def test_conv_igemm(case, igemm, dtype, g):
+    c = case("conv2d_fwd", dtype)
+    x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+    w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
+    bias = c.normal(g["F"])
+    s, d, k = g["s"], (1, 1), g["KH"] * g["KW"] * g["C"]
+    want = ref.conv2d(x, w, bias, s, g["pad"], d, g["act"])
+    terms = ref.conv2d(abs(x), abs(w), abs(bias), s, g["pad"], d)
+    c.what = f"x={x.shape} kernel={w.shape} strides={s} padding={g['pad']} act={g['act']} [igemm forced]"
+    fwd = {"cuda.conv2d.fwd": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+    y = _forced_all(c, fwd, lambda: ops.conv2d(c.arg(x), c.arg(w), c.arg(bias), strides=s, padding=g["pad"],
+                                               activation=g["act"], **c.kw))
+    c.check("y", y, want, k=k, terms=terms)
+    # no bias: the epilogue without it; repeatable bit for bit (no split, fixed order)
+    want0 = ref.conv2d(x, w, None, s, g["pad"], d, g["act"])
+    y0 = _forced_all(c, fwd, lambda: ops.conv2d(c.arg(x), c.arg(w), None, strides=s, padding=g["pad"],
+                                                activation=g["act"], **c.kw))
+    c.check("y (no bias)", y0, want0, k=k, terms=ref.conv2d(abs(x), abs(w), None, s, g["pad"], d))
+    y1 = _forced_all(c, fwd, lambda: ops.conv2d(c.arg(x), c.arg(w), None, strides=s, padding=g["pad"],
+                                                activation=g["act"], **c.kw))
+    assert np.asarray(y1).tobytes() == np.asarray(y0).tobytes(), c.msg("two identical calls differ")
+    if s != (1, 1):
+        with variants.forced("cuda.conv2d.bwd_data", "wgmma"), variants.forced("cuda.conv2d.fwd_wgmma", "igemm"):
+            dy = c.normal(want.shape)
+            with pytest.raises(NotImplementedError, match="stride-1"):
+                ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s, padding=g["pad"], **c.kw)
+        return
+    dy = c.normal(want.shape)
+    want_dx = ref.conv2d_backward_data(dy, w, x.shape, s, g["pad"], d)
+    terms_dx = ref.conv2d_backward_data(abs(dy), abs(w), x.shape, s, g["pad"], d)
+    c.what = f"dy={dy.shape} kernel={w.shape} x={x.shape} padding={g['pad']} [igemm forced]"
+    bwd = {"cuda.conv2d.bwd_data": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+    dx = _forced_all(c, bwd, lambda: ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s,
+                                                             padding=g["pad"], **c.kw))
+    c.check("dx", dx, want_dx, k=g["KH"] * g["KW"] * g["F"], terms=terms_dx)
+
+
+def test_conv_igemm_refusals(case, igemm):
+    """Where the kernel does not apply, a forced run refuses before any launch (the op's
+    NotImplementedError names the rule) and the automatic choice still computes it."""
+    c = case("conv2d_fwd", "bfloat16")
+    fwd = {"cuda.conv2d.fwd": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+    for shape, kshape, why in [((2, 9, 9, 96), (3, 3, 96, 64), "multiples of 64"),
+                               ((2, 9, 9, 64), (3, 3, 64, 100), "multiples of 64")]:
+        x, w = c.normal(shape), c.normal(kshape, 0.25)
+        with contextlib.ExitStack() as stack:
+            for point, name in fwd.items():
+                stack.enter_context(variants.forced(point, name))
+            with pytest.raises(NotImplementedError, match=why):
+                ops.conv2d(c.arg(x), c.arg(w), None, strides=(1, 1), padding="same", **c.kw)
+        y = ops.conv2d(c.arg(x), c.arg(w), None, strides=(1, 1), padding="same", **c.kw)
+        c.what = f"x={shape} kernel={kshape} (automatic choice)"
+        c.check("y", y, ref.conv2d(x, w, None, (1, 1), "same", (1, 1)), k=9 * shape[3],
+                terms=ref.conv2d(abs(x), abs(w), None, (1, 1), "same", (1, 1)))
 
 
 # ---------------------------------------------------------------- Hopper wgmma weight gradient

@@ -1047,7 +1047,7 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
     }
     gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_SIMT);
     if (use_simt(dt, path)) return gc_conv2d_simt_fwd(be, g, dt, x, w, bias, act, y);
-    if (path == PATH_AUTO && wgmma_wanted(be, g, dt)) {
+    if (path == PATH_AUTO && (wgmma_wanted(be, g, dt) || gc_conv2d_igemm_wanted(be, g, dt, 0))) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_FWD, GC_V_FWD_WGMMA);
         gc_status st = gc_conv2d_wgmma_fwd(be, g, dt, x, w, bias, act, y);
         if (st != GC_ERR_UNSUPPORTED) return st;
@@ -1094,7 +1094,7 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
     gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_SIMT);
     if (path == PATH_SIMT || !fits_int(g) || use_simt(dt, path) || (path != PATH_MMA && (g->C < 8 || g->F < 8)))
         return gc_conv2d_simt_bwd_data(be, g, dt, dy, w, dx);
-    if (path == PATH_AUTO && wgmma_wanted(be, g, dt)) {
+    if (path == PATH_AUTO && (wgmma_wanted(be, g, dt) || gc_conv2d_igemm_wanted(be, g, dt, 1))) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_WGMMA);
         gc_status st = gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 0);
         if (st != GC_ERR_UNSUPPORTED) return st;

@@ -1,6 +1,6 @@
 /* conv2d_internal.cuh -- what the conv2d sources share (private to them): conv2d.cu
  * (adapters + Tensor Core implicit GEMMs), conv2d_wgmma.cu (the Hopper forward and data
- * gradient), conv2d_wgmma_wgrad.cu (the Hopper weight gradient), conv2d_smallc.cu
+ * gradient), conv2d_wgmma_igemm.cu (the same on the GEMM kernel), conv2d_wgmma_wgrad.cu (the Hopper weight gradient), conv2d_smallc.cu
  * (forward and weight gradient for C < 8), conv2d_simt.cu (the exact-f32 direct
  * reference kernels) and conv2d_vendor.cu (cuDNN loaded at run time).
  *
@@ -75,6 +75,19 @@ gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_
  * forced: also where the tiles waste much); GC_ERR_UNSUPPORTED before any launch */
 gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                    const void *dy, const void *w, void *dx, int forced);
+
+/* ---- conv2d_wgmma_igemm.cu: the Hopper GEMM kernel (wgmma_gemm_kernel.cuh) with an
+ * im2col A operand (sm_90a; f16 / bf16, C and F multiples of 64, dilation 1): the forward
+ * of strides 1..8 (pass 0) and the stride-1 data gradient (pass 1). _why: NULL when it
+ * runs the pass of this geometry, else why not. _wanted: the automatic choice. The
+ * entry points launch nothing and return GC_ERR_UNSUPPORTED (with a message) where _why
+ * says no or a pointer is not 16-byte aligned; no workspace. */
+const char *gc_conv2d_igemm_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass);
+int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass);
+gc_status gc_conv2d_igemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                              const void *x, const void *w, const void *bias, gc_act act, void *y);
+gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                   const void *dy, const void *w, void *dx);
 
 /* ---- conv2d_wgmma_wgrad.cu: the Hopper weight gradient (sm_90a; f16 / bf16, C % 8 == 0,
  * F % 8 == 0, dilation 1, stride 1 or a 1x1 unpadded kernel). _compiled: 1 when this

@@ -124,18 +124,6 @@ __device__ __forceinline__ void cw_mbar_arrive(uint32_t bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-/* im2col box of the (C, W, H, N) tensor: channels [c, c + channelsPerPixel) of
- * pixelsPerColumn pixels whose filter corners start at (w, h, n), each read at
- * (corner + (off_w, off_h)); padding and pixels past the tensor read as zeros. */
-__device__ __forceinline__ void cw_tma_load_im2col(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                                   int c, int w, int h, int n, uint16_t off_w,
-                                                   uint16_t off_h)
-{
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(off_w), "h"(off_h)
-                 : "memory");
-}
 /* shared -> global tiled 2-D box (bulk async group of the issuing thread) */
 __device__ __forceinline__ void cw_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1)
 {
@@ -276,7 +264,7 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
                     mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
                     const uint32_t full = full0 + 8 * s;
                     mbar_expect_tx(full, CW_A_BYTES);
-                    cw_tma_load_im2col(base + (uint32_t)s * CW_A_BYTES, &tmX, full, cc * CW_BK, w0, h0, n0,
+                    tma_load_im2col_4d(base + (uint32_t)s * CW_A_BYTES, &tmX, full, cc * CW_BK, w0, h0, n0,
                                        (uint16_t)kw, (uint16_t)kh);
                     if (++cc == p.cchunks) {
                         cc = 0;
@@ -896,12 +884,17 @@ extern "C" gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d
 extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                          const void *x, const void *w, const void *bias, gc_act act, void *y)
 {
+    /* the GEMM kernel with an im2col A (conv2d_wgmma_igemm.cu): forced, or chosen */
+    const int variant = gc_variant_forced(GC_VP_CUDA_CONV2D_FWD_WGMMA);
+    if (variant == GC_V_FWDWG_IGEMM || (variant == GC_V_FWDWG_AUTO && gc_conv2d_igemm_wanted(be, g, dt, 0))) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_IGEMM);
+        return gc_conv2d_igemm_fwd(be, g, dt, x, w, bias, act, y);
+    }
     gc_status st = gc_conv2d_wgmma_check(be, g, dt);
     if (st) return st;
     if (!cw_aligned16(x) || !cw_aligned16(y) || !cw_aligned16(w))
         return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma): x, w and y must be 16-byte aligned");
     /* the halo kernel where it fits (or forced), else the im2col one */
-    const int variant = gc_variant_forced(GC_VP_CUDA_CONV2D_FWD_WGMMA);
     if (variant != GC_V_FWDWG_IM2COL) {
         int BH = 32;
         const char *why = ch_fits(be, g, variant == GC_V_FWDWG_HALO, &BH);
@@ -1024,6 +1017,13 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
 extern "C" gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                               const void *dy, const void *w, void *dx, int forced)
 {
+    /* igemm forced at cuda.conv2d.fwd_wgmma, or chosen; any other value: the halo kernel */
+    const int variant = gc_variant_forced(GC_VP_CUDA_CONV2D_FWD_WGMMA);
+    if (variant == GC_V_FWDWG_IGEMM || (variant == GC_V_FWDWG_AUTO && gc_conv2d_igemm_wanted(be, g, dt, 1))) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_IGEMM);
+        return gc_conv2d_igemm_bwd_data(be, g, dt, dy, w, dx);
+    }
+    gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_HALO);
     gc_conv2d_geom t = *g;
     t.H = g->OH;
     t.W = g->OW;

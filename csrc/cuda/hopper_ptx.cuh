@@ -1,6 +1,6 @@
 /* hopper_ptx.cuh -- what the Hopper (sm_90a) TMA / wgmma files share (gemm_wgmma.cu,
  * conv2d_wgmma.cu, conv2d_wgmma_wgrad.cu): on the device, the PTX primitives
- * (shared-memory addresses, mbarriers, the tiled TMA load, the wgmma group fences); on
+ * (shared-memory addresses, mbarriers, the tiled and im2col TMA loads, the wgmma group fences); on
  * the host, the driver's tensor-map encoders (gc_tma_encoders, tensor_map.cu).
  *
  * One copy so that a fix (a barrier's memory semantics, say) reaches every kernel. The
@@ -114,6 +114,18 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* im2col box of a 4-D (C, W, H, N) tensor map: channels [c, c + channelsPerPixel) of
+ * pixelsPerColumn pixels whose filter corners start at (w, h, n) and advance by the
+ * map's traversal strides, each read at (corner + (off_w, off_h)); padding and pixels
+ * past the tensor read as zeros. */
+__device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c, int w,
+                                                   int h, int n, uint16_t off_w, uint16_t off_h)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(off_w), "h"(off_h)
                  : "memory");
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

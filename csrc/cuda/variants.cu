@@ -67,7 +67,8 @@ extern "C" int gc_cuda_variant_probe(int point, int value, const char **why)
         return value == GC_V_WGRAD_MMA || value == GC_V_WGRAD_SMALLC || value == GC_V_WGRAD_GEMM
                    ? tensor_cores(be, why)
                    : 1;
-    case GC_VP_CUDA_CONV2D_FWD_WGMMA: return wgmma(be, gc_conv2d_wgmma_compiled, why);
+    case GC_VP_CUDA_CONV2D_FWD_WGMMA: /* igemm: the GEMM kernel's image (wgmma_gemm_kernel.cuh) */
+        return wgmma(be, value == GC_V_FWDWG_IGEMM ? gc_cuda_gemm_wgmma_compiled : gc_conv2d_wgmma_compiled, why);
     case GC_VP_CUDA_CONV2D_WGRAD_WGMMA: return wgmma(be, gc_conv2d_wgrad_wgmma_compiled, why);
     case GC_VP_CUDA_RNN:
         if (value != GC_V_RNN_CLUSTER) return 1;

@@ -66,8 +66,12 @@ extern "C" {
     V(P, AUTO, "auto", 0) V(P, SIMT, "simt", 0) V(P, MMA, "mma", 0) V(P, SMALLC, "smallc", 0) \
     V(P, WGMMA, "wgmma", 0) V(P, GEMM, "gemm", 0) V(P, CONV, "conv", 0)
 
+/* the Hopper wgmma convolution kernels (conv2d_wgmma.cu, conv2d_wgmma_igemm.cu): the
+ * forward on halo / im2col (resident 64-filter weight slices, stride 1) or igemm (the
+ * GEMM kernel with an im2col A: any stride); the stride-1 data gradient on halo or
+ * igemm (im2col forced there means halo) */
 #define GC_VARIANTS_CUDA_CONV2D_FWD_WGMMA(V, P) \
-    V(P, AUTO, "auto", 0) V(P, HALO, "halo", 0) V(P, IM2COL, "im2col", 0)
+    V(P, AUTO, "auto", 0) V(P, HALO, "halo", 0) V(P, IM2COL, "im2col", 0) V(P, IGEMM, "igemm", 0)
 
 /* block shapes of the wgmma weight gradient: A = d(y) or x, s(hared) or a(lternate)
  * K-blocks, NB = 1..4 B boxes; index - 1 = a_x << 3 | alt << 2 | (NB - 1) */
@@ -111,7 +115,8 @@ extern "C" {
     C(CUDA_CONV2D_WGRAD, "cuda.conv2d.wgrad", "cuda", GC_VARIANTS_CUDA_CONV2D_WGRAD, \
       "CUDA conv2d weight-gradient kernel") \
     C(CUDA_CONV2D_FWD_WGMMA, "cuda.conv2d.fwd_wgmma", "cuda", GC_VARIANTS_CUDA_CONV2D_FWD_WGMMA, \
-      "which Hopper wgmma forward kernel: halo (where it fits) or TMA im2col") \
+      "which Hopper wgmma convolution kernel: halo (where it fits), TMA im2col (resident weight slice) or " \
+      "igemm (the GEMM kernel, im2col A; any stride); the data gradient: halo or igemm") \
     C(CUDA_CONV2D_WGRAD_WGMMA, "cuda.conv2d.wgrad_wgmma", "cuda", GC_VARIANTS_CUDA_CONV2D_WGRAD_WGMMA, \
       "block shape of the Hopper wgmma weight gradient (auto: its cost model)") \
     C(CUDA_RNN, "cuda.rnn", "cuda", GC_VARIANTS_CUDA_RNN, \

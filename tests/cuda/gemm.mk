@@ -27,7 +27,7 @@ GEMM_CU := $(addprefix $(ROOT)/csrc/cuda/,gemm.cu gemm_simt.cu gemm_small.cu gem
              gemm_vendor.cu tensor_map.cu) $(ROOT)/tests/cuda/test_gemm.cu
 GEMM_C := $(ROOT)/csrc/core/status.c $(ROOT)/csrc/core/dtype.c $(ROOT)/csrc/core/variants.c
 GEMM_OBJ := $(patsubst %,$(GEMM_OBJDIR)/%.o,$(notdir $(GEMM_CU) $(GEMM_C)))
-GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh cuda/hopper_ptx.cuh include/gpucmp.h \
+GEMM_HDR := $(addprefix $(ROOT)/csrc/,cuda/gemm.cuh cuda/common.cuh cuda/hopper_ptx.cuh cuda/wgmma_gemm_kernel.cuh include/gpucmp.h \
               include/gpucmp_variants.h)
 
 gemm: $(OUT)/test_gemm

@@ -1,0 +1,211 @@
+/* conv2d_wgmma_igemm.cu -- Hopper (sm_90a) convolutions as the GEMM kernel with an
+ * im2col A operand: the forward of any stride and the stride-1 data gradient, for
+ * layers whose weights are too big for conv2d_wgmma.cu's resident 64-filter slices.
+ *
+ * What: gc_conv2d_igemm_fwd computes y = act(conv(x, w) + bias) for NHWC f16 / bf16
+ * storage, fp32 accumulation, C and F multiples of 64, dilation 1, strides 1..8;
+ * gc_conv2d_igemm_bwd_data the data gradient of a stride-1 layer. _why says why a
+ * geometry is refused (NULL: it runs), _wanted is the automatic choice.
+ *
+ * How: wgmma_gemm_kernel.cuh's persistent kernel (128 x 256 tiles, clusters of 2
+ * sharing B by multicast, m64n256 wgmma, 4 stages of 48 KB) with M = output pixels,
+ * N = F, K = KH*KW*C ordered (kh, kw, c). The producer fetches each K-block of A -- 64
+ * channels of one tap for 128 output pixels -- with one TMA copy in im2col mode of the
+ * input seen as a (C, W, H, N) tensor: coordinates = the first pixel's filter corner
+ * (q*sw - pad_left, p*sh - pad_top, n), offsets = the tap (kw, kh), traversal strides =
+ * the layer's strides, box corners = the range of filter corners (lower = -pad, upper =
+ * (O-1)*s + 1 - I - pad per dimension); padding, rows past M and pixels past the batch
+ * arrive as zeros. The B slice is w itself, (KH*KW*C) x F read in the K x N layout, so
+ * nothing is copied or transposed before the launch and no workspace is taken.
+ * The data gradient is the forward convolution of dy with the kernel flipped and C, F
+ * swapped (padding KH-1-pad_top, KW-1-pad_left): A = im2col(dy), and w read K-major,
+ * tap KH*KW-1-t for K-block tap t (each tap of w is a C x F matrix = N x K).
+ * Versus conv2d_wgmma.cu: its im2col kernel keeps a 64-filter slice of w^T resident
+ * (m64n64 wgmma: every 64 filters re-read the input, and slices of C >= 256 3x3 layers
+ * do not fit), its halo kernel needs the slice and two halo stages on chip; this one
+ * streams w with the input, at the GEMM's tile shape.
+ * The epilogue is the GEMM's: bias and activation in fp32, one rounding to storage. */
+#include "conv2d_internal.cuh"
+
+#include <limits.h>
+#include <string.h>
+
+#include <cuda.h> /* CUtensorMap and its enums only: the encoders come from the driver (tensor_map.cu) */
+
+#include "wgmma_gemm_kernel.cuh"
+
+namespace {
+
+/* The im2col tensor map of an NHWC activation (N, H, W, C) for output extent (OH, OW):
+ * boxes of 64 channels x 128 pixels in the 128-byte swizzle (the kernel's A slice). */
+gc_status im2col_map(CUtensorMap *m, gc_dtype dt, const void *x, int64_t N, int64_t H, int64_t W, int64_t C,
+                     int64_t OH, int64_t OW, int sh, int sw, int pad_top, int pad_left, const char *what)
+{
+    const size_t es = gc_dtype_size(dt);
+    const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
+    const cuuint64_t strides[3] = {(cuuint64_t)(C * es), (cuuint64_t)(W * C * es), (cuuint64_t)(H * W * C * es)};
+    /* the filter corners of the output pixels, W first (then H) */
+    const int lower[2] = {-pad_left, -pad_top};
+    const int upper[2] = {(int)((OW - 1) * sw + 1 - W - pad_left), (int)((OH - 1) * sh + 1 - H - pad_top)};
+    const cuuint32_t estr[4] = {1, (cuuint32_t)sw, (cuuint32_t)sh, 1};
+    const CUtensorMapDataType tdt = dt == GC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const CUresult r = gc_tma_encoders()->im2col(m, tdt, 4, (void *)x, dims, strides, lower, upper, 64, WG_BM, estr,
+                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return gc_fail(GC_ERR_UNSUPPORTED,
+                       "%s (wgmma igemm): cuTensorMapEncodeIm2col failed (%d) for (%lld, %lld, %lld, %lld), "
+                       "strides (%d, %d), box corners (%d, %d) .. (%d, %d)",
+                       what, (int)r, (long long)N, (long long)H, (long long)W, (long long)C, sh, sw, lower[0],
+                       lower[1], upper[0], upper[1]);
+    return GC_OK;
+}
+
+/* Why the kernel cannot run a forward convolution of geometry g (the data gradient
+ * passes its forward view), or NULL. */
+const char *why_not(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
+{
+    if (dt != GC_F16 && dt != GC_BF16) return "float16 / bfloat16 storage only";
+    if (!gc_cuda_gemm_wgmma_compiled(be) || !gc_tma_encoders()->im2col)
+        return "no sm_90a code for this device, or no tensor-map encoder in the driver";
+    if (g->C <= 0 || g->F <= 0 || g->C % 64 || g->F % 64) return "C and F must be multiples of 64";
+    if (g->dh != 1 || g->dw != 1) return "dilation 1 only";
+    if (g->sh < 1 || g->sw < 1 || g->sh > 8 || g->sw > 8) return "strides 1..8 only (TMA traversal strides)";
+    if (g->KH > 256 || g->KW > 256) return "kernel taps past the 8-bit im2col offsets";
+    const int64_t uw = (g->OW - 1) * g->sw + 1 - g->W - g->pad_left, uh = (g->OH - 1) * g->sh + 1 - g->H - g->pad_top;
+    if (g->pad_left > 128 || g->pad_top > 128 || uw < -128 || uh < -128 || uw > 127 || uh > 127)
+        return "padding past the 8-bit im2col box corners";
+    const int64_t M = g->N * g->OH * g->OW, K = g->KH * g->KW * g->C;
+    if (M <= 0) return "no output pixels";
+    if (M > INT_MAX - 2 * WG_BM || K > INT_MAX / 2 || g->F > INT_MAX / 2 || g->KH * g->KW * g->C * g->F > INT_MAX ||
+        g->N * g->H * g->W * g->C >= ((int64_t)1 << 40))
+        return "sizes past 32-bit tile indices";
+    return NULL;
+}
+
+/* The launch for one dtype: A = the im2col map, B = w (K x N when !kmaj, else K-major). */
+template <int AMODE>
+gc_status launch(const gc_backend *be, gc_dtype dt, const CUtensorMap &ta, const CUtensorMap &tb, int64_t M,
+                 int64_t N, int64_t K, const gc_gemm_epi_args &e, const wg_conv &cv, const char *what)
+{
+    constexpr bool KMAJ = AMODE == WG_A_IM2COL_FLIP;
+    if (dt == GC_F16) return wg_launch<__half, KMAJ, AMODE>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
+    return wg_launch<__nv_bfloat16, KMAJ, AMODE>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
+}
+
+gc_gemm_epi_args epilogue(gc_dtype dt, void *out, int64_t M, int64_t N, const void *bias, gc_act act)
+{
+    gc_gemm_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = dt;
+    d.M = M; d.N = N;
+    d.C = out; d.ldc = N;
+    d.bias = bias;
+    d.alpha = 1.0f;
+    d.beta = 0.0f;
+    d.act = (int)act;
+    return gc_gemm_epi_of(&d);
+}
+
+/* The data gradient of g as a forward convolution of dy (C and F swapped, padding
+ * KH-1-pad). */
+gc_conv2d_geom dgrad_view(const gc_conv2d_geom *g)
+{
+    gc_conv2d_geom t = *g;
+    t.H = g->OH; t.W = g->OW;
+    t.C = g->F; t.F = g->C;
+    t.OH = g->H; t.OW = g->W;
+    t.pad_top = (int)(g->KH - 1) - g->pad_top;
+    t.pad_left = (int)(g->KW - 1) - g->pad_left;
+    return t;
+}
+
+} // namespace
+
+extern "C" const char *gc_conv2d_igemm_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass)
+{
+    if (pass == 0) return why_not(be, g, dt);
+    if (g->sh != 1 || g->sw != 1) return "the data gradient of stride-1 layers only";
+    const gc_conv2d_geom t = dgrad_view(g);
+    if (t.pad_top < 0 || t.pad_left < 0) return "padding wider than the kernel";
+    return why_not(be, &t, dt);
+}
+
+/* Automatic choice (measured on an H200 against conv2d_wgmma.cu's kernels and the
+ * mma.sync implicit GEMM, benchmarks/RESULTS.md): where the output has at least 256
+ * channels (a 128 x 256 tile is then whole) and the layer is not one the resident-slice
+ * kernels run well (the 3x3 64-channel layers and the stride-1 1x1 layers: halo kernel
+ * or the GEMM route); enough tiles for every SM. */
+extern "C" int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass)
+{
+    if (gc_cuda_cc(be) != 90) return 0;
+    const int64_t nout = pass == 0 ? g->F : g->C;  /* the GEMM's N */
+    const int64_t nin = pass == 0 ? g->C : g->F;   /* channels per tap of A */
+    const int strided = g->sh > 1 || g->sw > 1;
+    if (nout < 256) return 0;
+    if (!strided && g->KH * g->KW == 1) return 0;  /* stride-1 1x1: the GEMM route / halo kernel */
+    if (!strided && nin < 128) return 0;           /* 3x3 64-channel inputs: the halo kernel */
+    const int64_t M = pass == 0 ? g->N * g->OH * g->OW : g->N * g->H * g->W;
+    const int64_t tiles = (M + WG_BM - 1) / WG_BM * ((nout + WG_BN - 1) / WG_BN);
+    const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
+    if (tiles < sms) return 0;
+    return gc_conv2d_igemm_why(be, g, dt, pass) == NULL;
+}
+
+extern "C" gc_status gc_conv2d_igemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, const void *x,
+                                         const void *w, const void *bias, gc_act act, void *y)
+{
+    const char *why = why_not(be, g, dt);
+    if (!why && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)y) & 15u)) why = "x, w and y must be 16-byte aligned";
+    if (why)
+        return gc_fail(GC_ERR_UNSUPPORTED,
+                       "conv2d_fwd (wgmma igemm): x (%lld, %lld, %lld, %lld), kernel %lldx%lld -> %lld, stride "
+                       "(%d, %d), dilation (%d, %d), %s: %s",
+                       (long long)g->N, (long long)g->H, (long long)g->W, (long long)g->C, (long long)g->KH,
+                       (long long)g->KW, (long long)g->F, g->sh, g->sw, g->dh, g->dw, gc_dtype_name(dt), why);
+    const int64_t M = g->N * g->OH * g->OW, K = g->KH * g->KW * g->C;
+    CUtensorMap ta, tb;
+    gc_status st = im2col_map(&ta, dt, x, g->N, g->H, g->W, g->C, g->OH, g->OW, g->sh, g->sw, g->pad_top,
+                              g->pad_left, "conv2d_fwd");
+    if (st) return st;
+    /* w as stored: K rows of F (the K x N layout), boxes of 64 filters x 64 K */
+    if ((st = wg_make_map_2d(&tb, dt, w, g->F, K, g->F * (int64_t)gc_dtype_size(dt), 64, 64))) return st;
+    wg_conv cv;
+    cv.ohw = (int)(g->OH * g->OW); cv.ow = (int)g->OW;
+    cv.sh = g->sh; cv.sw = g->sw;
+    cv.pad_top = g->pad_top; cv.pad_left = g->pad_left;
+    cv.kw = (int)g->KW; cv.cchunks = (int)(g->C / 64); cv.taps = (int)(g->KH * g->KW);
+    return launch<WG_A_IM2COL>(be, dt, ta, tb, M, g->F, K, epilogue(dt, y, M, g->F, bias, act), cv,
+                               "conv2d_fwd (wgmma igemm)");
+}
+
+extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                              const void *dy, const void *w, void *dx)
+{
+    const char *why = gc_conv2d_igemm_why(be, g, dt, 1);
+    if (!why && (((uintptr_t)dy | (uintptr_t)w | (uintptr_t)dx) & 15u)) why = "dy, w and dx must be 16-byte aligned";
+    if (why)
+        return gc_fail(GC_ERR_UNSUPPORTED,
+                       "conv2d_bwd_data (wgmma igemm): dy (%lld, %lld, %lld, %lld), kernel %lldx%lld, x channels "
+                       "%lld, stride (%d, %d), %s: %s",
+                       (long long)g->N, (long long)g->OH, (long long)g->OW, (long long)g->F, (long long)g->KH,
+                       (long long)g->KW, (long long)g->C, g->sh, g->sw, gc_dtype_name(dt), why);
+    const gc_conv2d_geom t = dgrad_view(g);
+    const int64_t M = t.N * t.OH * t.OW, K = t.KH * t.KW * t.C; /* t.C = the layer's F */
+    CUtensorMap ta, tb;
+    gc_status st = im2col_map(&ta, dt, dy, t.N, t.H, t.W, t.C, t.OH, t.OW, 1, 1, t.pad_top, t.pad_left,
+                              "conv2d_bwd_data");
+    if (st) return st;
+    /* w as stored, (KH*KW*C) rows of F = per tap a C x F matrix: N rows of K, K-major;
+     * boxes of 64 K x 128 rows (half of the 256-wide N tile, one per cluster rank) */
+    if ((st = wg_make_map_2d(&tb, dt, w, g->F, g->KH * g->KW * g->C, g->F * (int64_t)gc_dtype_size(dt), 64,
+                             WG_BN / 2)))
+        return st;
+    wg_conv cv;
+    cv.ohw = (int)(t.OH * t.OW); cv.ow = (int)t.OW;
+    cv.sh = 1; cv.sw = 1;
+    cv.pad_top = t.pad_top; cv.pad_left = t.pad_left;
+    cv.kw = (int)t.KW; cv.cchunks = (int)(t.C / 64); cv.taps = (int)(t.KH * t.KW);
+    return launch<WG_A_IM2COL_FLIP>(be, dt, ta, tb, M, t.F, K, epilogue(dt, dx, M, t.F, NULL, GC_ACT_LINEAR), cv,
+                                    "conv2d_bwd_data (wgmma igemm)");
+}
