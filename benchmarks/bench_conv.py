@@ -2,8 +2,10 @@
 
 Layers: the seeds' CNN at batch 128 (28x28x1->32, 13x13x32->64, 5x5x64->64; 3x3,
 'valid') and a 3x3 64->64 56x56 batch-64 'same' layer. Passes: forward, and fwd+bwd
-(forward + backward-data + backward-filter, no bias: FLOPs 3x the forward's, time the
-sum of the three). Columns, all measured in one run on the same device:
+(forward + backward-data + backward-filter, no bias unless --bias, which times layers as
+Keras builds them: the forward adds the bias, the filter pass also computes its gradient;
+FLOPs 3x the forward's, time the sum of the three). Columns, all measured in one run on
+the same device:
 
 - gpucmp: `_core.bench_conv(..., impl='own')` -- gpucmp's kernels on operands already in
   device memory;
@@ -93,11 +95,13 @@ def pick_inner(t_one):
 
 
 # ------------------------------------------------------------------ gpucmp
-def gpucmp_seconds(device, layer, dtype, impl, which, repeats):
+def gpucmp_seconds(device, layer, dtype, impl, which, repeats, bias=False):
     """Median seconds of one call, or a string saying why there is none."""
     _, n, h, w, c, f, kh, kw, s, pad = layer
     args = (device, n, h, w, c, f, kh, kw)
     kw_ = dict(strides=(s, s), padding=pad, dtype=dtype, impl=impl, which=which)
+    if bias and which != "bwd_data":
+        kw_["bias"] = True
     try:
         t_one = _core.bench_conv(*args, **kw_, repeats=3, warmup=2)
         inner = pick_inner(t_one)
@@ -121,6 +125,7 @@ def torch_worker(spec):
               "bfloat16": torch.bfloat16}
     cl = torch.channels_last
     conv_bwd = torch.ops.aten.convolution_backward
+    bias_on = bool(spec.get("bias"))
     results = {}
     for job in spec["jobs"]:
         key, layer, dtype, which = job["key"], job["layer"], job["dtype"], job["which"]
@@ -142,16 +147,18 @@ def torch_worker(spec):
             x = (torch.rand(n, c, h, w, device=dev, dtype=dt) * 2 - 1).contiguous(memory_format=cl)
             wt = (torch.rand(f, c, kh, kw, device=dev, dtype=dt) * 2 - 1).contiguous(memory_format=cl)
             dy = (torch.rand(n, f, oh, ow, device=dev, dtype=dt) * 2 - 1).contiguous(memory_format=cl)
+            b = torch.rand(f, device=dev, dtype=dt) if bias_on else None
             stride, dil = [s, s], [1, 1]
             if which == "fwd":
                 def fn():
-                    return torch.nn.functional.conv2d(x, wt, None, stride, padding)
+                    return torch.nn.functional.conv2d(x, wt, b, stride, padding)
             elif which == "bwd_data":
                 def fn():
                     return conv_bwd(dy, x, wt, None, stride, padding, dil, False, [0, 0], 1, [True, False, False])
             else:
                 def fn():
-                    return conv_bwd(dy, x, wt, None, stride, padding, dil, False, [0, 0], 1, [False, True, False])
+                    return conv_bwd(dy, x, wt, [f] if bias_on else None, stride, padding, dil, False, [0, 0], 1,
+                                    [False, True, bias_on])
             with torch.no_grad():
                 for _ in range(3):
                     fn()
@@ -176,14 +183,14 @@ def torch_worker(spec):
     print("RESULT " + json.dumps(results), flush=True)
 
 
-def torch_seconds(device, jobs, repeats):
+def torch_seconds(device, jobs, repeats, bias=False):
     """{key: seconds or 'n/a'} from one child process; {} when PyTorch cannot run."""
     torch = try_import_torch()
     if torch is None:
         return {}
     if device.startswith("cuda") and not torch.cuda.is_available():
         return {}
-    spec = json.dumps({"device": device, "jobs": jobs, "repeats": repeats})
+    spec = json.dumps({"device": device, "jobs": jobs, "repeats": repeats, "bias": bias})
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", spec],
                          capture_output=True, text=True)
     for line in out.stdout.splitlines():
@@ -209,6 +216,9 @@ def main():
     ap.add_argument("--no-vendor", action="store_true", help="skip gpucmp's cuDNN baseline (PyTorch is cuDNN too)")
     ap.add_argument("--per-pass", action="store_true",
                     help="a row per pass (fwd, bwd_data, bwd_filter) besides fwd+bwd")
+    ap.add_argument("--bias", action="store_true",
+                    help="layers with a bias, as Keras builds them: the forward adds it, the filter pass also "
+                         "computes its gradient (PyTorch likewise)")
     ap.add_argument("--layers", choices=("default", "resnet50"), default="default",
                     help="resnet50: every distinct conv of ResNet-50 at 224x224 (with its count)")
     ap.add_argument("--batch", type=int, default=256, help="batch of the resnet50 layers")
@@ -242,7 +252,8 @@ def main():
     if torch is not None:
         print(f"torch {torch.__version__}" + (f", cuDNN {torch.backends.cudnn.version()}" if on_gpu else ""))
     print(f"device {device}; median of {args.repeats} samples of ~{SAMPLE_SECONDS * 1e3:.0f} ms; "
-          f"NHWC; no bias; {uname}")
+          f"NHWC; {'bias (forward adds it, the filter pass computes its gradient)' if args.bias else 'no bias'}; "
+          f"{uname}")
 
     # gpucmp (own, vendor) in this process; PyTorch for every job in one child
     jobs, own, ven = [], {}, {}
@@ -251,10 +262,10 @@ def main():
             for which in PASSES:
                 key = f"{li}|{dtype}|{which}"
                 jobs.append({"key": key, "layer": list(layer), "dtype": dtype, "which": which})
-                own[key] = gpucmp_seconds(device, layer, dtype, "own", which, args.repeats)
+                own[key] = gpucmp_seconds(device, layer, dtype, "own", which, args.repeats, args.bias)
                 if on_gpu and not args.no_vendor:
-                    ven[key] = gpucmp_seconds(device, layer, dtype, "vendor", which, args.repeats)
-    tor = {} if torch is None else torch_seconds(device, jobs, args.repeats)
+                    ven[key] = gpucmp_seconds(device, layer, dtype, "vendor", which, args.repeats, args.bias)
+    tor = {} if torch is None else torch_seconds(device, jobs, args.repeats, args.bias)
 
     def total(d, keys):
         vals = [d.get(k) for k in keys]

@@ -583,14 +583,14 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     (void)self;
     static char *kwlist[] = {"device", "n", "h", "w", "c", "f", "kh", "kw", "strides", "padding", "dtype", "impl",
                              "which", "repeats", "warmup", "dilation", "inner", "graph", "grids_for", "plan_sms",
-                             NULL};
+                             "bias", NULL};
     PyObject *device, *grids_o = NULL, *strides_o = NULL, *pad_o = NULL, *dtype_o = NULL, *impl_o = NULL, *which_o = NULL,
              *dil_o = NULL;
     long long N, H, W, C, F, KH, KW;
-    int repeats = 10, warmup = 3, inner = 1, graph = 0, plan_sms = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOipOi:bench_conv", kwlist, &device, &N, &H, &W, &C,
+    int repeats = 10, warmup = 3, inner = 1, graph = 0, plan_sms = 0, with_bias = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLLLLLLL|OOOOOiiOipOip:bench_conv", kwlist, &device, &N, &H, &W, &C,
                                      &F, &KH, &KW, &strides_o, &pad_o, &dtype_o, &impl_o, &which_o, &repeats, &warmup,
-                                     &dil_o, &inner, &graph, &grids_o, &plan_sms))
+                                     &dil_o, &inner, &graph, &grids_o, &plan_sms, &with_bias))
         return NULL;
     const char *fn = "bench_conv";
     static const char *const which_names[3] = {"fwd", "bwd_data", "bwd_filter"};
@@ -626,7 +626,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
     gc_tensor x = gc_tensor_make(NULL, st, 4, sx), wt = gc_tensor_make(NULL, st, 4, swt),
               y = gc_tensor_make(NULL, st, 4, sy), bias = gc_tensor_make(NULL, st, 1, sbias);
     switch (which) {
-    case 0: /* y = conv(x, w); no bias */
+    case 0: /* y = conv(x, w) (+ bias) */
         j.op = GC_OP_CONV2D_FWD;
         j.nin = 3;
         j.nout = 1;
@@ -635,6 +635,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
         j.in[2] = bias;
         j.out[0] = y;
         j.in_used[0] = j.in_used[1] = 1;
+        j.in_used[2] = with_bias;
         j.out_used[0] = 1;
         break;
     case 1: /* dx = conv_bwd_data(dy, w) */
@@ -647,7 +648,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
         j.in_used[0] = j.in_used[1] = 1;
         j.out_used[0] = 1;
         break;
-    default: /* dw = conv_bwd_filter(x, dy); no bias gradient (cuDNN's filter pass has none) */
+    default: /* dw = conv_bwd_filter(x, dy) (and db: cuDNN's filter pass has none) */
         j.op = GC_OP_CONV2D_BWD_FILTER;
         j.nin = 2;
         j.nout = 2;
@@ -657,6 +658,7 @@ static PyObject *py_bench_conv(PyObject *self, PyObject *args, PyObject *kw)
         j.out[1] = bias;
         j.in_used[0] = j.in_used[1] = 1;
         j.out_used[0] = 1;
+        j.out_used[1] = with_bias;
         break;
     }
     j.tf32 = bench_dtype_tf32[dt];
@@ -845,7 +847,8 @@ static PyMethodDef bench_methods[] = {
     {"bench_conv", (PyCFunction)(void (*)(void))py_bench_conv, METH_VARARGS | METH_KEYWORDS,
      "bench_conv(device, n, h, w, c, f, kh, kw, strides=(1,1), padding='valid', dtype='float16', impl='own',\n"
      "           which='fwd', repeats=10, warmup=3, dilation=(1,1), inner=1, graph=False) -> float\n\n"
-     "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), no bias:\n"
+     "Median seconds of one conv2d pass on NHWC input (n, h, w, c) and kernel (kh, kw, c, f), without a\n"
+     "bias unless bias=True (the forward adds one, the filter pass also computes its gradient):\n"
      "which = 'fwd' (y), 'bwd_data' (dx from dy) or 'bwd_filter' (dw from x, dy). dtype and impl as for\n"
      "bench_gemm ('vendor' = cuDNN), and so are inner, graph, grids_for and plan_sms."},
     {"bench_rnn", (PyCFunction)(void (*)(void))py_bench_rnn, METH_VARARGS | METH_KEYWORDS,
