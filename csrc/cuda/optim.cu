@@ -106,7 +106,7 @@ static float adam_alpha(float lr, float b1, float b2, int64_t t)
 template <typename T>
 static __global__ void __launch_bounds__(256) adam_dyn_kernel(int64_t n, const T *g, T *w, T *m, T *v,
                                                               const float *dyn, const float *skip, float b1,
-                                                              float b2, float eps)
+                                                              float b2, float omb1, float omb2, float eps)
 {
     __shared__ float sh_alpha;
     if (skipped(skip)) return;
@@ -116,7 +116,7 @@ static __global__ void __launch_bounds__(256) adam_dyn_kernel(int64_t n, const T
                             : __int_as_float(0x7fc00000);
     }
     __syncthreads();
-    const float alpha = sh_alpha, omb1 = 1.0f - b1, omb2 = 1.0f - b2;
+    const float alpha = sh_alpha;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float wv = gc_to_f(w[i]), mv = gc_to_f(m[i]), vv = gc_to_f(v[i]);
         adam_one(gc_to_f(g[i]), wv, mv, vv, alpha, omb1, omb2, eps);
@@ -142,7 +142,7 @@ extern "C" gc_status gc_cuda_op_adam(const gc_backend *be, const gc_op_call *cal
         GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
             adam_dyn_kernel<T><<<(unsigned)b, 256, 0, gc_cuda_stream(be)>>>(
                 n, (const T *)call->in[0]->data, (T *)call->out[0]->data, (T *)call->out[1]->data,
-                (T *)call->out[2]->data, p->dyn, p->skip, p->beta_1, p->beta_2, p->epsilon));
+                (T *)call->out[2]->data, p->dyn, p->skip, p->beta_1, p->beta_2, f.omb1, f.omb2, p->epsilon));
         return gc_cuda_launch_check("adam (dynamic lr / t)");
     }
     const void *in[4] = {call->in[0]->data, call->out[0]->data, call->out[1]->data, call->out[2]->data};
