@@ -967,6 +967,7 @@ extern "C" gc_status gc_cuda_register_all(void)
 #undef GC_X_CUDA_SLOT
         be->capture_begin = cu_capture_begin;
         be->optim_multi = gc_cuda_optim_multi_f32;
+        be->cast_multi = gc_cuda_cast_multi;
         be->capture_end = cu_capture_end;
         be->graph_launch = cu_graph_launch;
         be->graph_destroy = cu_graph_destroy;

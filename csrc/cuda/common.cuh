@@ -121,6 +121,9 @@ gc_status gc_cuda_optim_multi(const gc_backend *be, gc_dtype dtype, const gc_opt
                               int64_t max_n, const gc_opt_hparams *hp, const float *dyn, const float *skip);
 gc_status gc_cuda_optim_multi_f32(const gc_backend *be, const gc_opt_hparams *hp, const float *dyn,
                                   const float *skip, const gc_opt_slot *slots_dev, int n_slots, int64_t max_n);
+/* loss_scale.cu: the backend's cast_multi (gpucmp.h) */
+gc_status gc_cuda_cast_multi(const gc_backend *be, const gc_cast_slot *slots, int n_slots, int64_t max_n,
+                             float scale, const float *dyn, int invert, float *bad);
 
 /* The backend of device i registered by gc_cuda_register_all (NULL when none). */
 const gc_backend *gc_cuda_backend(int device_index);

@@ -585,7 +585,7 @@ static __global__ void __launch_bounds__(WG_THREADS, WG_MINB) conv_wgrad_kernel(
     const int S = a.stages;
     /* the bias row: sums of dy's columns over this split (block-uniform condition) */
     const bool dsum = a.Mext > a.KC && blockIdx.x == 0;
-    float bsum = 0.0f;
+    float bsum0 = 0.0f, bsum1 = 0.0f;
     int wstage = 0, rstage = 0;
     for (int s = 0; s < S - 1; s++) {
         if (s < KT) load_tile(s, wstage);
@@ -602,10 +602,15 @@ static __global__ void __launch_bounds__(WG_THREADS, WG_MINB) conv_wgrad_kernel(
         const uint32_t sA = sbase + rstage * WG_STAGE_BYTES;
         const uint32_t sB = sA + A_BYTES;
         rstage = rstage + 1 == S ? 0 : rstage + 1;
-        if (dsum) { /* db: this thread's column of the staged dy tile, rows half, half + 2, ... */
-            const T *col = (const T *)(smem + (sB - sbase)) + (tid & 63);
+        if (dsum) { /* db: this thread's two columns of the staged dy tile, rows rg, rg + 4, ... */
+            const T *col = (const T *)(smem + (sB - sbase)) + 2 * (tid & 31);
 #pragma unroll
-            for (int r = tid >> 6; r < BK; r += 2) bsum += gc_to_f(col[r * (PB / SZ)]);
+            for (int r = tid >> 5; r < BK; r += 4) {
+                struct alignas(2 * sizeof(T)) P2 { T x, y; };
+                const P2 v = *(const P2 *)(col + r * (PB / SZ));
+                bsum0 += gc_to_f(v.x);
+                bsum1 += gc_to_f(v.y);
+            }
         }
 #pragma unroll
         for (int ks = 0; ks < 2; ks++) {
@@ -652,12 +657,14 @@ static __global__ void __launch_bounds__(WG_THREADS, WG_MINB) conv_wgrad_kernel(
     /* partial sums of this split, float32, straight from the registers */
     float *part = a.part + (int64_t)blockIdx.z * a.Mext * a.F;
     cv_store_partials(part, a.KC, a.F, m0 + wm * 64, n0 + wn * 32, g, t, acc);
-    if (dsum) { /* row KC: the two row halves of each column, in a fixed order */
+    if (dsum) { /* row KC: the four row groups of each column, in a fixed order */
         __syncthreads(); /* every thread's last reads of the stages are done */
-        float *red = (float *)smem;
-        red[tid] = bsum;
+        float *red = (float *)smem; /* [row group][64 columns] */
+        red[(tid >> 5) * 64 + 2 * (tid & 31)] = bsum0;
+        red[(tid >> 5) * 64 + 2 * (tid & 31) + 1] = bsum1;
         __syncthreads();
-        if (tid < 64 && n0 + tid < a.F) part[(int64_t)a.KC * a.F + n0 + tid] = red[tid] + red[tid + 64];
+        if (tid < 64 && n0 + tid < a.F)
+            part[(int64_t)a.KC * a.F + n0 + tid] = ((red[tid] + red[64 + tid]) + red[128 + tid]) + red[192 + tid];
     }
 }
 
@@ -803,21 +810,22 @@ static __global__ void __launch_bounds__(256) conv_colsum_kernel(const T *dy, in
     }
 }
 
-/* the same with 16-byte rows: block (32, 8) sums 32 * V columns (V = 16 / sizeof(T);
+/* the same with 16-byte rows: block (32, CS_LANES) sums 32 * V columns (V = 16 / sizeof(T);
  * F % V == 0, dy 16-byte aligned), one vector load per row and thread */
+#define CS_LANES 32
 template <typename T>
-static __global__ void __launch_bounds__(256) conv_colsum_vec_kernel(const T *dy, int64_t M, int64_t F, int64_t chunk,
+static __global__ void __launch_bounds__(32 * CS_LANES) conv_colsum_vec_kernel(const T *dy, int64_t M, int64_t F, int64_t chunk,
                                                                      float *part)
 {
     constexpr int V = 16 / (int)sizeof(T);
-    __shared__ float red[8][32 * V + 1];
+    __shared__ float red[CS_LANES][32 * V + 1];
     const int64_t f0 = ((int64_t)blockIdx.x * 32 + threadIdx.x) * V;
     const int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < M ? r0 + chunk : M;
     float s[V];
 #pragma unroll
     for (int j = 0; j < V; j++) s[j] = 0.0f;
     if (f0 < F)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_LANES) {
             const uint4 u = *(const uint4 *)(dy + r * F + f0);
             const T *e = (const T *)&u;
 #pragma unroll
@@ -826,12 +834,12 @@ static __global__ void __launch_bounds__(256) conv_colsum_vec_kernel(const T *dy
 #pragma unroll
     for (int j = 0; j < V; j++) red[threadIdx.y][threadIdx.x * V + j] = s[j];
     __syncthreads();
-    /* thread (x, y) finishes columns y*32*V/8 ... of the block: a fixed order over the 8 lanes */
-    for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * V; c += 256) {
+    /* the block's columns, each summed over the lanes in a fixed order */
+    for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * V; c += 32 * CS_LANES) {
         const int64_t f = (int64_t)blockIdx.x * 32 * V + c;
         if (f >= F) continue;
         float t = red[0][c];
-        for (int k = 1; k < 8; k++) t += red[k][c];
+        for (int k = 1; k < CS_LANES; k++) t += red[k][c];
         part[(int64_t)blockIdx.y * F + f] = t;
     }
 }
@@ -885,10 +893,11 @@ extern "C" gc_status gc_conv2d_reduce_splits(const gc_backend *be, gc_dtype dt, 
 
 static int64_t colsum_splits(const gc_backend *be, int64_t M, int64_t F, int64_t *chunk)
 {
-    /* as many row ranges as keep ~8 blocks of 256 columns per SM busy (the vector
-     * kernel's block width; the scalar one then runs 8x the blocks) */
+    /* as many row ranges as keep ~2 blocks of 256 columns x 32 row lanes per SM busy
+     * (the vector kernel; the scalar one then runs 8x the blocks of 8 lanes): few
+     * enough ranges that the final reduction over them is short */
     int64_t fb = (F + 255) / 256;
-    int64_t want = (int64_t)(gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80) * 8 / fb;
+    int64_t want = (int64_t)(gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80) * 2 / fb;
     if (want < 1) want = 1;
     if (want > 1024) want = 1024;
     int64_t c = (M + want - 1) / want;
@@ -914,10 +923,10 @@ extern "C" gc_status gc_conv2d_colsum(const gc_backend *be, gc_dtype dt, const v
     const int64_t V = 16 / (int64_t)gc_dtype_size(dt);
     dim3 block(32, 8);
     if (F % V == 0 && ((uintptr_t)dy & 15u) == 0) {
-        dim3 grid((unsigned)((F + 32 * V - 1) / (32 * V)), (unsigned)S);
+        dim3 grid((unsigned)((F + 32 * V - 1) / (32 * V)), (unsigned)S), vblock(32, CS_LANES);
         GC_CUDA_DISPATCH_FLOAT(dt, T,
-            conv_colsum_vec_kernel<T><<<grid, block, 0, gc_cuda_stream(be)>>>((const T *)dy, M, F, chunk,
-                                                                         (float *)ws));
+            conv_colsum_vec_kernel<T><<<grid, vblock, 0, gc_cuda_stream(be)>>>((const T *)dy, M, F, chunk,
+                                                                          (float *)ws));
     } else {
         dim3 grid((unsigned)((F + 31) / 32), (unsigned)S);
         GC_CUDA_DISPATCH_FLOAT(dt, T,

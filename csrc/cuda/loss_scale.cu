@@ -1,6 +1,8 @@
 /* loss_scale.cu -- dynamic loss scaling on CUDA: scale_cast (y = x * s between storage
- * dtypes, counting non-finite results into a device flag) and loss_scale_update (Keras'
- * LossScaleOptimizer bookkeeping, one thread).
+ * dtypes, counting non-finite results into a device flag), its multi-tensor form
+ * (gc_cuda_cast_multi: the backend's cast_multi, one launch for a plan's weight casts or
+ * gradient conversions) and loss_scale_update (Keras' LossScaleOptimizer bookkeeping,
+ * one thread).
  *
  * Both read the loss scale from device memory and decide on the device whether a step is
  * skipped, so a captured training step replays without any host round trip. The
@@ -30,6 +32,46 @@ static __global__ void __launch_bounds__(SC_THREADS) scale_cast_kernel(const voi
     if (cnt) atomicAdd(&block_cnt, cnt);
     __syncthreads();
     if (threadIdx.x == 0 && block_cnt) atomicAdd(bad, (float)block_cnt);
+}
+
+/* The same over a table of tensors: all threads stride over slot 0, then slot 1, ...;
+ * one count per block over all of them. */
+static __global__ void __launch_bounds__(SC_THREADS) cast_multi_kernel(const gc_cast_slot *slots, int n_slots,
+                                                                       float scale, const float *dyn, int invert,
+                                                                       float *bad)
+{
+    float s = scale;
+    if (dyn) s = invert ? __fdiv_rn(scale, __ldg(dyn)) : __fmul_rn(scale, __ldg(dyn));
+    int cnt = 0;
+    const int64_t tid = (int64_t)blockIdx.x * SC_THREADS + threadIdx.x, stride = (int64_t)gridDim.x * SC_THREADS;
+    for (int k = 0; k < n_slots; k++) {
+        const gc_cast_slot sl = slots[k];
+        for (int64_t i = tid; i < sl.n; i += stride) {
+            gc_st(sl.y, sl.ydt, i, __fmul_rn(gc_ld(sl.x, sl.xdt, i), s));
+            if (bad) cnt += !isfinite(gc_ld(sl.y, sl.ydt, i));
+        }
+    }
+    if (!bad) return;
+    __shared__ int block_cnt;
+    if (threadIdx.x == 0) block_cnt = 0;
+    __syncthreads();
+    if (cnt) atomicAdd(&block_cnt, cnt);
+    __syncthreads();
+    if (threadIdx.x == 0 && block_cnt) atomicAdd(bad, (float)block_cnt);
+}
+
+extern "C" gc_status gc_cuda_cast_multi(const gc_backend *be, const gc_cast_slot *slots, int n_slots, int64_t max_n,
+                                        float scale, const float *dyn, int invert, float *bad)
+{
+    gc_status st = gc_cuda_set_device(be);
+    if (st) return st;
+    if (n_slots <= 0 || max_n <= 0) return GC_OK;
+    if (!slots) return gc_fail(GC_ERR_INVALID_ARG, "cast_multi: needs the slots (device memory)");
+    int64_t b = (max_n + SC_THREADS - 1) / SC_THREADS;
+    const int64_t cap = (int64_t)(gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80) * 8;
+    if (b > cap) b = cap;
+    cast_multi_kernel<<<(unsigned)b, SC_THREADS, 0, gc_cuda_stream(be)>>>(slots, n_slots, scale, dyn, invert, bad);
+    return gc_cuda_launch_check("cast_multi");
 }
 
 extern "C" gc_status gc_cuda_op_scale_cast(const gc_backend *be, const gc_op_call *call)

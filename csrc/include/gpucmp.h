@@ -368,6 +368,7 @@ typedef gc_status (*gc_op_fn)(const gc_backend *be, const gc_op_call *call);
 
 struct gc_opt_hparams; /* below, after the backend table */
 struct gc_opt_slot;
+struct gc_cast_slot;
 
 /* Memory accounting of one backend (its memory_stats slot). allocated_bytes: what the
  * backend holds now for its allocations -- every be->alloc not yet released, plus its
@@ -436,6 +437,13 @@ struct gc_backend {
     gc_status (*optim_multi)(const gc_backend *be, const struct gc_opt_hparams *hp, const float *dyn,
                              const float *skip, const struct gc_opt_slot *slots, int n_slots,
                              int64_t max_n);
+    /* Optional (NULL on the CPU): scale_cast over many tensors in one launch (the plan's
+     * weight casts and gradient conversions). slots: BACKEND memory holding n_slots
+     * gc_cast_slot; max_n: the largest slot's n; scale, dyn, invert and bad as the
+     * scale_cast op takes them (bad: a float count in backend memory, or NULL). Bit for
+     * bit what scale_cast gives per tensor, and with scale 1 and no dyn what cast gives. */
+    gc_status (*cast_multi)(const gc_backend *be, const struct gc_cast_slot *slots, int n_slots, int64_t max_n,
+                            float scale, const float *dyn, int invert, float *bad);
     /* Optional: the backend's memory accounting (gc_memory_stats) and a reset of its
      * peak to the current value. Call them through gc_backend_memory_stats /
      * gc_backend_reset_peak, which are NULL-safe. A GPU backend initialises its device
@@ -471,6 +479,15 @@ typedef struct gc_opt_hparams {
      * count of good steps since it last changed, at the start of the call */
     float loss_scale, loss_scale_good;
 } gc_opt_hparams;
+
+/* One conversion of a multi-tensor cast (cast_multi): n elements of x (storage dtype
+ * xdt) into y (ydt). */
+typedef struct gc_cast_slot {
+    const void *x;
+    void *y;
+    int64_t n;
+    int32_t xdt, ydt;
+} gc_cast_slot;
 
 /* One tensor of a fused optimizer step: w and g, the state (adam: s1 = m, s2 = v; sgd:
  * s1 = momentum or NULL; rmsprop: s1 = v), n elements. */

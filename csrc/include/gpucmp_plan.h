@@ -224,10 +224,12 @@ typedef void (*gc_plan_trace_fn)(void *ctx, const gc_op_call *call, int node, co
                                  double seconds);
 gc_status gc_plan_trace(gc_plan *plan, int64_t rows, int train, gc_plan_trace_fn fn, void *ctx);
 /* One training step run eagerly with the backend synchronised around every op: fn gets
- * each op call with its wall time in seconds (launch included; the fused optimizer
- * launch of a GPU backend, which is not an op of the list, comes with call == NULL) -- where a step's time
- * goes, op by op, for profiling and for per-op calibration. Changes the weights like a
- * train_step. */
+ * each op call with its wall time in seconds (launch included; the fused launches of a
+ * GPU backend, which are not ops of the list, come with call == NULL: the optimizer with
+ * node -1, the multi-tensor casts (weights in the forward, gradients in the update) with
+ * node GC_TRACE_CAST_MULTI) -- where a step's time goes, op by op, for profiling and for
+ * per-op calibration. Changes the weights like a train_step. */
+#define GC_TRACE_CAST_MULTI (-2)
 gc_status gc_plan_profile(gc_plan *plan, const float *const *x, const void *y, int64_t rows,
                           const gc_opt_hparams *hp, gc_plan_trace_fn fn, void *ctx);
 /* Bytes of backend memory the plan holds (activations, gradients, scratch, arenas):

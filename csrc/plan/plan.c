@@ -415,6 +415,15 @@ int gc_node_trains_weight(const plan_node *l, int k) { return l->w[k].trains; }
 gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed)
 {
     p->cur_phase = "forward";
+    const int fused = p->wcast_slots && gc_plan_casts_fused(p);
+    if (fused) { /* every float32 master weight cast for this pass, one launch */
+        p->cur_node = -1;
+        double t0 = p->profiling ? gc_plan_clock(p) : 0.0;
+        TRY(p->be->cast_multi(p->be, (const gc_cast_slot *)p->wcast_slots, p->n_wcast, p->max_wcast_n, 1.0f, NULL,
+                              0, NULL));
+        if (p->profiling && p->trace) /* not an op of the list: reported with call == NULL */
+            p->trace(p->trace_ctx, NULL, GC_TRACE_CAST_MULTI, "forward", gc_plan_clock(p) - t0);
+    }
     for (int i = 0; i < p->n; i++) {
         plan_node *l = &p->L[i];
         p->cur_node = i;
@@ -423,7 +432,7 @@ gc_status gc_plan_forward(gc_plan *p, int64_t rows, run_mode mode, uint64_t seed
                 const plan_node *src = producer(p, l, k);
                 TRY(gc_plan_cast(p, src->out, src->dt, l->xc[k], l->dt, rows * l->in_numel[k]));
             }
-        for (int k = 0; k < l->n_w; k++) /* float32 master weights, cast for this pass */
+        for (int k = 0; k < l->n_w && !fused; k++) /* float32 master weights, cast for this pass */
             if (l->w[k].wc) TRY(gc_plan_cast(p, l->w[k].w, GC_F32, l->w[k].wc, l->dt, l->w[k].n));
         if (l->ops->forward && !l->absorbed) TRY(l->ops->forward(p, l, rows, mode, seed));
     }
@@ -1187,6 +1196,33 @@ static gc_status alloc_weights(gc_plan *p, arena *shared)
     return GC_OK;
 }
 
+/* the forward's weight casts as one cast_multi table (backends that have it) */
+static gc_status build_weight_casts(gc_plan *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->L[i].n_w; k++) n += p->L[i].w[k].wc != NULL;
+    if (n == 0 || !p->be->cast_multi) return GC_OK;
+    gc_cast_slot *h = calloc((size_t)n, sizeof *h);
+    if (!h) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    int j = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->L[i].n_w; k++) {
+            const plan_weight *w = &p->L[i].w[k];
+            if (!w->wc) continue;
+            h[j].x = w->w;
+            h[j].y = w->wc;
+            h[j].n = w->n;
+            h[j].xdt = GC_F32;
+            h[j].ydt = (int32_t)p->L[i].dt;
+            j++;
+        }
+    gc_status s = gc_plan_cast_table(p, h, n, &p->wcast_slots, &p->max_wcast_n);
+    free(h);
+    if (s == GC_OK && p->wcast_slots) p->n_wcast = n;
+    return s;
+}
+
 /* once the step block is placed: each float32 gradient's place in the arena, and the
  * gradients written straight into it */
 static void weight_grads_placed(gc_plan *p)
@@ -1251,6 +1287,8 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
     free(shared.r);
     if (s == GC_OK && p->training) resolve_views(p);
     if (s == GC_OK) weight_grads_placed(p);
+    p->mem_what = "weight_cast_table", p->mem_node = -1;
+    if (s == GC_OK) s = build_weight_casts(p);
     for (int i = 0; i < p->n && s == GC_OK; i++) { /* per-channel statistics of a batchnorm pass */
         p->mem_what = "bn_stats", p->mem_node = i;
         if (p->L[i].d.kind == GC_LAYER_BATCHNORM)

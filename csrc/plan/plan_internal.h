@@ -183,6 +183,11 @@ struct gc_plan {
     void *opt_slots;             /* backend memory: one gc_opt_slot per trained tensor */
     int n_slots, fused_opt;
     int64_t max_slot_n;
+    /* backend memory: gc_cast_slot tables for cast_multi (where the backend has it) --
+     * the forward's weight casts and the update's gradient conversions, one launch each */
+    void *wcast_slots, *gcast_slots;
+    int n_wcast, n_gcast;
+    int64_t max_wcast_n, max_gcast_n;
     /* every block of backend memory the plan allocated */
     plan_block *blocks;
     int n_blocks, cap_blocks;
@@ -216,6 +221,12 @@ gc_status gc_plan_run_n(gc_plan *p, gc_op op, const void *params, const gc_tenso
 gc_status gc_plan_scale_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n,
                              const float *dyn, int invert, int bad);
 gc_status gc_plan_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, gc_dtype ydt, int64_t n);
+/* update.c: a cast_multi table of n slots uploaded to backend memory (*dev; *max_n the
+ * largest slot), or nothing when the backend has no cast_multi or n == 0; and whether
+ * the plan runs its casts through the tables now (not in the creation dry run, where
+ * every call is validated, nor while the per-tensor optimizer is forced) */
+gc_status gc_plan_cast_table(gc_plan *p, const gc_cast_slot *h, int n, void **dev, int64_t *max_n);
+int gc_plan_casts_fused(const gc_plan *p);
 /* backend memory owned by the plan, zero-filled */
 gc_status gc_plan_alloc(gc_plan *p, int64_t n, gc_dtype dt, void **out);
 gc_status gc_plan_copy(gc_plan *p, void *dst, const void *src, size_t bytes);

@@ -2,10 +2,10 @@
  *
  * Weight gradients are first converted to float32 (and, with loss scaling, unscaled and
  * checked for non-finite values: the skip decision needs every gradient checked before
- * any weight moves), averaged over the replicas when the plan is one of a group
- * (replicas.c), then every trained tensor is updated -- in one fused launch over a
- * table of (weight, gradient, state) slots where the backend has optim_multi, else one
- * op per tensor. Skipping a step on overflow and adjusting the scale happen on the
+ * any weight moves; one cast_multi launch over a table of them where the backend has
+ * it), averaged over the replicas when the plan is one of a group (replicas.c), then
+ * every trained tensor is updated -- in one fused launch over a table of (weight,
+ * gradient, state) slots where the backend has optim_multi, else one op per tensor. Skipping a step on overflow and adjusting the scale happen on the
  * device, so a captured step replays them without a host round trip. */
 #include "plan_internal.h"
 
@@ -19,6 +19,52 @@ gc_status gc_plan_scale_cast(gc_plan *p, const void *x, gc_dtype xdt, void *y, g
     gc_tensor tx = gc_t1((void *)x, xdt, n), ty = gc_t1(y, ydt, n);
     gc_tensor tb = bad ? gc_t1(p->ls_bad, GC_F32, 1) : gc_none();
     return gc_plan_run(p, GC_OP_SCALE_CAST, &sp, &tx, NULL, NULL, &ty, &tb, NULL);
+}
+
+gc_status gc_plan_cast_table(gc_plan *p, const gc_cast_slot *h, int n, void **dev, int64_t *max_n)
+{
+    *dev = NULL;
+    *max_n = 0;
+    if (!p->be->cast_multi || n <= 0) return GC_OK;
+    for (int k = 0; k < n; k++)
+        if (h[k].n > *max_n) *max_n = h[k].n;
+    void *d;
+    TRY(gc_plan_alloc(p, (int64_t)((size_t)n * sizeof *h + 3) / 4, GC_F32, &d));
+    TRY(p->be->upload(p->be, d, h, (size_t)n * sizeof *h));
+    *dev = d;
+    return GC_OK;
+}
+
+int gc_plan_casts_fused(const gc_plan *p) { return !p->checking && (!p->training || p->fused_opt); }
+
+/* the update's gradient conversions (half -> float32 arena, unscaled with loss scaling) */
+static gc_status build_grad_casts(gc_plan *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->L[i].n_w; k++) {
+            const plan_weight *w = &p->L[i].w[k];
+            n += w->trains && (w->dw32 != w->dw || p->train.loss_scaling);
+        }
+    if (n == 0 || !p->be->cast_multi) return GC_OK;
+    gc_cast_slot *h = calloc((size_t)n, sizeof *h);
+    if (!h) return gc_fail(GC_ERR_NOMEM, "plan: out of host memory");
+    int j = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->L[i].n_w; k++) {
+            const plan_weight *w = &p->L[i].w[k];
+            if (!w->trains || (w->dw32 == w->dw && !p->train.loss_scaling)) continue;
+            h[j].x = w->dw;
+            h[j].y = w->dw32;
+            h[j].n = w->n;
+            h[j].xdt = (int32_t)w->dwdt;
+            h[j].ydt = GC_F32;
+            j++;
+        }
+    gc_status s = gc_plan_cast_table(p, h, n, &p->gcast_slots, &p->max_gcast_n);
+    free(h);
+    if (s == GC_OK && p->gcast_slots) p->n_gcast = n;
+    return s;
 }
 
 static gc_status update_one(gc_plan *p, const gc_opt_hparams *hp, const plan_weight *w)
@@ -60,6 +106,12 @@ gc_status gc_plan_update(gc_plan *p, const gc_opt_hparams *hp)
     p->cur_node = -1;
     if (p->group && p->cur_rows == 0) { /* a replica without rows this step: no gradient */
         TRY(p->be->fill_zero(p->be, p->grad_arena, (size_t)p->grad_arena_numel * sizeof(float)));
+    } else if (p->gcast_slots && gc_plan_casts_fused(p)) { /* every conversion in one launch */
+        double t0 = p->profiling ? gc_plan_clock(p) : 0.0;
+        TRY(p->be->cast_multi(p->be, (const gc_cast_slot *)p->gcast_slots, p->n_gcast, p->max_gcast_n, 1.0f, scale,
+                              1, ls ? (float *)p->ls_bad : NULL));
+        if (p->profiling && p->trace) /* not an op of the list: reported with call == NULL */
+            p->trace(p->trace_ctx, NULL, GC_TRACE_CAST_MULTI, "update", gc_plan_clock(p) - t0);
     } else {
         for (int i = 0; i < p->n; i++) {
             plan_node *l = &p->L[i];
@@ -176,5 +228,5 @@ gc_status gc_plan_setup_update(gc_plan *p, const gc_train_desc *t)
                 j += per;
             }
     if (p->be->optim_multi) TRY(build_opt_slots(p));
-    return GC_OK;
+    return build_grad_casts(p);
 }

@@ -1594,8 +1594,9 @@ static void trace_one(void *ctx, const gc_op_call *c, int node, const char *phas
 {
     trace_sink *sink = ctx;
     if (sink->failed) return;
-    if (!c) { /* the fused optimizer launch (profile only) */
-        PyObject *d = Py_BuildValue("{s:s,s:i,s:s,s:[],s:[],s:{},s:d}", "op", "optim_multi", "node", node, "phase",
+    if (!c) { /* a fused launch (profile only): the optimizer, or the multi-tensor casts */
+        PyObject *d = Py_BuildValue("{s:s,s:i,s:s,s:[],s:[],s:{},s:d}", "op",
+                                    node == GC_TRACE_CAST_MULTI ? "cast_multi" : "optim_multi", "node", node, "phase",
                                     phase ? phase : "other", "inputs", "outputs", "params", "seconds", seconds);
         if (!d || PyList_Append(sink->list, d)) sink->failed = 1;
         Py_XDECREF(d);
