@@ -239,8 +239,9 @@ def test_conv_large_16bit(case, dtype, g):
 # igemm) where the registry says it runs: strided 1x1 and 3x3 layers (ResNet-50's shortcuts
 # and block-1 convolutions, asymmetric 'same' padding), 3x3 layers with 256 channels (too big
 # for the resident weight slices), tiles past the batch (M % 128 != 0), N not a multiple of
-# the 256-wide tile, 'valid' padding, bias + each fused activation; the data gradient of
-# stride-1 layers (dy convolved with the flipped kernel, w read in place).
+# the 256-wide tile, 128-wide tiles (N <= 128), 'valid' padding, bias + each fused
+# activation; the data gradient of stride-1 layers (dy convolved with the flipped kernel,
+# w read in place).
 IGEMM = [
     dict(N=3, H=28, W=28, C=256, F=512, KH=1, KW=1, s=(2, 2), pad="valid", act="linear"),  # strided shortcut
     dict(N=2, H=15, W=17, C=128, F=256, KH=3, KW=3, s=(2, 2), pad="same", act="relu"),     # 3x3/2, odd sizes
@@ -248,6 +249,8 @@ IGEMM = [
     dict(N=3, H=7, W=7, C=512, F=512, KH=3, KW=3, s=(1, 1), pad="same", act="linear"),     # conv5 3x3, M = 147
     dict(N=2, H=11, W=13, C=64, F=320, KH=3, KW=3, s=(1, 1), pad="valid", act="sigmoid"),  # F = 320: ragged N tile
     dict(N=1, H=9, W=10, C=192, F=64, KH=2, KW=3, s=(3, 2), pad="same", act="tanh"),       # uneven strides / kernel
+    dict(N=2, H=28, W=28, C=128, F=128, KH=3, KW=3, s=(1, 1), pad="same", act="relu"),     # conv3 3x3: 128-wide tiles
+    dict(N=4, H=16, W=16, C=256, F=128, KH=1, KW=1, s=(2, 2), pad="valid", act="linear"),  # strided 1x1, 128 wide
 ]
 
 

@@ -7,8 +7,9 @@
  * gc_conv2d_igemm_bwd_data the data gradient of a stride-1 layer. _why says why a
  * geometry is refused (NULL: it runs), _wanted is the automatic choice.
  *
- * How: wgmma_gemm_kernel.cuh's persistent kernel (128 x 256 tiles, clusters of 2
- * sharing B by multicast, m64n256 wgmma, 4 stages of 48 KB) with M = output pixels,
+ * How: wgmma_gemm_kernel.cuh's persistent kernel (128 x 256 tiles -- 128 x 128 where
+ * N <= 128 --, clusters of 2 sharing B by multicast, m64nN wgmma, a 192 KB ring) with
+ * M = output pixels,
  * N = F, K = KH*KW*C ordered (kh, kw, c). The producer fetches each K-block of A -- 64
  * channels of one tap for 128 output pixels -- with one TMA copy in im2col mode of the
  * input seen as a (C, W, H, N) tensor: coordinates = the first pixel's filter corner
@@ -83,14 +84,23 @@ const char *why_not(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
     return NULL;
 }
 
-/* The launch for one dtype: A = the im2col map, B = w (K x N when !kmaj, else K-major). */
+/* The tile width for N output channels: 128 where N <= 128 (a 256-wide tile would be
+ * half empty), else 256. */
+int tile_width(int64_t N) { return N <= 128 ? 128 : 256; }
+
+/* The launch for one dtype and tile width: A = the im2col map, B = w (K x N when !kmaj,
+ * else K-major). */
 template <int AMODE>
 gc_status launch(const gc_backend *be, gc_dtype dt, const CUtensorMap &ta, const CUtensorMap &tb, int64_t M,
                  int64_t N, int64_t K, const gc_gemm_epi_args &e, const wg_conv &cv, const char *what)
 {
     constexpr bool KMAJ = AMODE == WG_A_IM2COL_FLIP;
-    if (dt == GC_F16) return wg_launch<__half, KMAJ, AMODE>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
-    return wg_launch<__nv_bfloat16, KMAJ, AMODE>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
+    if (tile_width(N) == 128) {
+        if (dt == GC_F16) return wg_launch<__half, KMAJ, AMODE, 128>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
+        return wg_launch<__nv_bfloat16, KMAJ, AMODE, 128>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
+    }
+    if (dt == GC_F16) return wg_launch<__half, KMAJ, AMODE, 256>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
+    return wg_launch<__nv_bfloat16, KMAJ, AMODE, 256>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
 }
 
 gc_gemm_epi_args epilogue(gc_dtype dt, void *out, int64_t M, int64_t N, const void *bias, gc_act act)
@@ -132,21 +142,22 @@ extern "C" const char *gc_conv2d_igemm_why(const gc_backend *be, const gc_conv2d
 }
 
 /* Automatic choice (measured on an H200 against conv2d_wgmma.cu's kernels and the
- * mma.sync implicit GEMM, benchmarks/RESULTS.md): where the output has at least 256
- * channels (a 128 x 256 tile is then whole) and the layer is not one the resident-slice
- * kernels run well (the 3x3 64-channel layers and the stride-1 1x1 layers: halo kernel
- * or the GEMM route); enough tiles for every SM. */
+ * mma.sync implicit GEMM, benchmarks/RESULTS.md): where the output has at least 128
+ * channels (whole 128 x 128 or 128 x 256 tiles) and the layer is not one the
+ * resident-slice kernels run well (the 3x3 64-channel layers and the stride-1 1x1
+ * layers: halo kernel or the GEMM route); enough tiles for every SM. */
 extern "C" int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass)
 {
     if (gc_cuda_cc(be) != 90) return 0;
     const int64_t nout = pass == 0 ? g->F : g->C;  /* the GEMM's N */
     const int64_t nin = pass == 0 ? g->C : g->F;   /* channels per tap of A */
     const int strided = g->sh > 1 || g->sw > 1;
-    if (nout < 256) return 0;
+    if (nout < 128) return 0;
     if (!strided && g->KH * g->KW == 1) return 0;  /* stride-1 1x1: the GEMM route / halo kernel */
     if (!strided && nin < 128) return 0;           /* 3x3 64-channel inputs: the halo kernel */
     const int64_t M = pass == 0 ? g->N * g->OH * g->OW : g->N * g->H * g->W;
-    const int64_t tiles = (M + WG_BM - 1) / WG_BM * ((nout + WG_BN - 1) / WG_BN);
+    const int bn = tile_width(nout);
+    const int64_t tiles = (M + WG_BM - 1) / WG_BM * ((nout + bn - 1) / bn);
     const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
     if (tiles < sms) return 0;
     return gc_conv2d_igemm_why(be, g, dt, pass) == NULL;
@@ -197,9 +208,9 @@ extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_con
                               "conv2d_bwd_data");
     if (st) return st;
     /* w as stored, (KH*KW*C) rows of F = per tap a C x F matrix: N rows of K, K-major;
-     * boxes of 64 K x 128 rows (half of the 256-wide N tile, one per cluster rank) */
+     * boxes of 64 K x half the N tile's rows (one half per cluster rank) */
     if ((st = wg_make_map_2d(&tb, dt, w, g->F, g->KH * g->KW * g->C, g->F * (int64_t)gc_dtype_size(dt), 64,
-                             WG_BN / 2)))
+                             tile_width(t.F) / 2)))
         return st;
     wg_conv cv;
     cv.ohw = (int)(t.OH * t.OW); cv.ow = (int)t.OW;

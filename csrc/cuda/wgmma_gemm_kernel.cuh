@@ -45,10 +45,21 @@ struct wg_conv {
 
 namespace {
 
-constexpr int WG_BM = 128, WG_BN = 256, WG_STAGES = 4, WG_THREADS = 384;
-constexpr int WG_A_BYTES = WG_BM * 128, WG_B_BYTES = WG_BN * 128; /* one K step: 128 bytes of K */
-constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES;           /* 48 KB */
-constexpr int WG_SMEM = WG_STAGES * WG_STAGE_BYTES + 1024 /* alignment */ + 256 /* barriers */;
+constexpr int WG_BM = 128, WG_THREADS = 384;
+constexpr int WG_A_BYTES = WG_BM * 128; /* one K step: 128 bytes of K */
+
+/* The tile width: BN = 256 (the GEMM's; 4 stages of 48 KB) or 128 (N <= 128: 6 stages
+ * of 32 KB, m64n128 wgmma) -- the same 192 KB ring either way. */
+template <int BN> struct wg_cfg {
+    static_assert(BN == 256 || BN == 128, "tile width 256 or 128");
+    static constexpr int STAGES = BN == 256 ? 4 : 6;
+    static constexpr int B_BYTES = BN * 128;
+    static constexpr int STAGE_BYTES = WG_A_BYTES + B_BYTES;
+    static constexpr int SMEM = STAGES * STAGE_BYTES + 1024 /* alignment */ + 256 /* barriers */;
+};
+constexpr int WG_BN = 256;
+constexpr int WG_SMEM = wg_cfg<256>::SMEM; /* the most shared memory any width takes */
+static_assert(wg_cfg<128>::SMEM <= WG_SMEM, "the 128-wide ring fits where the 256-wide one does");
 
 
 /* ------------------------------------------------------------------ PTX wrappers */
@@ -83,10 +94,10 @@ __device__ __forceinline__ void cluster_sync()
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 /* keeps the compiler from moving accumulator reads/writes across the async region */
-__device__ __forceinline__ void wg_fence_regs(float *d)
+template <int N> __device__ __forceinline__ void wg_fence_regs(float *d)
 {
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 /* Shared-memory matrix descriptor, 128-byte swizzle. */
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
@@ -100,10 +111,31 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
                  "}, %128, %129, p" tail ";\n}\n"                                       \
                  : GC_WG_DOUTS                                                          \
                  : "l"(da), "l"(db), "r"(scale_d))
+#define GC_WG_ASM64(instr, tail)                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" instr " {" GC_WG_DREGS64  \
+                 "}, %64, %65, p" tail ";\n}\n"                                         \
+                 : GC_WG_DOUTS64                                                        \
+                 : "l"(da), "l"(db), "r"(scale_d))
 
-/* d (64 x 256 per warpgroup) += A (64 x k, K-major) * B (k x 256); KMAJ_B: B stored
+/* d (64 x BN per warpgroup) += A (64 x k, K-major) * B (k x BN); KMAJ_B: B stored
  * N x K, else K x N (transpose bit). */
-template <typename T, bool KMAJ_B> struct wg_mma;
+template <typename T, bool KMAJ_B, int BN = 256> struct wg_mma;
+template <> struct wg_mma<__half, true, 128> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1, 1, 0, 0"); }
+};
+template <> struct wg_mma<__half, false, 128> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1, 1, 0, 1"); }
+};
+template <> struct wg_mma<__nv_bfloat16, true, 128> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0"); }
+};
+template <> struct wg_mma<__nv_bfloat16, false, 128> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 1"); }
+};
 template <> struct wg_mma<__half, true> {
     static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
     { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 1, 1, 0, 0"); }
@@ -125,6 +157,7 @@ template <> struct wg_mma<float, true> {
     { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1"); }
 };
 #undef GC_WG_ASM
+#undef GC_WG_ASM64
 
 constexpr int WG_GROUP_M = 8; /* cluster tile-rows (pairs of 128-row tiles) per group of the tile order */
 
@@ -147,7 +180,7 @@ __device__ __forceinline__ void wg_tile_coords(int t, int tiles_m, int tiles_n, 
  * refilled only when the consumers of both blocks are done with it (the peer's
  * producer writes into it), so each consumer warpgroup arrives on the "empty" barrier
  * of both blocks (4 arrivals per phase). */
-template <typename T, bool KMAJ_B, int AMODE>
+template <typename T, bool KMAJ_B, int AMODE, int BN>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      int M, int N, int K, gc_gemm_epi_args e, int mc, wg_conv cv)
@@ -155,11 +188,14 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
 #if GC_WG_DEVICE
     constexpr int BKE = 128 / (int)sizeof(T);    /* K elements per stage: 64 or 32 */
     constexpr int KSTEP = sizeof(T) == 2 ? 16 : 8; /* K of one wgmma */
+    constexpr int STAGES = wg_cfg<BN>::STAGES, STAGE_BYTES = wg_cfg<BN>::STAGE_BYTES, B_BYTES = wg_cfg<BN>::B_BYTES;
+    constexpr int NACC = BN / 2;                     /* fp32 accumulators per consumer thread */
+    constexpr int NBOX = BN / 64;                    /* 64-column boxes of a K x N B slice */
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
-    const uint32_t full0 = base + WG_STAGES * WG_STAGE_BYTES, empty0 = full0 + 8 * WG_STAGES;
+    const uint32_t full0 = base + STAGES * STAGE_BYTES, empty0 = full0 + 8 * STAGES;
 
-    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + BN - 1) / BN;
     const int ctiles_m = (tiles_m + 1) / 2; /* tile-row pairs */
     const int nct = ctiles_m * tiles_n, nk = (K + BKE - 1) / BKE;
     const int cluster = blockIdx.x >> 1, nclusters = gridDim.x >> 1;
@@ -168,7 +204,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; s++) {
+        for (int s = 0; s < STAGES; s++) {
             mbar_init(full0 + 8 * s, 1);  /* this block's producer: expect_tx arrival */
             mbar_init(empty0 + 8 * s, mc ? 4 : 2); /* 2 consumer warpgroups x 2 blocks (1 without multicast) */
         }
@@ -204,8 +240,8 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 for (int kb = 0; kb < nk; kb++) {
                     mbar_wait(empty0 + 8 * s, phase ^ 1); /* first pass: passes at once */
                     const uint32_t full = full0 + 8 * s;
-                    const uint32_t sa = base + s * WG_STAGE_BYTES, sb = sa + WG_A_BYTES;
-                    mbar_expect_tx(full, WG_STAGE_BYTES); /* A + both halves of B */
+                    const uint32_t sa = base + s * STAGE_BYTES, sb = sa + WG_A_BYTES;
+                    mbar_expect_tx(full, STAGE_BYTES); /* A + both halves of B */
                     if (AMODE == WG_A_TILED)
                         tma_load_2d(sa, &tmA, full, kb * BKE, mrow);
                     else
@@ -216,21 +252,21 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                     const int boff = AMODE == WG_A_IM2COL_FLIP ? (cv.taps - 1 - tap) * N : 0;
                     if (!mc) { /* (diagnostic) each block loads all of B itself */
 #pragma unroll
-                        for (int h = 0; h < (KMAJ_B ? 2 : 4); h++) {
+                        for (int h = 0; h < (KMAJ_B ? 2 : NBOX); h++) {
                             if (KMAJ_B)
-                                tma_load_2d(sb + h * (WG_B_BYTES / 2), &tmB, full, bk,
-                                            boff + min(tn * WG_BN + h * (WG_BN / 2), N - 1));
+                                tma_load_2d(sb + h * (B_BYTES / 2), &tmB, full, bk,
+                                            boff + min(tn * BN + h * (BN / 2), N - 1));
                             else
-                                tma_load_2d(sb + h * 8192, &tmB, full, min(tn * WG_BN + h * 64, (N - 1) / 64 * 64), bk);
+                                tma_load_2d(sb + h * 8192, &tmB, full, min(tn * BN + h * 64, (N - 1) / 64 * 64), bk);
                         }
                     } else if (KMAJ_B) {
-                        tma_load_2d_mc(sb + rank * (WG_B_BYTES / 2), &tmB, full, bk,
-                                       boff + min(tn * WG_BN + (int)rank * (WG_BN / 2), N - 1), 0x3);
+                        tma_load_2d_mc(sb + rank * (B_BYTES / 2), &tmB, full, bk,
+                                       boff + min(tn * BN + (int)rank * (BN / 2), N - 1), 0x3);
                     } else {
 #pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            const int jj = 2 * (int)rank + j;
-                            tma_load_2d_mc(sb + jj * 8192, &tmB, full, min(tn * WG_BN + jj * 64, (N - 1) / 64 * 64),
+                        for (int j = 0; j < NBOX / 2; j++) { /* each rank loads half the boxes */
+                            const int jj = (NBOX / 2) * (int)rank + j;
+                            tma_load_2d_mc(sb + jj * 8192, &tmB, full, min(tn * BN + jj * 64, (N - 1) / 64 * 64),
                                            bk, 0x3);
                         }
                     }
@@ -239,7 +275,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                         tap++;
                         if (++kw == cv.kw) { kw = 0; kh++; }
                     }
-                    if (++s == WG_STAGES) { s = 0; phase ^= 1; }
+                    if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
             }
         }
@@ -253,7 +289,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                            e.vec2;
         const bool relu = e.act == GC_ACT_RELU;
         const T *bias = (const T *)e.bias;
-        float d[128];
+        float d[NACC];
         int s = 0;
         uint32_t phase = 0;
         for (int t = cluster; t < nct; t += nclusters) {
@@ -261,12 +297,12 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
             wg_tile_coords(t, ctiles_m, tiles_n, ctm, tn);
             const int tm = 2 * ctm + (int)rank;
 #pragma unroll
-            for (int i = 0; i < 128; i++) d[i] = 0.0f;
-            wg_fence_regs(d);
+            for (int i = 0; i < NACC; i++) d[i] = 0.0f;
+            wg_fence_regs<NACC>(d);
             int prev = -1;
             for (int kb = 0; kb < nk; kb++) {
                 mbar_wait(full0 + 8 * s, phase);
-                const uint32_t sa = base + s * WG_STAGE_BYTES + cw * (64 * 128), sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+                const uint32_t sa = base + s * STAGE_BYTES + cw * (64 * 128), sb = base + s * STAGE_BYTES + WG_A_BYTES;
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < BKE / KSTEP; kk++) {
@@ -274,7 +310,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                     const uint64_t da = wg_desc(sa + kk * 32, 16, 1024);
                     const uint64_t db = KMAJ_B ? wg_desc(sb + kk * 32, 16, 1024)
                                                : wg_desc(sb + kk * (KSTEP * 128), 8192, 1024);
-                    wg_mma<T, KMAJ_B>::run(d, da, db, 1u);
+                    wg_mma<T, KMAJ_B, BN>::run(d, da, db, 1u);
                 }
                 wg_commit();
                 wg_wait<1>(); /* the group before this one has retired: its stage is free */
@@ -283,10 +319,10 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                     if (mc) mbar_arrive_cluster(empty0 + 8 * prev, 1);
                 }
                 prev = s;
-                if (++s == WG_STAGES) { s = 0; phase ^= 1; }
+                if (++s == STAGES) { s = 0; phase ^= 1; }
             }
             wg_wait<0>();
-            wg_fence_regs(d);
+            wg_fence_regs<NACC>(d);
             if (prev >= 0 && tid == 0) {
                 mbar_arrive_cluster(empty0 + 8 * prev, mc ? 0 : rank);
                 if (mc) mbar_arrive_cluster(empty0 + 8 * prev, 1);
@@ -295,13 +331,13 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
             /* epilogue from registers: d[4j + {0,1}] at (row, 8j + 2q + {0,1}),
              * d[4j + {2,3}] at row + 8 */
             const int r = tm * WG_BM + cw * 64 + warp * 16 + (lane >> 2);
-            const int c0 = tn * WG_BN + 2 * (lane & 3);
-            if (plain && r + 8 < M && tn * WG_BN + WG_BN <= N) {
+            const int c0 = tn * BN + 2 * (lane & 3);
+            if (plain && r + 8 < M && tn * BN + BN <= N) {
                 /* the common case (C = A @ B, whole tile inside): convert and store */
                 T *row0 = (T *)e.C + (int64_t)r * e.ldc + c0, *row1 = row0 + 8 * e.ldc;
                 if (bias) {
 #pragma unroll
-                    for (int j = 0; j < 32; j++) {
+                    for (int j = 0; j < BN / 8; j++) {
                         const float b0 = gc_to_f(bias[c0 + 8 * j]), b1 = gc_to_f(bias[c0 + 8 * j + 1]);
                         d[4 * j] += b0;
                         d[4 * j + 1] += b1;
@@ -311,16 +347,16 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 }
                 if (relu) {
 #pragma unroll
-                    for (int i = 0; i < 128; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i]; /* NaN stays (cpu/act.c) */
+                    for (int i = 0; i < NACC; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i]; /* NaN stays (cpu/act.c) */
                 }
 #pragma unroll
-                for (int j = 0; j < 32; j++) {
+                for (int j = 0; j < BN / 8; j++) {
                     gc_gemm_store2<T>(row0 + 8 * j, d[4 * j], d[4 * j + 1]);
                     gc_gemm_store2<T>(row1 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < 32; j++) {
+                for (int j = 0; j < BN / 8; j++) {
                     if (r < M) gc_gemm_epi2<T>(e, r, c0 + 8 * j, d[4 * j], d[4 * j + 1]);
                     if (r + 8 < M) gc_gemm_epi2<T>(e, r + 8, c0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
                 }
@@ -381,14 +417,15 @@ inline int wg_resident_clusters(const gc_backend *be, const void *kern, cudaLaun
 /* One persistent launch of the kernel (as many clusters of 2 as fit at once, never more
  * than there are tile pairs; an SM left over in a GPC of odd size stays idle).
  * *clusters (optional) receives the cluster count that fit. */
-template <typename T, bool KMAJ_B, int AMODE>
+template <typename T, bool KMAJ_B, int AMODE, int BN = 256>
 gc_status wg_launch(const gc_backend *be, const CUtensorMap &ta, const CUtensorMap &tb, int64_t M, int64_t N,
                     int64_t K, const gc_gemm_epi_args &e, int multicast, const wg_conv &cv, const char *what,
                     int *clusters)
 {
-    const int64_t ctiles = ((M + 2 * WG_BM - 1) / (2 * WG_BM)) * ((N + WG_BN - 1) / WG_BN);
-    auto kern = gc_wgmma_gemm_kernel<T, KMAJ_B, AMODE>;
-    GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    const int64_t ctiles = ((M + 2 * WG_BM - 1) / (2 * WG_BM)) * ((N + BN - 1) / BN);
+    auto kern = gc_wgmma_gemm_kernel<T, KMAJ_B, AMODE, BN>;
+    constexpr int smem = wg_cfg<BN>::SMEM;
+    GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cudaLaunchAttribute attr[1];
@@ -397,7 +434,7 @@ gc_status wg_launch(const gc_backend *be, const CUtensorMap &ta, const CUtensorM
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.blockDim = dim3(WG_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = WG_SMEM;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = gc_cuda_stream(be);
     cfg.attrs = attr;
     cfg.numAttrs = 1;
