@@ -241,7 +241,8 @@ def test_conv_large_16bit(case, dtype, g):
 # for the resident weight slices), tiles past the batch (M % 128 != 0), N not a multiple of
 # the 256-wide tile, 128-wide tiles (N <= 128), 'valid' padding, bias + each fused
 # activation; the data gradient of stride-1 layers (dy convolved with the flipped kernel,
-# w read in place).
+# w read in place) and of strided 1x1 layers (a GEMM scattered to dx's strided pixels,
+# the others zero).
 IGEMM = [
     dict(N=3, H=28, W=28, C=256, F=512, KH=1, KW=1, s=(2, 2), pad="valid", act="linear"),  # strided shortcut
     dict(N=2, H=15, W=17, C=128, F=256, KH=3, KW=3, s=(2, 2), pad="same", act="relu"),     # 3x3/2, odd sizes
@@ -251,6 +252,7 @@ IGEMM = [
     dict(N=1, H=9, W=10, C=192, F=64, KH=2, KW=3, s=(3, 2), pad="same", act="tanh"),       # uneven strides / kernel
     dict(N=2, H=28, W=28, C=128, F=128, KH=3, KW=3, s=(1, 1), pad="same", act="relu"),     # conv3 3x3: 128-wide tiles
     dict(N=4, H=16, W=16, C=256, F=128, KH=1, KW=1, s=(2, 2), pad="valid", act="linear"),  # strided 1x1, 128 wide
+    dict(N=2, H=15, W=13, C=128, F=256, KH=1, KW=1, s=(2, 2), pad="same", act="linear"),   # odd sizes: scatter edges
 ]
 
 
@@ -302,7 +304,7 @@ def test_conv_igemm(case, igemm, dtype, g):
     y1 = _forced_all(c, fwd, lambda: ops.conv2d(c.arg(x), c.arg(w), None, strides=s, padding=g["pad"],
                                                 activation=g["act"], **c.kw))
     assert np.asarray(y1).tobytes() == np.asarray(y0).tobytes(), c.msg("two identical calls differ")
-    if s != (1, 1):
+    if s != (1, 1) and (g["KH"], g["KW"]) != (1, 1):   # strided: only 1x1 layers (scattered GEMM)
         with variants.forced("cuda.conv2d.bwd_data", "wgmma"), variants.forced("cuda.conv2d.fwd_wgmma", "igemm"):
             dy = c.normal(want.shape)
             with pytest.raises(NotImplementedError, match="stride-1"):

@@ -4,7 +4,9 @@
  *
  * What: gc_conv2d_igemm_fwd computes y = act(conv(x, w) + bias) for NHWC f16 / bf16
  * storage, fp32 accumulation, C and F multiples of 64, dilation 1, strides 1..8;
- * gc_conv2d_igemm_bwd_data the data gradient of a stride-1 layer. _why says why a
+ * gc_conv2d_igemm_bwd_data the data gradient of a stride-1 layer, or of a strided
+ * unpadded 1x1 layer (dx zeroed, then dy's pixels as a GEMM with w^T, the epilogue
+ * writing each to its strided pixel of dx: WG_A_TILED_SCATTER). _why says why a
  * geometry is refused (NULL: it runs), _wanted is the automatic choice.
  *
  * How: wgmma_gemm_kernel.cuh's persistent kernel (128 x 256 tiles -- 128 x 128 where
@@ -94,7 +96,7 @@ template <int AMODE>
 gc_status launch(const gc_backend *be, gc_dtype dt, const CUtensorMap &ta, const CUtensorMap &tb, int64_t M,
                  int64_t N, int64_t K, const gc_gemm_epi_args &e, const wg_conv &cv, const char *what)
 {
-    constexpr bool KMAJ = AMODE == WG_A_IM2COL_FLIP;
+    constexpr bool KMAJ = AMODE != WG_A_IM2COL; /* w read K-major: the data gradients */
     if (tile_width(N) == 128) {
         if (dt == GC_F16) return wg_launch<__half, KMAJ, AMODE, 128>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
         return wg_launch<__nv_bfloat16, KMAJ, AMODE, 128>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
@@ -132,10 +134,24 @@ gc_conv2d_geom dgrad_view(const gc_conv2d_geom *g)
 
 } // namespace
 
+/* A strided, unpadded 1x1 layer: its data gradient is a GEMM of dy's pixels scattered
+ * to every sh-th / sw-th pixel of dx (the others are zero). */
+static int strided_1x1(const gc_conv2d_geom *g)
+{
+    return g->KH == 1 && g->KW == 1 && (g->sh > 1 || g->sw > 1) && g->pad_top == 0 && g->pad_left == 0 &&
+           g->dh == 1 && g->dw == 1;
+}
+
 extern "C" const char *gc_conv2d_igemm_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass)
 {
     if (pass == 0) return why_not(be, g, dt);
-    if (g->sh != 1 || g->sw != 1) return "the data gradient of stride-1 layers only";
+    if (strided_1x1(g)) {
+        gc_conv2d_geom t = *g; /* the GEMM: dy (N*OH*OW, F) x w^T (F, C) */
+        t.H = g->OH; t.W = g->OW; t.C = g->F; t.F = g->C;
+        t.sh = t.sw = 1;
+        return why_not(be, &t, dt);
+    }
+    if (g->sh != 1 || g->sw != 1) return "the data gradient of stride-1 layers (or strided unpadded 1x1 ones) only";
     const gc_conv2d_geom t = dgrad_view(g);
     if (t.pad_top < 0 || t.pad_left < 0) return "padding wider than the kernel";
     return why_not(be, &t, dt);
@@ -155,7 +171,7 @@ extern "C" int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom
     if (nout < 128) return 0;
     if (!strided && g->KH * g->KW == 1) return 0;  /* stride-1 1x1: the GEMM route / halo kernel */
     if (!strided && nin < 128) return 0;           /* 3x3 64-channel inputs: the halo kernel */
-    const int64_t M = pass == 0 ? g->N * g->OH * g->OW : g->N * g->H * g->W;
+    const int64_t M = pass == 0 || strided ? g->N * g->OH * g->OW : g->N * g->H * g->W;
     const int bn = tile_width(nout);
     const int64_t tiles = (M + WG_BM - 1) / WG_BM * ((nout + bn - 1) / bn);
     const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
@@ -201,6 +217,22 @@ extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_con
                        "%lld, stride (%d, %d), %s: %s",
                        (long long)g->N, (long long)g->OH, (long long)g->OW, (long long)g->F, (long long)g->KH,
                        (long long)g->KW, (long long)g->C, g->sh, g->sw, gc_dtype_name(dt), why);
+    if (strided_1x1(g)) { /* dx = 0, then dy (P, F) x w^T scattered to dx's strided pixels */
+        const int64_t P = g->N * g->OH * g->OW, es = (int64_t)gc_dtype_size(dt);
+        GC_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)(g->N * g->H * g->W * g->C * es), gc_cuda_stream(be)));
+        CUtensorMap ta, tb;
+        gc_status st = wg_make_map_2d(&ta, dt, dy, g->F, P, g->F * es, 64, WG_BM);
+        if (st) return st;
+        if ((st = wg_make_map_2d(&tb, dt, w, g->F, g->C, g->F * es, 64, tile_width(g->C) / 2))) return st;
+        wg_conv cv;
+        memset(&cv, 0, sizeof cv);
+        cv.ohw = (int)(g->OH * g->OW); cv.ow = (int)g->OW;
+        cv.sh = g->sh; cv.sw = g->sw;
+        cv.ihw = (int)(g->H * g->W); cv.iw = (int)g->W;
+        return launch<WG_A_TILED_SCATTER>(be, dt, ta, tb, P, g->C, g->F,
+                                          epilogue(dt, dx, g->N * g->H * g->W, g->C, NULL, GC_ACT_LINEAR), cv,
+                                          "conv2d_bwd_data (wgmma, strided 1x1)");
+    }
     const gc_conv2d_geom t = dgrad_view(g);
     const int64_t M = t.N * t.OH * t.OW, K = t.KH * t.KW * t.C; /* t.C = the layer's F */
     CUtensorMap ta, tb;

@@ -17,7 +17,10 @@
  *   WG_A_IM2COL_FLIP  a stride-1 data gradient seen as the forward convolution of dy
  *                     with the flipped kernel: A = im2col(dy), B = w as stored read
  *                     K-major (tap t of w is a C x F matrix = N x K), tap taps-1-t for
- *                     K-block tap t: no weight copy.
+ *                     K-block tap t: no weight copy;
+ *   WG_A_TILED_SCATTER the GEMM's loads, and the epilogue writes row r to row
+ *                     wg_scatter_row(r) (a strided 1x1 layer's data gradient: dy's
+ *                     pixels to every sh-th / sw-th pixel of dx).
  * Everything past the loads (ring, consumers, epilogue) is the GEMM's. Each file that
  * includes this gets its own instantiations (anonymous namespace). */
 #pragma once
@@ -33,15 +36,27 @@
 #define GC_WG_DEVICE 0
 #endif
 
-enum { WG_A_TILED = 0, WG_A_IM2COL = 1, WG_A_IM2COL_FLIP = 2 };
+enum { WG_A_TILED = 0, WG_A_IM2COL = 1, WG_A_IM2COL_FLIP = 2, WG_A_TILED_SCATTER = 3 };
 
-/* The convolution geometry the im2col producer needs (unused by the GEMM). */
+/* The convolution geometry the im2col producer (and the scattering epilogue) needs;
+ * unused by the GEMM. */
 struct wg_conv {
     int ohw, ow;             /* output pixels per image and per row */
     int sh, sw;              /* strides (the traversal strides of the map) */
     int pad_top, pad_left;
     int kw, cchunks, taps;   /* taps per kernel row, 64-channel chunks per tap, KH*KW */
+    int ihw, iw;             /* scatter: pixels per image and per row of the image rows go to */
 };
+
+#ifdef __CUDACC__
+/* WG_A_TILED_SCATTER: GEMM row r = pixel (n, p, q) of the (ohw / ow) x ow grid goes to
+ * row (n, p * sh, q * sw) of an image of ihw / iw rows of iw pixels */
+__device__ __forceinline__ int64_t wg_scatter_row(const wg_conv &cv, int r)
+{
+    const int n = r / cv.ohw, rem = r - n * cv.ohw, p = rem / cv.ow, q = rem - p * cv.ow;
+    return (int64_t)n * cv.ihw + (int64_t)(p * cv.sh) * cv.iw + (int64_t)q * cv.sw;
+}
+#endif
 
 namespace {
 
@@ -191,6 +206,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
     constexpr int STAGES = wg_cfg<BN>::STAGES, STAGE_BYTES = wg_cfg<BN>::STAGE_BYTES, B_BYTES = wg_cfg<BN>::B_BYTES;
     constexpr int NACC = BN / 2;                     /* fp32 accumulators per consumer thread */
     constexpr int NBOX = BN / 64;                    /* 64-column boxes of a K x N B slice */
+    constexpr bool IM2 = AMODE == WG_A_IM2COL || AMODE == WG_A_IM2COL_FLIP; /* A through im2col copies */
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
     const uint32_t full0 = base + STAGES * STAGE_BYTES, empty0 = full0 + 8 * STAGES;
@@ -230,7 +246,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 const int mrow = min(tm, tiles_m - 1) * WG_BM;
                 /* im2col: the filter corner of the tile's first output pixel */
                 int cw0 = 0, ch0 = 0, cn0 = 0;
-                if (AMODE != WG_A_TILED) {
+                if (IM2) {
                     cn0 = mrow / cv.ohw;
                     const int r0 = mrow - cn0 * cv.ohw, p0 = r0 / cv.ow;
                     cw0 = (r0 - p0 * cv.ow) * cv.sw - cv.pad_left;
@@ -242,7 +258,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                     const uint32_t full = full0 + 8 * s;
                     const uint32_t sa = base + s * STAGE_BYTES, sb = sa + WG_A_BYTES;
                     mbar_expect_tx(full, STAGE_BYTES); /* A + both halves of B */
-                    if (AMODE == WG_A_TILED)
+                    if (!IM2)
                         tma_load_2d(sa, &tmA, full, kb * BKE, mrow);
                     else
                         tma_load_im2col_4d(sa, &tmA, full, cc * BKE, cw0, ch0, cn0, (uint16_t)kw, (uint16_t)kh);
@@ -270,7 +286,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                                            bk, 0x3);
                         }
                     }
-                    if (AMODE != WG_A_TILED && ++cc == cv.cchunks) {
+                    if (IM2 && ++cc == cv.cchunks) {
                         cc = 0;
                         tap++;
                         if (++kw == cv.kw) { kw = 0; kh++; }
@@ -332,9 +348,12 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
              * d[4j + {2,3}] at row + 8 */
             const int r = tm * WG_BM + cw * 64 + warp * 16 + (lane >> 2);
             const int c0 = tn * BN + 2 * (lane & 3);
+            /* the rows of C these two GEMM rows go to */
+            const int64_t dr0 = AMODE == WG_A_TILED_SCATTER ? (r < M ? wg_scatter_row(cv, r) : 0) : r;
+            const int64_t dr1 = AMODE == WG_A_TILED_SCATTER ? (r + 8 < M ? wg_scatter_row(cv, r + 8) : 0) : r + 8;
             if (plain && r + 8 < M && tn * BN + BN <= N) {
                 /* the common case (C = A @ B, whole tile inside): convert and store */
-                T *row0 = (T *)e.C + (int64_t)r * e.ldc + c0, *row1 = row0 + 8 * e.ldc;
+                T *row0 = (T *)e.C + dr0 * e.ldc + c0, *row1 = (T *)e.C + dr1 * e.ldc + c0;
                 if (bias) {
 #pragma unroll
                     for (int j = 0; j < BN / 8; j++) {
@@ -357,8 +376,8 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
             } else {
 #pragma unroll
                 for (int j = 0; j < BN / 8; j++) {
-                    if (r < M) gc_gemm_epi2<T>(e, r, c0 + 8 * j, d[4 * j], d[4 * j + 1]);
-                    if (r + 8 < M) gc_gemm_epi2<T>(e, r + 8, c0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+                    if (r < M) gc_gemm_epi2<T>(e, (int)dr0, c0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                    if (r + 8 < M) gc_gemm_epi2<T>(e, (int)dr1, c0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
                 }
             }
         }
