@@ -1071,10 +1071,11 @@ static int use_simt(gc_dtype dt, int path)
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* Worth trying the Hopper kernel (cheap pre-checks; gc_conv2d_wgmma_check has the rest):
- * 16-bit storage on a compute capability 9.0 device, its shape rules, and enough 128-row
- * tiles for one per SM (below that the mma.sync kernel's 128 x 64 blocks, several per
- * SM and split K, fill the GPU better). */
+/* Worth trying the Hopper resident-slice kernels (cheap pre-checks; gc_conv2d_wgmma_check
+ * has the rest): 16-bit storage on a compute capability 9.0 device, their shape rules, and
+ * enough 128-row tiles for one per SM (below that the mma.sync kernel's 128 x 64 blocks,
+ * several per SM and split K, fill the GPU better). The callers also ask
+ * gc_conv2d_igemm_wanted (the GEMM kernel with an im2col A, strided layers too). */
 static int wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
 {
     const int64_t sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;

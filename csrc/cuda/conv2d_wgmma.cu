@@ -5,6 +5,9 @@
  * storage with fp32 accumulation, stride 1, dilation 1, C % 64 == 0, F % 64 == 0, on an
  * H100 / H200; gc_conv2d_wgmma_bwd_data the data gradient dx of such a layer (on the
  * halo kernel: the forward convolution of dy with the flipped kernel, C and F swapped).
+ * Both entry points first hand the layer to conv2d_wgmma_igemm.cu (the GEMM kernel with
+ * an im2col A, any stride) where cuda.conv2d.fwd_wgmma says igemm or its automatic
+ * choice takes it (the big weight slices, the strided layers).
  * Everything else returns GC_ERR_UNSUPPORTED before anything is launched, and conv2d.cu
  * falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
  *
