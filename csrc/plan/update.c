@@ -5,8 +5,9 @@
  * any weight moves; one cast_multi launch over a table of them where the backend has
  * it), averaged over the replicas when the plan is one of a group (replicas.c), then
  * every trained tensor is updated -- in one fused launch over a table of (weight,
- * gradient, state) slots where the backend has optim_multi, else one op per tensor. Skipping a step on overflow and adjusting the scale happen on the
- * device, so a captured step replays them without a host round trip. */
+ * gradient, state) slots where the backend has optim_multi, else one op per tensor.
+ * Skipping a step on overflow and adjusting the scale happen on the device, so a
+ * captured step replays them without a host round trip. */
 #include "plan_internal.h"
 
 #include <math.h>
