@@ -342,9 +342,10 @@ def test_conv_igemm_refusals(case, igemm):
 # ---------------------------------------------------------------- Hopper wgmma weight gradient
 # conv2d_wgmma_wgrad.cu, forced (cuda.conv2d.wgrad=wgmma):
 # forced, any failure of the kernel is the op's error, so a pass means it ran. Shapes: the
-# block shapes the cost model picks for ResNet-50's layers (1x1 64->256 / 256->64, 3x3
+# block shapes its rule picks for ResNet-50's layers (1x1 64->256 / 256->64, 3x3
 # 64->64 / 128->128, strided 1x1), ragged pixel counts (P % 64 != 0) and C / F that are
-# not multiples of 64 (zero-filled box edges).
+# not multiples of 64 (zero-filled box edges). db comes from the kernel's column-sum
+# warps, so every case checks it, also over several splits.
 WGRAD = [
     dict(N=4, H=20, W=20, C=64, F=256, KH=1, KW=1, s=(1, 1), pad="valid"),    # 1x1 64->256 (A = x, alternate)
     dict(N=3, H=15, W=17, C=256, F=64, KH=1, KW=1, s=(1, 1), pad="same"),     # 1x1 256->64, P = 765 (ragged)
@@ -426,6 +427,25 @@ def test_conv_bwd_filter_wgmma(case, hopper, dtype, g):
     diff = np.linalg.norm(np.asarray(dw, np.float64) - np.asarray(old, np.float64))
     scale = np.linalg.norm(want_w) + 1e-30
     assert diff / scale <= 2e-2, c.msg(f"wgmma and mma.sync results differ by {diff / scale:.3e} (relative)")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,splits", [("xs4", "3"), ("ds4", "6"), ("da3", "2"), ("xa1", "4")])
+def test_conv_bwd_filter_wgmma_split_db(case, hopper, dtype, shape, splits):
+    """db's column sums are written per split into the partial slices and reduced with
+    dw: forced split counts, each block shape family (dy as B shared, dy as A shared /
+    alternating), a ragged last K-block."""
+    g = dict(N=3, H=15, W=17, C=128, F=256, KH=3, KW=3, s=(1, 1), pad="same")  # P = 765
+    if shape in ("da3", "xa1"):
+        g = dict(g, F=64) if shape == "da3" else dict(g, C=64, F=64, KH=1, KW=1)
+    c = case("conv2d_bwd_filter", dtype)
+    x, dy, (want_w, want_b), (terms_w, terms_b), rows = _wgrad_inputs(c, g)
+    forced = {"cuda.conv2d.wgrad": "wgmma", "cuda.conv2d.wgrad_wgmma": shape,
+              "cuda.conv2d.wgrad_wgmma_splits": splits}
+    c.what += f" [wgmma {shape}, {splits} splits]"
+    dw, db = _wgrad(c, g, x, dy, forced)
+    c.check("dw", dw, want_w, k=rows, terms=terms_w)
+    c.check("db", db, want_b, k=rows, terms=terms_b)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

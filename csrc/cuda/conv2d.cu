@@ -1222,20 +1222,22 @@ static gc_status own_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, g
     int wgw = 0;
     const int path = wgrad_path(&wgw);
     /* Hopper wgmma (conv2d_wgmma_wgrad.cu): forced (its error, if any, is the result),
-     * or automatic after the GEMM route, falling back where it does not apply */
+     * or automatic before the GEMM route (unless that is forced), falling back where it
+     * does not apply */
     if (wgw == 1) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_WGMMA);
         return gc_conv2d_wgrad_wgmma(be, g, dt, x, dy, dw, db);
     }
-    if (gc_conv2d_gemm_wanted(be, g, dt, 2)) {
-        gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_GEMM);
-        return gc_conv2d_gemm_bwd_filter(be, g, dt, x, dy, dw, db);
-    }
-    if (wgw == 0 && gc_conv2d_wgrad_wgmma_wanted(be, g, dt)) {
+    if (wgw == 0 && gc_variant_forced(GC_VP_CUDA_CONV2D_WGRAD) != GC_V_WGRAD_GEMM &&
+        gc_conv2d_wgrad_wgmma_wanted(be, g, dt)) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_WGMMA);
         gc_status st = gc_conv2d_wgrad_wgmma(be, g, dt, x, dy, dw, db);
         if (st != GC_ERR_UNSUPPORTED) return st;
         gc_clear_error(); /* nothing was launched: the kernels below take it */
+    }
+    if (gc_conv2d_gemm_wanted(be, g, dt, 2)) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_WGRAD, GC_V_WGRAD_GEMM);
+        return gc_conv2d_gemm_bwd_filter(be, g, dt, x, dy, dw, db);
     }
     /* small C with more rows than the SIMT small-K kernel keeps in registers (KC > 64:
      * the 7x7x3 stem): the row-gather Tensor Core kernel, split K over the pixels */

@@ -27,9 +27,11 @@
  * K-block of 64 pixels it loads the block's boxes into a ring of stages (full / empty
  * mbarriers). Warpgroups 1 and 2 are consumers, each a 64 x 64*NB fp32 accumulator
  * (NB = 1..4: wgmma .m64n{64,128,192,256}k16, 4 per K-block); A is one box, B is NB
- * consecutive boxes of the stage. Which operand is A (x or dy) and the block shape are
- * chosen per layer by a small cost model (loaded bytes vs Tensor Core work, wasted
- * columns, wave quantisation, the split-K partial traffic):
+ * consecutive boxes of the stage. Which operand is A (x or dy) and the block shape come
+ * from a rule measured over ResNet-50's layers (wgw_rule: the 4-box side gets real
+ * boxes); where it has no answer, from a small cost model (loaded bytes vs Tensor Core
+ * work, wasted columns, wave quantisation, the split-K partial traffic), which also picks
+ * the split count:
  *   shared (alt = 0): stage = 2 A boxes + NB B boxes; consumer w multiplies A box w by
  *     the shared B boxes on every K-block (a 128 x 64*NB tile; the layers with many
  *     boxes on both sides);
@@ -42,14 +44,16 @@
  * Split K: blockIdx.y takes a fixed range of K-blocks and each consumer writes its raw
  * fp32 sums to its own slice of the workspace (no atomics); gc_conv2d_reduce_splits then
  * adds the slices in a fixed order and rounds (deterministic for a given split count,
- * which depends on the SM count). db: gc_conv2d_colsum on dy, through the same
- * workspace (after the partials).
+ * which depends on the SM count). db: the producer warpgroup's three idle warps sum the
+ * staged dy boxes' columns, the blocks that stage the same dy boxes in a split (the tiles
+ * along the x side) taking turns over its K-blocks, each into its own row of F sums,
+ * reduced like the partials: no second pass over dy, and no block does all of it.
  * Device code exists only for sm_90a (GC_WGW_DEVICE); other targets compile empty
  * kernels and the entry point reports GC_ERR_UNSUPPORTED (probe kernel, as in
  * gemm_wgmma.cu). The PTX primitives come from hopper_ptx.cuh.
  * Variant points (gpucmp_variants.h): cuda.conv2d.wgrad=wgmma forces this kernel
  * (conv2d.cu), cuda.conv2d.wgrad_wgmma the block shape (e.g. "da3": A = dy, alternate,
- * NB = 3; "xs4": A = x, shared, NB = 4; auto: the cost model), and the knobs
+ * NB = 3; "xs4": A = x, shared, NB = 4; auto: the rule, else the cost model), and the knobs
  * cuda.conv2d.wgrad_wgmma_splits / _stages the split count and the ring depth cap.
  */
 #include "conv2d_internal.cuh"
@@ -79,14 +83,18 @@ constexpr int WGW_BOX = WGW_BK * 128;       /* 8 KB: 64 pixel rows of 64 16-bit 
 constexpr int WGW_THREADS = 384;            /* producer + 2 consumer warpgroups */
 constexpr int WGW_MAX_STAGES = 8;
 constexpr int WGW_BAR_BYTES = 256;          /* full[8], empty[8] */
+constexpr int WGW_SUM_THREADS = 96;         /* warps 1-3 of the producer warpgroup: db's column sums */
+constexpr int WGW_SUM_BYTES = WGW_SUM_THREADS * 8 * 4; /* their per-thread partial sums, combined at the end */
 
 size_t wgw_smem_bytes(int stages, int nbox)
 {
-    return 1024 + (size_t)stages * nbox * WGW_BOX + WGW_BAR_BYTES;
+    return 1024 + (size_t)stages * nbox * WGW_BOX + WGW_BAR_BYTES + WGW_SUM_BYTES;
 }
 
 struct wgw_params {
     float *part;          /* slices of (KC, F) fp32 partial sums */
+    float *dbpart;        /* db: splits x db_rows rows of F column sums (NULL: no db) */
+    int db_rows;          /* the blocks that stage the same dy boxes in a split (they share its sums) */
     int C, F, KW, cch;    /* cch: x boxes per tap, ceil(C / 64) */
     int OH, OW;           /* output pixels per image (the pixel walk of a K-block) */
     int pad_top, pad_left;
@@ -115,6 +123,21 @@ __device__ __forceinline__ void wgw_tma_im2col(uint32_t dst, const CUtensorMap *
                  " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(off_w), "h"(off_h)
                  : "memory");
+}
+/* the two 16-bit values of a 32-bit word as floats (low half first) */
+template <typename T> __device__ __forceinline__ void wgw_pair(uint32_t w, float &lo, float &hi);
+template <> __device__ __forceinline__ void wgw_pair<__nv_bfloat16>(uint32_t w, float &lo, float &hi)
+{
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
+}
+template <> __device__ __forceinline__ void wgw_pair<__half>(uint32_t w, float &lo, float &hi)
+{
+    __half2 h;
+    __builtin_memcpy(&h, &w, 4);
+    const float2 f = __half22float2(h);
+    lo = f.x;
+    hi = f.y;
 }
 template <int N> __device__ __forceinline__ void wgw_fence_regs(float *d)
 {
@@ -179,11 +202,14 @@ gc_wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_cons
     const int nst = min(p.nkb - kb0, p.kbps); /* >= 1 by construction */
     const int nM = p.a_x ? p.nX : p.nD, nN = p.a_x ? p.nD : p.nX;
     const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+    /* db: the db_rows blocks that stage the same dy boxes in a split take every
+     * db_rows-th K-block of it each (the tiles along the x side) */
+    const bool sums = p.dbpart != NULL;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full0 + 8 * s, 1);                /* the producer's expect_tx arrival */
-            mbar_init(empty0 + 8 * s, p.alt ? 1 : 2);   /* the consumer(s) of the stage */
+            mbar_init(empty0 + 8 * s, (p.alt ? 1 : 2) + (sums ? 1 : 0)); /* consumer(s) (+ the column sums) */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmX) : "memory");
@@ -223,6 +249,57 @@ gc_wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_cons
                     s = 0;
                     phase ^= 1;
                 }
+            }
+        } else if (sums && tid >= 32) {
+            /* ---------------- db: warps 1-3 sum the staged dy boxes' columns. Of the
+             * split's K-blocks this block takes those with i % db_rows == its index along
+             * the x side; thread ct takes one 16-byte vector column (8 filters) of the
+             * stage's dy boxes and rows grp, grp + groups, ... of each K-block (fixed
+             * order); every stage is freed with the consumers. The groups are combined in
+             * order at the end and written to the block's row of the split's db sums (TMA
+             * zero-fills pixels past the batch). */
+            const int ct = tid - 32;
+            const int nbd = p.a_x ? NB : NA;            /* dy boxes per stage */
+            const int nvec = nbd * 8, groups = WGW_SUM_THREADS / nvec;
+            const int v = ct % nvec, grp = ct / nvec;
+            const uint32_t doff = (uint32_t)((p.a_x ? NA : 0) * WGW_BOX + (v >> 3) * WGW_BOX);
+            const int chunk = v & 7;
+            const int mine = p.a_x ? tm : tn; /* this block's index among the db_rows */
+            float acc[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+            for (int i = 0; i < nst; i++) {
+                const int s = i % S;
+                mbar_wait(full0 + 8 * s, (uint32_t)(i / S) & 1u);
+                if (grp < groups && i % p.db_rows == mine) {
+                    const uint32_t sb = base + (uint32_t)(s * p.stage_bytes) + doff;
+                    for (int r = grp; r < WGW_BK; r += groups) {
+                        uint32_t w0, w1, w2, w3;
+                        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                                     : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
+                                     : "r"(sb + (uint32_t)(r * 128 + ((chunk ^ (r & 7)) << 4))));
+                        float lo, hi;
+                        wgw_pair<T>(w0, lo, hi); acc[0] += lo; acc[1] += hi;
+                        wgw_pair<T>(w1, lo, hi); acc[2] += lo; acc[3] += hi;
+                        wgw_pair<T>(w2, lo, hi); acc[4] += lo; acc[5] += hi;
+                        wgw_pair<T>(w3, lo, hi); acc[6] += lo; acc[7] += hi;
+                    }
+                }
+                asm volatile("bar.sync 1, %0;\n" ::"r"(WGW_SUM_THREADS) : "memory"); /* all reads of the stage done */
+                if (ct == 0) wgw_mbar_arrive(empty0 + 8 * s);
+            }
+            float *scratch = (float *)(smem_raw + (full0 + WGW_BAR_BYTES - smem_u32(smem_raw)));
+#pragma unroll
+            for (int e = 0; e < 8; e++) scratch[ct * 8 + e] = acc[e];
+            asm volatile("bar.sync 1, %0;\n" ::"r"(WGW_SUM_THREADS) : "memory");
+            const int first = p.a_x ? tn * NB : tm * NA; /* the stage's first dy box */
+            float *row = p.dbpart + ((int64_t)blockIdx.y * p.db_rows + mine) * p.F;
+            for (int col = ct; col < nvec * 8; col += WGW_SUM_THREADS) {
+                const int box = first + col / 64, f = box * 64 + col % 64;
+                if (box >= p.nD || f >= p.F) continue; /* a clamped repeat of the last box, or past F */
+                float t = 0.0f;
+                for (int g2 = 0; g2 < groups; g2++) t += scratch[(g2 * nvec + col / 8) * 8 + col % 8];
+                row[f] = t;
             }
         }
     } else { /* ---------------- consumers */
@@ -377,9 +454,26 @@ double wgw_kb_cost(int alt, int nb)
     return load > mma ? load : mma;
 }
 
+/* The block shape for nX x boxes and nD dy boxes (as the variant index: 1 + (a_x << 3 |
+ * alt << 2 | (NB - 1))), or 0 for the cost model. Measured on an H200 over ResNet-50's
+ * layers at batch 256 (benchmarks/sweep_wgrad.py, RESULTS.md), where the cost model's
+ * picks ran up to 2.4x slower: the wide side (4 boxes a stage) wants real boxes, so A is
+ * x with 4 dy boxes a stage where F >= 256, else A is dy (2 boxes shared, or 1 alternating
+ * where F = 64, with as many x boxes as divide the taps' boxes evenly). */
+int wgw_rule(int nX, int nD)
+{
+    const auto idx = [](int a_x, int alt, int nb) { return 1 + (a_x << 3 | alt << 2 | (nb - 1)); };
+    if (nD >= 4) return idx(1, 0, 4);                          /* xs4 */
+    if (nX >= 4 && nD >= 2) return idx(0, 0, 4);               /* ds4 */
+    if (nX >= 4 && nD == 1) return idx(0, 1, nX % 4 && nX % 3 == 0 ? 3 : 4); /* da3 / da4 */
+    if (nX == 1 && nD == 1) return idx(1, 1, 1);               /* xa1 */
+    return 0;
+}
+
 void wgw_make_plan(const gc_backend *be, const gc_conv2d_geom *g, int variant, wgw_plan *pl)
 {
     const int cch = (int)((g->C + 63) / 64), nX = (int)(g->KH * g->KW) * cch, nD = (int)((g->F + 63) / 64);
+    if (!variant) variant = wgw_rule(nX, nD);
     const int64_t P = g->N * g->OH * g->OW, KC = g->KH * g->KW * g->C;
     const int nkb = (int)((P + WGW_BK - 1) / WGW_BK);
     const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
@@ -465,13 +559,10 @@ extern "C" int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2
     if (gc_cuda_cc(be) != 90 || g->C % 64 || g->F % 64) return 0;
     const int sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 132;
     /* at least one K-block of pixels per SM (ResNet-50's 7x7 layers at batch 256 have
-     * 196); below that the mma.sync kernel's small blocks split K as finely */
+     * 196); below that the mma.sync kernel's small blocks split K as finely. With
+     * wgw_rule's block shapes every ResNet-50 layer with C, F >= 64 ran faster here than
+     * on the mma.sync kernel or the GEMM route (H200, batch 256, sweep_wgrad.py). */
     if (g->N * g->OH * g->OW < (int64_t)WGW_BK * sms) return 0;
-    /* where it was measured faster than the mma.sync kernel (ResNet-50, batch 256, H200):
-     * both channel counts >= 128, and a 1x1 layer only at <= 64K output pixels (14x14 and
-     * 7x7); the 64-channel 56x56 layers and the 28x28 1x1 ones ran slower on it */
-    if (g->C < 128 || g->F < 128) return 0;
-    if (g->KH == 1 && g->KW == 1 && g->N * g->OH * g->OW > 65536) return 0;
     return wgw_why(be, g, dt) == NULL;
 }
 
@@ -498,9 +589,10 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
     if (grid_x > INT_MAX || pl.splits > 65535)
         return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_bwd_filter (wgmma): grid too large");
 
-    /* workspace: [partials: slices x KC x F fp32 | db's column-sum partials] */
+    /* workspace: [slices of KC x F fp32 partials | db: splits x db_rows rows of F sums] */
+    const int db_rows = pl.a_x ? pl.tiles_m : pl.tiles_n;
     const size_t part_bytes = ((size_t)pl.slices * (size_t)(KC * g->F) * sizeof(float) + 255) & ~(size_t)255;
-    const size_t cs_bytes = db ? gc_conv2d_colsum_ws(be, P, g->F) : 0;
+    const size_t db_bytes = db ? (size_t)pl.splits * (size_t)db_rows * (size_t)g->F * sizeof(float) : 0;
     const size_t es = gc_dtype_size(dt);
     const CUtensorMapDataType tdt = dt == GC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     CUtensorMap tmX, tmD;
@@ -538,11 +630,13 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
                            "(%lld, %lld)", (int)r, (long long)P, (long long)g->F);
     }
     void *ws = NULL;
-    gc_status st = gc_cuda_workspace(be, part_bytes + cs_bytes, &ws);
+    gc_status st = gc_cuda_workspace(be, part_bytes + db_bytes, &ws);
     if (st) return st;
 
     wgw_params prm;
     prm.part = (float *)ws;
+    prm.dbpart = db ? (float *)((char *)ws + part_bytes) : NULL;
+    prm.db_rows = db_rows;
     prm.C = (int)g->C;
     prm.F = (int)g->F;
     prm.KW = (int)g->KW;
@@ -576,7 +670,7 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
     if ((st = gc_cuda_launch_check("conv2d_bwd_filter (wgmma)"))) return st;
     const int64_t n = KC * g->F;
     if ((st = gc_conv2d_reduce_splits(be, dt, (const float *)ws, pl.slices, n, n, dw))) return st;
-    if (db) st = gc_conv2d_colsum(be, dt, dy, P, g->F, db, (char *)ws + part_bytes);
+    if (db) st = gc_conv2d_reduce_splits(be, dt, prm.dbpart, pl.splits * db_rows, g->F, g->F, db);
     return st;
 }
 
