@@ -88,16 +88,20 @@ static gc_status bn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t se
     gc_tensor dx = l->in_grad[0] ? gc_node_gin_tensor(p, l, 0, rows) : gc_none();
     gc_tensor dg = l->w[GC_W_GAMMA].trains ? gc_t1(l->w[GC_W_GAMMA].dw, GC_F32, C) : gc_none();
     gc_tensor db = l->w[GC_W_BETA].trains ? gc_t1(l->w[GC_W_BETA].dw, GC_F32, C) : gc_none();
-    /* the residual's gradient is dz itself: with a ReLU the op writes it (into scratch,
-     * then passed on), without one it is the output gradient as it is */
+    /* the residual's gradient is dz itself: with a ReLU the op writes it -- straight into
+     * the residual producer's gradient when it is the first to arrive there (ResNet's
+     * identity blocks: this node's backward runs before the branch's first conv), else
+     * into scratch, then added --; without one it is the output gradient as it is */
     int res = l->n_in > 1 && l->in_grad[1];
-    gc_tensor dr = res && l->d.act == GC_ACT_RELU ? gc_btd(p->scratch, l->dt, rows, l->d.out_shape, l->d.out_ndim)
-                                                  : gc_none();
+    const int res_direct = res && l->d.act == GC_ACT_RELU && gc_node_gin_direct(p, l, 1);
+    gc_tensor dr = !res || l->d.act != GC_ACT_RELU ? gc_none()
+                   : res_direct ? gc_node_gin_tensor(p, l, 1, rows)
+                                : gc_btd(p->scratch, l->dt, rows, l->d.out_shape, l->d.out_ndim);
     const gc_tensor *in[5] = {&x, &gy, &g, &save, &y};
     gc_tensor *out[4] = {&dx, &dg, &db, &dr};
     TRY(gc_plan_run_n(p, GC_OP_BATCHNORM_BWD, &bp, in, 5, out, 4));
     if (l->in_grad[0]) TRY(gc_node_deliver(p, l, 0, rows));
-    if (res) TRY(gc_node_pass_grad(p, l, 1, dr.data ? dr.data : l->gout, rows));
+    if (res && !res_direct) TRY(gc_node_pass_grad(p, l, 1, dr.data ? dr.data : l->gout, rows));
     return GC_OK;
 }
 

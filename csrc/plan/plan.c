@@ -386,6 +386,8 @@ gc_status gc_node_deliver(gc_plan *p, const plan_node *l, int k, int64_t rows)
     return give(p, l, k, p->gtmp, rows);
 }
 
+int gc_node_gin_direct(const gc_plan *p, const plan_node *l, int k) { return direct(p, l, k); }
+
 gc_status gc_node_pass_grad(gc_plan *p, const plan_node *l, int k, void *src, int64_t rows)
 {
     return give(p, l, k, src, rows);

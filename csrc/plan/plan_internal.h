@@ -253,6 +253,10 @@ gc_status gc_node_deliver(gc_plan *p, const plan_node *l, int k, int64_t rows);
 /* for kinds whose input gradient is a buffer that exists already (add, reshape,
  * dropout at rate 0): copies, casts or accumulates src (l->dt) into the producer's gout */
 gc_status gc_node_pass_grad(gc_plan *p, const plan_node *l, int k, void *src, int64_t rows);
+/* 1 when the gradient w.r.t. input k may be written straight into the producer's gradient
+ * buffer (no cast, nothing there to add to): gc_node_gin_tensor then returns that buffer
+ * and gc_node_deliver has nothing to do */
+int gc_node_gin_direct(const gc_plan *p, const plan_node *l, int k);
 /* the effective activation of a node in a mode: the fused last one is linear */
 gc_act gc_node_act(const gc_plan *p, const plan_node *l, run_mode mode);
 /* gradient of the op input w.r.t. an act epilogue: dz = act'(y) * gy in scratch
