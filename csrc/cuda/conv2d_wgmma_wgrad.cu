@@ -139,6 +139,15 @@ template <> __device__ __forceinline__ void wgw_pair<__half>(uint32_t w, float &
     lo = f.x;
     hi = f.y;
 }
+/* acc[0..7] += the eight 16-bit values of q (a 16-byte vector of 8 filters) */
+template <typename T> __device__ __forceinline__ void wgw_add8(const uint4 &q, float *acc)
+{
+    float lo, hi;
+    wgw_pair<T>(q.x, lo, hi); acc[0] += lo; acc[1] += hi;
+    wgw_pair<T>(q.y, lo, hi); acc[2] += lo; acc[3] += hi;
+    wgw_pair<T>(q.z, lo, hi); acc[4] += lo; acc[5] += hi;
+    wgw_pair<T>(q.w, lo, hi); acc[6] += lo; acc[7] += hi;
+}
 template <int N> __device__ __forceinline__ void wgw_fence_regs(float *d)
 {
 #pragma unroll
@@ -272,18 +281,22 @@ gc_wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_cons
                 const int s = i % S;
                 mbar_wait(full0 + 8 * s, (uint32_t)(i / S) & 1u);
                 if (grp < groups && i % p.db_rows == mine) {
-                    const uint32_t sb = base + (uint32_t)(s * p.stage_bytes) + doff;
-                    for (int r = grp; r < WGW_BK; r += groups) {
-                        uint32_t w0, w1, w2, w3;
-                        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                                     : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
-                                     : "r"(sb + (uint32_t)(r * 128 + ((chunk ^ (r & 7)) << 4))));
-                        float lo, hi;
-                        wgw_pair<T>(w0, lo, hi); acc[0] += lo; acc[1] += hi;
-                        wgw_pair<T>(w1, lo, hi); acc[2] += lo; acc[3] += hi;
-                        wgw_pair<T>(w2, lo, hi); acc[4] += lo; acc[5] += hi;
-                        wgw_pair<T>(w3, lo, hi); acc[6] += lo; acc[7] += hi;
+                    /* plain loads (the full barrier's wait orders them after the copy):
+                     * four rows' loads in flight before their sums */
+                    const unsigned char *sb = smem_raw + (base + (uint32_t)(s * p.stage_bytes) + doff - smem_u32(smem_raw));
+                    int r = grp;
+                    for (; r + 3 * groups < WGW_BK; r += 4 * groups) {
+                        uint4 q[4];
+#pragma unroll
+                        for (int u = 0; u < 4; u++) {
+                            const int rr = r + u * groups;
+                            q[u] = *(const uint4 *)(sb + rr * 128 + ((chunk ^ (rr & 7)) << 4));
+                        }
+#pragma unroll
+                        for (int u = 0; u < 4; u++) wgw_add8<T>(q[u], acc);
                     }
+                    for (; r < WGW_BK; r += groups)
+                        wgw_add8<T>(*(const uint4 *)(sb + r * 128 + ((chunk ^ (r & 7)) << 4)), acc);
                 }
                 asm volatile("bar.sync 1, %0;\n" ::"r"(WGW_SUM_THREADS) : "memory"); /* all reads of the stage done */
                 if (ct == 0) wgw_mbar_arrive(empty0 + 8 * s);

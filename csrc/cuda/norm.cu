@@ -429,24 +429,28 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_apply(bn_fwd_args a)
     }
     const int relu = a.relu;
     const bool res = a.res != NULL;
-    const int64_t step = (int64_t)gridDim.y * blockDim.y * C, n = R * C;
+    const int64_t step = (int64_t)gridDim.y * blockDim.y * C;
     const T *xb = (const T *)a.x, *rb = (const T *)a.res;
     T *yb = (T *)a.y;
-    /* one element offset for every operand; row r < R exactly when r * C + c0 < R * C */
-    int64_t o = r * C + c0;
-    for (; o + (U - 1) * step < n; o += U * step) {
+    /* one element offset for every operand. The rows are walked from the last one down
+     * (row R - 1 - r, then step rows lower, ...): the statistics pass read the last rows
+     * last, so they are still in L2, and the consumer of y (the next layer, reading
+     * from row 0) finds the first rows there. Row R - 1 - r >= 0 exactly when its
+     * offset is >= 0 (c0 < C). */
+    int64_t o = (R - 1 - r) * C + c0;
+    for (; o - (U - 1) * step >= 0; o -= U * step) {
         P xv[U], rv[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) xv[u] = bn_ld<T, V, VEC>(xb + (o + u * step), nv);
+        for (int u = 0; u < U; u++) xv[u] = bn_ld<T, V, VEC>(xb + (o - u * step), nv);
         if (res) {
 #pragma unroll
-            for (int u = 0; u < U; u++) rv[u] = bn_ld<T, V, VEC>(rb + (o + u * step), nv);
+            for (int u = 0; u < U; u++) rv[u] = bn_ld<T, V, VEC>(rb + (o - u * step), nv);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            bn_fwd_row<T, V, VEC>(xv[u], rv[u], res, relu, mean, sc, sh, yb + (o + u * step), nv);
+            bn_fwd_row<T, V, VEC>(xv[u], rv[u], res, relu, mean, sc, sh, yb + (o - u * step), nv);
     }
-    for (; o < n; o += step) {
+    for (; o >= 0; o -= step) {
         P xv = bn_ld<T, V, VEC>(xb + o, nv), rv;
         if (res) rv = bn_ld<T, V, VEC>(rb + o, nv);
         bn_fwd_row<T, V, VEC>(xv, rv, res, relu, mean, sc, sh, yb + o, nv);
@@ -645,11 +649,12 @@ __global__ void __launch_bounds__(BN_THREADS) bn_bwd_apply(bn_bwd_args a)
     }
     const int64_t step = (int64_t)gridDim.y * blockDim.y * C;
     /* one element offset for every operand (fewer live registers than a pointer each);
-     * row r < R exactly when its offset r * C + c0 < R * C (c0 < C) */
+     * rows from the last one down, as bn_fwd_apply (the sums pass read the last rows
+     * last; the convolutions after this read dx from row 0): row R - 1 - r >= 0 exactly
+     * when its offset is >= 0 (c0 < C) */
     const T *gb = (const T *)a.dy, *xb = (const T *)a.x, *yb = (const T *)a.y;
     T *dxb = (T *)a.dx, *drb = (T *)a.dres;
-    const int64_t n = R * C;
-    for (int64_t o = r * C + c0; o < n; o += step) {
+    for (int64_t o = (R - 1 - r) * C + c0; o >= 0; o -= step) {
         P gv = bn_ld<T, V, VEC>(gb + o, nv), xv, yv;
         if (train) xv = bn_ld<T, V, VEC>(xb + o, nv);
         if (mask) yv = bn_ld<T, V, VEC>(yb + o, nv);
