@@ -15,6 +15,8 @@
  * Forward: one thread per output element, or, when C and the pointers allow 16-byte
  * accesses, per output pixel and 16 bytes of channels (pool_fwd_vec_kernel: 4 f32 /
  * 8 f16 or bf16 channels per load, the same float compares and sums per channel).
+ * Average backward likewise: avgpool_bwd_kernel per element, avgpool_bwd_vec_kernel per
+ * input pixel and 16 bytes of channels.
  * 32-bit index math when sizes allow (64-bit division is emulated and costs more than
  * the loads).
  *
@@ -483,6 +485,53 @@ __global__ void __launch_bounds__(256) avgpool_bwd_kernel(pool_dims d, const T *
     }
 }
 
+/* avgpool_bwd_kernel on V channels at a time: thread i owns input cell (n, h, w) and
+ * channels [cv*V, cv*V + V) (C % V == 0, dy and dx 16-byte aligned, 32-bit sizes), the
+ * window ranges and 1 / count worked out once for the V channels; per channel the same
+ * float operations in the same window order as avgpool_bwd_kernel (ResNet-50's global
+ * average pool backward spends its time in the scalar kernel's 64-bit index math). */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) avgpool_bwd_vec_kernel(pool_dims d, const T *dy, T *dx)
+{
+    typedef gc_pack<T, V> P;
+    const int Cv = (int)d.C / V, W = (int)d.W, H = (int)d.H, OW = (int)d.OW, OH = (int)d.OH;
+    const int total = (int)d.N * H * W * Cv;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int cv = i % Cv;
+        int q = i / Cv;
+        const int w = q % W;
+        q /= W;
+        const int h = q % H, n = q / H;
+        /* the outputs whose (unclipped) windows contain row h / column w */
+        const int ah = h + d.pt - d.PH + 1, aw = w + d.pl - d.PW + 1;
+        const int oh0 = ah <= 0 ? 0 : (ah + d.sh - 1) / d.sh, ow0 = aw <= 0 ? 0 : (aw + d.sw - 1) / d.sw;
+        const int oh1 = min((h + d.pt) / d.sh, OH - 1), ow1 = min((w + d.pl) / d.sw, OW - 1);
+        const P *dyn = (const P *)dy + (int64_t)n * OH * OW * Cv + cv;
+        float acc[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) acc[j] = 0.0f;
+        for (int oh = oh0; oh <= oh1; oh++) {
+            const int hs = oh * d.sh - d.pt;
+            const int hc = min(hs + d.PH, H) - max(hs, 0);
+            for (int ow = ow0; ow <= ow1; ow++) {
+                const int ws = ow * d.sw - d.pl;
+                const int wc = min(ws + d.PW, W) - max(ws, 0);
+                const float inv = 1.0f / (float)(hc * wc);
+                const P g = dyn[(oh * OW + ow) * Cv];
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    const float v = __fmul_rn(gc_to_f(g.v[j]), inv);
+                    acc[j] = d.disjoint ? v : __fadd_rn(acc[j], v); /* as the scalar kernel */
+                }
+            }
+        }
+        P o;
+#pragma unroll
+        for (int j = 0; j < V; j++) o.v[j] = gc_from_f<T>(acc[j]);
+        ((P *)dx)[i] = o;
+    }
+}
+
 static unsigned grid_for(const gc_backend *be, int64_t n)
 {
     int64_t b = (n + 255) / 256;
@@ -670,6 +719,15 @@ extern "C" gc_status gc_cuda_op_avgpool2d_bwd(const gc_backend *be, const gc_op_
     const void *dy = call->in[0]->data;
     void *dx = call->out[0]->data;
     cudaStream_t s = gc_cuda_stream(be);
+    const int V = 16 / (int)gc_dtype_size(call->in[0]->dtype);
+    const int vec = d.C % V == 0 && (((uintptr_t)dy | (uintptr_t)dx) & 15u) == 0 && n < ((int64_t)1 << 30) &&
+                    d.N * d.OH * d.OW * d.C < ((int64_t)1 << 30);
+    if (vec) {
+        GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
+                               avgpool_bwd_vec_kernel<T, 16 / sizeof(T)><<<grid_for(be, n / V), 256, 0, s>>>(
+                                   d, (const T *)dy, (T *)dx));
+        return gc_cuda_launch_check("avgpool2d_bwd (16-byte channel vectors)");
+    }
     GC_CUDA_DISPATCH_FLOAT(call->in[0]->dtype, T,
                            avgpool_bwd_kernel<T><<<grid_for(be, n), 256, 0, s>>>(d, (const T *)dy, (T *)dx));
     return gc_cuda_launch_check("avgpool2d_bwd");
