@@ -30,8 +30,9 @@
  *   bwd filter: C, F >= 128 with 3/4 of the 128 x 128 tiles real and the mma.sync
  *     GEMM's grid (tiles x its split K) at least one block per SM.
  * ResNet-50 at batch 256 on an H200 (132 SMs): conv4 256<->1024 (14x14) and conv5
- * 512<->2048 (7x7) take it in all three passes, conv3 128<->512 (28x28) in the weight
- * gradient only; the 56x56 64/256-channel layers in none.
+ * 512<->2048 (7x7) take it in the forward and the data gradient; their weight gradients
+ * (and conv3's 128<->512) go to conv2d_wgmma_wgrad.cu, which conv2d.cu asks first and
+ * which was measured faster there; the 56x56 64/256-channel layers take it in no pass.
  * Elsewhere (the 64-channel 56x56 layers, already ~1.0x PyTorch on the conv kernels;
  * every other device, where nothing was measured) the conv kernels run as before.
  * Forcing: each pass's variant point (cuda.conv2d.fwd / .bwd_data / .wgrad,
