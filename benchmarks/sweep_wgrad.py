@@ -36,10 +36,13 @@ def main():
     ap.add_argument("--bias", action="store_true")
     ap.add_argument("--layers", nargs="*", type=int, help="indices into the ResNet-50 layer list")
     a = ap.parse_args()
+    import gpucmp
     from gpucmp import _core
     device = "cuda:0"
-    print(header("Weight-gradient sweep"))
     pts = _core.variants()
+    if "cuda.conv2d.wgrad" not in pts or device not in gpucmp.available_devices():
+        sys.exit("sweep_wgrad: needs a CUDA device (cuda:0) and a build with the CUDA backend")
+    print(header("Weight-gradient sweep"))
     kernels = [v for v in pts["cuda.conv2d.wgrad"]["available"] if v != "auto"]
     shapes = [v for v in pts.get("cuda.conv2d.wgrad_wgmma", {}).get("available", []) if v != "auto"]
     layers = resnet50_layers(a.batch)
