@@ -25,6 +25,9 @@ machine.
    weights and Adam state agree to 1e-6 relative (the same kernels on the same data;
    the printout says whether they are bitwise equal). Skipped where the core's Plan has
    no use_graphs. The fused one-launch optimizer step gives the per-tensor ops' bits.
+4. Predict graphs: full-size predicts replay a captured forward pass (the first runs
+   eagerly, the second captures) with the bits of predicts with graphs off, before and
+   after the weights change; a partial batch runs eagerly beside the graph.
 """
 import numpy as np
 import pytest
@@ -259,3 +262,26 @@ def test_fused_optimizer_step_gives_the_per_tensor_ops_bits():
     pg, pe, diff, bitwise, _ = run_graph_pair(GPU, fused=(True, False))
     print(f"fused (graph) vs per-tensor (eager): max rel diff {diff:.2e}; bitwise {bitwise}")
     assert bitwise, f"fused and per-tensor optimizer steps differ (max rel {diff:.2e})"
+
+
+@pytest.mark.skipif(not hasattr(_core.Plan, "use_graphs"), reason="the core's Plan has no use_graphs yet")
+def test_predict_replays_a_graph_with_the_eager_bits():
+    rng = np.random.default_rng(7)
+    init = [(rng.standard_normal(s) * (0.1 if len(s) > 1 else 0.01)).astype(np.float32) for s in SEED_CNN_SHAPES]
+    batch = 32
+    x = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    new_kernel = (rng.standard_normal(SEED_CNN_SHAPES[0]) * 0.1).astype(np.float32)
+    runs = []
+    for graphs in (True, False):
+        plan, weights, _ = graph_plan(GPU, init, graphs, batch)
+        before = plan.graph_replays
+        outs = [plan.predict(x) for _ in range(4)]
+        outs.append(plan.predict(x[:7]))          # a partial batch: eager, beside the graph
+        weights[0].write(new_kernel)              # the graph reads the weights as they are now
+        outs += [plan.predict(x) for _ in range(2)]
+        runs.append((plan.graph_replays - before, outs))
+    (rg, og), (re_, oe) = runs
+    assert rg == 5 and re_ == 0, f"predict replays: {rg} with graphs on (want 5), {re_} off"
+    for k, (a, b) in enumerate(zip(og, oe)):
+        assert a.shape == b.shape and np.array_equal(a, b), f"predict {k}: graph and eager outputs differ"
+    assert not np.array_equal(og[0], og[-1]), "the new weights did not reach the replayed predict"

@@ -601,19 +601,56 @@ gc_status gc_plan_eval_step(gc_plan *p, const float *const *x, const void *y, in
     return gc_plan_loss_and_metrics(p, rows, 0, st);
 }
 
+/* the device work of a predict: the forward pass and the float32 copy of the output */
+static gc_status predict_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp)
+{
+    (void)hp;
+    TRY(gc_plan_forward(p, rows, MODE_PREDICT, 0));
+    const plan_node *last = &p->L[p->n - 1];
+    if (p->logits32) /* predictions come back as float32 */
+        TRY(gc_plan_cast(p, last->out, last->dt, p->logits32, GC_F32, rows * p->out_numel));
+    return GC_OK;
+}
+
+/* A full-size predict replays a captured graph where the backend can (a GAN's generator
+ * is called once per iteration: its launches are the call's cost): the first one runs
+ * eagerly (workspaces, library handles), the second captures. Not with an embedding
+ * (its id checks report through the eager path) or while checking / profiling. */
+static int predict_graph_eligible(const gc_plan *p, int64_t rows)
+{
+    if (rows != p->max_batch || !gc_plan_batch_graph_eligible(p)) return 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->L[i].d.kind == GC_LAYER_EMBEDDING) return 0;
+    return 1;
+}
+
+void gc_plan_drop_predict_graph(gc_plan *p)
+{
+    if (p->predict_graph) p->be->graph_destroy(p->be, p->predict_graph);
+    p->predict_graph = NULL;
+    p->predict_warm_rows = 0;
+}
+
 gc_status gc_plan_predict(gc_plan *p, const float *const *x, int64_t rows, float *out)
 {
     if (!p) return gc_fail(GC_ERR_INVALID_ARG, "plan: missing");
     TRY(check_rows(p, rows));
     TRY(gc_plan_upload_batch(p, x, NULL, rows));
-    TRY(gc_plan_forward(p, rows, MODE_PREDICT, 0));
-    const plan_node *last = &p->L[p->n - 1];
-    const void *res = last->out;
-    if (p->logits32) { /* predictions come back as float32 */
-        TRY(gc_plan_cast(p, last->out, last->dt, p->logits32, GC_F32, rows * p->out_numel));
-        res = p->logits32;
+    if (predict_graph_eligible(p, rows)) {
+        if (!p->predict_graph && p->predict_warm_rows == rows)
+            TRY(gc_plan_capture(p, predict_work, rows, NULL, &p->predict_graph));
+        if (p->predict_graph) {
+            p->replays++;
+            TRY(p->be->graph_launch(p->be, p->predict_graph));
+        } else {
+            TRY(predict_work(p, rows, NULL));
+            p->predict_warm_rows = rows;
+        }
+    } else {
+        TRY(predict_work(p, rows, NULL));
     }
     if (p->checking) return GC_OK;
+    const void *res = p->logits32 ? p->logits32 : p->L[p->n - 1].out;
     return gc_plan_download(p, out, res, (size_t)(rows * p->out_numel) * sizeof(float));
 }
 
@@ -625,6 +662,7 @@ void gc_plan_destroy(gc_plan *p)
     gc_plan_stage_free(p);
     if (p->graph && be->graph_destroy) be->graph_destroy(be, p->graph);
     if (p->batch_graph && be->graph_destroy) be->graph_destroy(be, p->batch_graph);
+    if (p->predict_graph && be->graph_destroy) be->graph_destroy(be, p->predict_graph);
     for (int i = 0; i < p->n_blocks; i++) be->release(be, p->blocks[i].ptr);
     free(p->blocks);
     free(p->arena_map);
@@ -1315,8 +1353,8 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn);
         if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn_seed);
         if (s == GC_OK) s = gc_plan_alloc(p, GC_PLAN_ACC_FLOATS, GC_F32, &p->acc);
-        p->graphs_on = !p->no_graphs;
     }
+    p->graphs_on = !p->no_graphs; /* training steps and full-size predicts */
     p->mem_what = "resident", p->mem_node = -1; /* whatever comes later: the data set, staging */
     /* dry run: every op call of a full step, validated by core */
     if (s == GC_OK) {

@@ -167,6 +167,8 @@ struct gc_plan {
     void *batch_graph;           /* captured full-size single-batch step (step_graph.c) */
     int64_t batch_warm_rows;     /* the full-size step ran once: capture at the next */
     gc_opt_hparams batch_graph_hp; /* the hyperparameters baked into it (lr and t excepted) */
+    void *predict_graph;         /* captured full-size predict: forward + float32 cast (plan.c) */
+    int64_t predict_warm_rows;   /* the full-size predict ran once: capture at the next */
     /* per-call host staging (stage.c): the backend's host memory the step's inputs go up from */
     void *stage;
     size_t stage_bytes, stage_off;
@@ -303,5 +305,6 @@ int gc_plan_batch_graph_eligible(const gc_plan *p);
 gc_status gc_plan_batch_graph_step(gc_plan *p, const float *const *x, const void *y, int64_t rows,
                                    const gc_opt_hparams *hp, uint64_t seed, gc_step_stats *st);
 void gc_plan_drop_batch_graph(gc_plan *p);
+void gc_plan_drop_predict_graph(gc_plan *p);
 
 #endif /* GPUCMP_PLAN_INTERNAL_H */

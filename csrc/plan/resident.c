@@ -255,6 +255,7 @@ void gc_plan_use_graphs(gc_plan *p, int on)
     }
     p->warm_rows = 0;
     gc_plan_drop_batch_graph(p);
+    gc_plan_drop_predict_graph(p);
 }
 
 int64_t gc_plan_graph_replays(const gc_plan *p) { return p ? p->replays : 0; }
