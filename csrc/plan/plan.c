@@ -636,15 +636,20 @@ gc_status gc_plan_predict(gc_plan *p, const float *const *x, int64_t rows, float
     if (!p) return gc_fail(GC_ERR_INVALID_ARG, "plan: missing");
     TRY(check_rows(p, rows));
     TRY(gc_plan_upload_batch(p, x, NULL, rows));
-    if (predict_graph_eligible(p, rows)) {
-        if (!p->predict_graph && p->predict_warm_rows == rows)
-            TRY(gc_plan_capture(p, predict_work, rows, NULL, &p->predict_graph));
+    if (predict_graph_eligible(p, rows) && p->predict_warm_rows >= 0) {
+        /* a capture that fails (a node with host work in its forward) leaves this plan's
+         * predicts eager for good, and the call runs eagerly as before */
+        if (!p->predict_graph && p->predict_warm_rows == rows &&
+            gc_plan_capture(p, predict_work, rows, NULL, &p->predict_graph) != GC_OK) {
+            gc_clear_error();
+            p->predict_warm_rows = -1;
+        }
         if (p->predict_graph) {
             p->replays++;
             TRY(p->be->graph_launch(p->be, p->predict_graph));
         } else {
             TRY(predict_work(p, rows, NULL));
-            p->predict_warm_rows = rows;
+            if (p->predict_warm_rows == 0) p->predict_warm_rows = rows;
         }
     } else {
         TRY(predict_work(p, rows, NULL));

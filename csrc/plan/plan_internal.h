@@ -168,7 +168,8 @@ struct gc_plan {
     int64_t batch_warm_rows;     /* the full-size step ran once: capture at the next */
     gc_opt_hparams batch_graph_hp; /* the hyperparameters baked into it (lr and t excepted) */
     void *predict_graph;         /* captured full-size predict: forward + float32 cast (plan.c) */
-    int64_t predict_warm_rows;   /* the full-size predict ran once: capture at the next */
+    int64_t predict_warm_rows;   /* the full-size predict ran once: capture at the next
+                                  * (-1: a capture failed, predicts stay eager) */
     /* per-call host staging (stage.c): the backend's host memory the step's inputs go up from */
     void *stage;
     size_t stage_bytes, stage_off;

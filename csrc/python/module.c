@@ -1819,7 +1819,7 @@ static PyGetSetDef plan_getset[] = {
     {"bytes", (getter)plan_get_bytes, NULL, "backend memory the plan holds (activations, gradients, scratch)", NULL},
     {"backend", (getter)plan_get_backend, NULL, "backend name", NULL},
     {"max_batch", (getter)plan_get_max_batch, NULL, "largest batch the plan holds", NULL},
-    {"graph_replays", (getter)plan_get_graph_replays, NULL, "steps replayed from a captured graph", NULL},
+    {"graph_replays", (getter)plan_get_graph_replays, NULL, "steps and full-size predicts replayed from captured graphs", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject PlanType = {
