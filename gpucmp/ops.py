@@ -431,10 +431,12 @@ def _shape4(shape, name):
 
 
 def conv2d_backward_data(dy, kernel, input_shape, *, strides=(1, 1), padding="valid",
-                         dilation_rate=(1, 1), impl="own", backend=None, dtype=None):
+                         dilation_rate=(1, 1), impl="own", backend=None, dtype=None, accumulate_into=None):
     """dx (input_shape) = gradient of sum(dy * conv2d(x, kernel)) with respect to x.
 
-    dy (N, OH, OW, F) must already be multiplied by the activation's derivative."""
+    dy (N, OH, OW, F) must already be multiplied by the activation's derivative.
+    accumulate_into: an array of input_shape that the gradient is added to (the op's
+    accumulate: dx = accumulate_into + gradient, in one pass where the kernel can)."""
     dy = _array(dy, "dy", ndim=4)
     kernel = _array(kernel, "kernel", ndim=4)
     dt = _infer_dtype(dtype, dy)
@@ -448,7 +450,14 @@ def conv2d_backward_data(dy, kernel, input_shape, *, strides=(1, 1), padding="va
     if dy.shape != want:
         raise ValueError(f"dy: shape {dy.shape}, expected {want} for input_shape "
                          f"{input_shape} and kernel {kernel.shape}")
-    dx = _poisoned(input_shape, dt)
+    if accumulate_into is None:
+        dx = _poisoned(input_shape, dt)
+    else:
+        acc = _array(accumulate_into, "accumulate_into", ndim=4)
+        if acc.shape != input_shape:
+            raise ValueError(f"accumulate_into: shape {acc.shape}, expected input_shape {input_shape}")
+        dx = np.array(_storage(acc, dt), copy=True)
+        params["accumulate"] = True
     _run("conv2d_bwd_data", be, (_storage(dy, dt), _storage(kernel, dt)), (dx,), params)
     return _result(dx, dt)
 

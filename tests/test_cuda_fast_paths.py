@@ -232,6 +232,14 @@ def test_conv_large_16bit(case, dtype, g):
                 continue
         _conv_ran(c, gd, point, variant)
         c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+        # accumulate: the halo kernel's TMA reduce-add, the others' staged add
+        base = c.normal(x.shape)
+        c.what += " accumulate"
+        with _conv_run(point, variant, path):
+            dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s, padding=g["pad"],
+                                          accumulate_into=c.arg(base), **c.kw)
+        _conv_ran(c, gd, point, variant)
+        c.check("dx", dx, base + want, k=g["KH"] * g["KW"] * g["F"] + 1, terms=abs(base) + terms)
 
 
 # ---------------------------------------------------------------- Hopper GEMM kernel with an im2col A
@@ -318,6 +326,27 @@ def test_conv_igemm(case, igemm, dtype, g):
     dx = _forced_all(c, bwd, lambda: ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s,
                                                              padding=g["pad"], **c.kw))
     c.check("dx", dx, want_dx, k=g["KH"] * g["KW"] * g["F"], terms=terms_dx)
+
+
+@pytest.mark.parametrize("g", [g for g in IGEMM if g["s"] == (1, 1) or (g["KH"], g["KW"]) == (1, 1)],
+                         ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}-s{g['s'][0]}{g['s'][1]}")
+def test_conv_igemm_bwd_data_accumulate(case, igemm, g):
+    """The data gradient added to what dx holds (the plan's fan-out): the epilogue's beta = 1
+    on the flipped-kernel form, and on the scattered strided 1x1 form without zeroing dx
+    first (the pixels no dy pixel reaches keep their values)."""
+    c = case("conv2d_bwd_data", "bfloat16")
+    s, d = g["s"], (1, 1)
+    xshape = (g["N"], g["H"], g["W"], g["C"])
+    w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
+    dy = c.normal(ref.conv2d_output_shape(xshape, w.shape, s, g["pad"], d))
+    base = c.normal(xshape)
+    want = base + ref.conv2d_backward_data(dy, w, xshape, s, g["pad"], d)
+    terms = abs(base) + ref.conv2d_backward_data(abs(dy), abs(w), xshape, s, g["pad"], d)
+    c.what = f"dy={dy.shape} kernel={w.shape} x={xshape} strides={s} padding={g['pad']} [igemm forced, accumulate]"
+    bwd = {"cuda.conv2d.bwd_data": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+    dx = _forced_all(c, bwd, lambda: ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=s,
+                                                             padding=g["pad"], accumulate_into=c.arg(base), **c.kw))
+    c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"] + 1, terms=terms)
 
 
 def test_conv_igemm_refusals(case, igemm):

@@ -536,10 +536,23 @@ def case_conv2d_bwd_data(c):
                     continue
             _conv_ran(c, g, point, variant)
             c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+            # accumulate (the plan's fan-out): dx = base + the gradient, on the same kernel
+            base = c.normal(xshape)
+            c.what = _conv_desc(g) + label + " accumulate"
+            with _conv_run(point, variant, path):
+                dx_acc = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=g["s"], padding=g["pad"],
+                                                  dilation_rate=g["d"], accumulate_into=c.arg(base), **c.kw)
+            _conv_ran(c, g, point, variant)
+            c.check("dx", dx_acc, base + want, k=g["KH"] * g["KW"] * g["F"] + 1, terms=abs(base) + terms)
         c.what = _conv_desc(g)
         _vendor_cross_check(c, "conv2d_bwd_data", lambda lib: ops.conv2d_backward_data(
             c.arg(dy), c.arg(w), xshape, strides=g["s"], padding=g["pad"], dilation_rate=g["d"], impl=lib,
             **c.kw), want, terms, g["KH"] * g["KW"] * g["F"])
+        base = c.normal(xshape)
+        c.what = _conv_desc(g) + " accumulate"
+        _vendor_cross_check(c, "conv2d_bwd_data", lambda lib: ops.conv2d_backward_data(
+            c.arg(dy), c.arg(w), xshape, strides=g["s"], padding=g["pad"], dilation_rate=g["d"], impl=lib,
+            accumulate_into=c.arg(base), **c.kw), base + want, abs(base) + terms, g["KH"] * g["KW"] * g["F"] + 1)
         if c.dtype == "float32":
             x = c.normal(xshape)
             fd_check(c, "dx", lambda t: _dot64(dy, _conv_fwd_f64(c, g, t, w)), x,

@@ -66,6 +66,9 @@ CASES = [
         f32(2, 3, 3, 4), K, (5, 5, 3)), ValueError, ["input_shape"]),
     ("conv2d_backward_data channels", lambda: ops.conv2d_backward_data(
         f32(2, 3, 3, 4), K, (2, 5, 5, 2)), ValueError, ["kernel", "(3, 3, 3, 4)"]),
+    ("conv2d_backward_data accumulate_into shape", lambda: ops.conv2d_backward_data(
+        f32(2, 3, 3, 4), K, (2, 5, 5, 3), accumulate_into=f32(2, 5, 5, 4)), ValueError,
+     ["accumulate_into", "(2, 5, 5, 4)", "(2, 5, 5, 3)"]),
     ("conv2d_backward_filter dy shape", lambda: ops.conv2d_backward_filter(
         X, f32(2, 3, 3, 4), (2, 2)), ValueError, ["dy", "(2, 3, 3, 4)", "(2, 4, 4, 4)"]),
     ("max_pool2d_backward dy shape", lambda: ops.max_pool2d_backward(
@@ -257,6 +260,9 @@ CASES = [
     ("concat shapes", lambda: ops.concat([Z, f32(2, 4)]), ValueError, ["arrays[1]", "(2, 4)", "(3, 4)"]),
     ("concat nine arrays", lambda: ops.concat([Z] * 9), ValueError, ["concat", "8"]),
     # ---- graph ops, straight into the core's validator
+    ("core conv2d_fwd accumulate", lambda: _core.run_op(
+        "conv2d_fwd", "cpu", (X, K, None), (f32(2, 3, 3, 4),), {"accumulate": True}), ValueError,
+     ["conv2d_fwd", "accumulate", "conv2d_bwd_data only"]),
     ("core add element counts", lambda: _core.run_op("add", "cpu", (Z, f32(5)) + (None,) * 6, (Z.copy(),), {}),
      ValueError, ["x1", "(5,)", "(3, 4)"]),
     ("core add y element counts", lambda: _core.run_op("add", "cpu", (Z, Z) + (None,) * 6, (f32(13),), {}),

@@ -431,7 +431,10 @@ def test_trace_and_profile_report_the_ops_of_a_step(device):
     assert phases == sorted(phases, key=["forward", "loss", "backward", "update"].index)
     ops = [e["op"] for e in trace]
     assert ops.count("conv2d_fwd") == 3 and ops.count("batchnorm_bwd") == 2 and ops.count("sgd") == 11
-    assert "add" in ops                                       # the fan-out of the first ReLU
+    assert "add" in ops                                       # the fan-out of the pad (max pool's gradient)
+    # the fan-out of the first ReLU: the 1x1 conv adds its data gradient to the residual's
+    acc = [e for e in trace if e["op"] == "conv2d_bwd_data" and e["params"]["accumulate"]]
+    assert len(acc) == 1 and acc[0]["outputs"][0]["shape"] == (6, 6, 6, 4)
     conv = next(e for e in trace if e["op"] == "conv2d_fwd" and e["params"]["strides"] == (2, 2))
     assert conv["inputs"][0]["shape"] == (6, 8, 8, 4) and conv["outputs"][0]["shape"] == (6, 4, 4, 2)
     prof_plan, pb = g.plan(device, 6, train)

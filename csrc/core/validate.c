@@ -179,6 +179,8 @@ static gc_status conv_geom(const gc_op_call *c, const gc_tensor *x, const gc_ten
                        gc_op_name(c->op), shp(w).s, (long long)w->shape[2], shp(x).s,
                        (long long)x->shape[3]);
     TRY(act_ok(c, p->act, 0));
+    if (p->accumulate && c->op != GC_OP_CONV2D_BWD_DATA)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: accumulate applies to conv2d_bwd_data only", gc_op_name(c->op));
     gc_status s = gc_conv2d_geometry(x->shape[0], x->shape[1], x->shape[2], x->shape[3],
                                      w->shape[0], w->shape[1], w->shape[3], p, g);
     if (s) {

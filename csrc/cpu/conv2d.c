@@ -644,14 +644,14 @@ gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float
 }
 
 /* ---------------------------------------------------------------- backward data */
-/* dcol[rows, Kc] = dy[rows, F] @ W^T */
+/* dcol[rows, Kc] = dy[rows, F] @ W^T (+ dcol when accumulate) */
 static gc_status gemm_dcol(int64_t rows, const gc_conv2d_geom *g, const float *dy,
-                           const float *w, float *dcol)
+                           const float *w, float *dcol, int accumulate)
 {
     gc_sgemm_args a = {0};
     a.trans_b = 1;
     a.M = rows; a.N = kc_of(g); a.K = g->F;
-    a.alpha = 1.0f; a.beta = 0.0f;
+    a.alpha = 1.0f; a.beta = accumulate ? 1.0f : 0.0f;
     a.A = dy; a.lda = g->F;
     a.B = w; a.ldb = g->F;
     a.C = dcol; a.ldc = a.N;
@@ -659,13 +659,15 @@ static gc_status gemm_dcol(int64_t rows, const gc_conv2d_geom *g, const float *d
     return gc_cpu_sgemm(&a);
 }
 
+/* dx = (or, accumulate: dx +=) the data gradient. col2im adds into dx, so accumulating
+ * is the same pass without zeroing dx first. */
 gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const float *w,
-                                 float *dx)
+                                 float *dx, int accumulate)
 {
     if (g->N == 0) return GC_OK;
     const int64_t P = g->OH * g->OW, M = g->N * P, F = g->F;
     const int64_t HWC = g->H * g->W * g->C;
-    if (is_pointwise(g)) return gemm_dcol(M, g, dy, w, dx); /* dx = dy @ W^T, (M, C) */
+    if (is_pointwise(g)) return gemm_dcol(M, g, dy, w, dx, accumulate); /* dx = dy @ W^T, (M, C) */
 
     conv_tiling t;
     plan_tiles(g, 1, &t);
@@ -683,10 +685,10 @@ gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const
             for (int64_t i = 0; i < t.ntiles; i++) {
                 int64_t n0, n1;
                 tile_samples(g->N, t.ntiles, i, &n0, &n1);
-                gc_status s = gemm_dcol((n1 - n0) * P, g, dy + n0 * P * F, w, dcol);
+                gc_status s = gemm_dcol((n1 - n0) * P, g, dy + n0 * P * F, w, dcol, 0);
                 par_error_set(&err, s);
                 if (s != GC_OK) continue;
-                memset(dx + n0 * HWC, 0, (size_t)((n1 - n0) * HWC) * sizeof(float));
+                if (!accumulate) memset(dx + n0 * HWC, 0, (size_t)((n1 - n0) * HWC) * sizeof(float));
                 for (int64_t n = n0; n < n1; n++)
                     for (int64_t h = 0; h < g->H; h++)
                         col2im_row(v512, g, dcol, n0 * P, n1 * P, n, h,
@@ -696,14 +698,14 @@ gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const
         st = par_error_raise(&err);
     } else {
         int64_t total = g->N * HWC;
-#pragma omp parallel for schedule(static) num_threads(t.nthr) if (t.nthr > 1 && total >= 65536)
-        for (int64_t b = 0; b < (total + 65535) / 65536; b++) {
+#pragma omp parallel for schedule(static) num_threads(t.nthr) if (t.nthr > 1 && total >= 65536 && !accumulate)
+        for (int64_t b = 0; b < (accumulate ? 0 : (total + 65535) / 65536); b++) {
             int64_t a0 = b * 65536, len = total - a0 < 65536 ? total - a0 : 65536;
             memset(dx + a0, 0, (size_t)len * sizeof(float));
         }
         for (int64_t i = 0; i < t.ntiles && st == GC_OK; i++) {
             int64_t m0 = i * t.tile_rows, m1 = m0 + t.tile_rows < M ? m0 + t.tile_rows : M;
-            st = gemm_dcol(m1 - m0, g, dy + m0 * F, w, buf);
+            st = gemm_dcol(m1 - m0, g, dy + m0 * F, w, buf, 0);
             if (st == GC_OK) col2im_range_par(g, buf, m0, m1, dx, t.nthr);
         }
     }
@@ -864,7 +866,7 @@ gc_status gc_cpu_op_conv2d_bwd_data(const gc_backend *be, const gc_op_call *call
     if (!call->in[0] || !call->in[0]->data || !call->in[1]->data || !call->out[0]->data)
         return gc_fail(GC_ERR_INVALID_ARG, "conv2d_bwd_data: missing tensor data");
     return gc_cpu_conv2d_bwd_data(&g, (const float *)call->in[0]->data,
-                                  (const float *)call->in[1]->data, (float *)call->out[0]->data);
+                                  (const float *)call->in[1]->data, (float *)call->out[0]->data, p->accumulate);
 }
 
 gc_status gc_cpu_op_conv2d_bwd_filter(const gc_backend *be, const gc_op_call *call)

@@ -83,7 +83,7 @@ gc_status gc_cpu_act_bwd(gc_act act, int64_t rows, int64_t cols, const float *y,
 gc_status gc_cpu_conv2d_fwd(const gc_conv2d_geom *g, const float *x, const float *w,
                             const float *bias, gc_act act, float *y);
 gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const float *w,
-                                 float *dx);
+                                 float *dx, int accumulate); /* accumulate: dx += */
 gc_status gc_cpu_conv2d_bwd_filter(const gc_conv2d_geom *g, const float *x, const float *dy,
                                    float *dw, float *db /* may be NULL */);
 

@@ -62,8 +62,8 @@ typedef struct {
     cudaStream_t stream;
     int cc, sms;
     size_t smem_optin;
-    void *ws;                  /* growable workspace */
-    size_t ws_bytes;
+    void *ws[2];               /* growable buffers: the workspace, the staging buffer */
+    size_t ws_bytes[2];
     void **retired;            /* outgrown workspaces a live graph may still use */
     int n_retired, cap_retired;
     int live_graphs;
@@ -412,20 +412,21 @@ extern "C" int gc_cuda_capturing(const gc_backend *be)
     return cs != cudaStreamCaptureStatusNone;
 }
 
-extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void **out)
+/* The growable buffer `slot` (0 the workspace, 1 the staging buffer) of at least `bytes`. */
+static gc_status grow_buffer(const gc_backend *be, int slot, size_t bytes, void **out)
 {
     cuda_state *s = st_of(be);
     if (!s) return gc_fail(GC_ERR_BACKEND, "cuda: backend has no state");
     if (bytes == 0) bytes = 1;
     pthread_mutex_lock(&s->mu);
     gc_status st = GC_OK;
-    if (bytes > s->ws_bytes) {
+    if (bytes > s->ws_bytes[slot]) {
         if (gc_cuda_capturing(be)) {
             st = gc_fail(GC_ERR_BACKEND,
-                         "cuda:%d: an op needs %zu bytes of workspace (%zu held) while a CUDA graph is "
-                         "being captured; run the step once without capture first so the workspace "
+                         "cuda:%d: an op needs %zu bytes of %s (%zu held) while a CUDA graph is "
+                         "being captured; run the step once without capture first so the buffer "
                          "is sized",
-                         s->dev, bytes, s->ws_bytes);
+                         s->dev, bytes, slot ? "staging" : "workspace", s->ws_bytes[slot]);
         } else {
             size_t want = bytes + bytes / 4;               /* some headroom */
             want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
@@ -435,10 +436,10 @@ extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void 
             if (e != cudaSuccess) {
                 (void)cudaGetLastError();
                 st = gc_fail(e == cudaErrorMemoryAllocation ? GC_ERR_NOMEM : GC_ERR_BACKEND,
-                             "cuda:%d: cannot allocate %zu bytes of workspace: %s", s->dev, want,
+                             "cuda:%d: cannot allocate %zu bytes of %s: %s", s->dev, want, slot ? "staging" : "workspace",
                              cudaGetErrorString(e));
             } else {
-                if (s->ws) {
+                if (s->ws[slot]) {
                     if (s->live_graphs > 0) {
                         if (s->n_retired == s->cap_retired) {
                             int cap = s->cap_retired ? 2 * s->cap_retired : 8;
@@ -449,25 +450,35 @@ extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void 
                             }
                         }
                         if (s->n_retired < s->cap_retired) {
-                            s->retired[s->n_retired++] = s->ws;
-                            s->retired_bytes += s->ws_bytes;
+                            s->retired[s->n_retired++] = s->ws[slot];
+                            s->retired_bytes += s->ws_bytes[slot];
                         }
                         /* else: leak it rather than free memory a graph may use (it stays
                          * counted: the device still holds it) */
                     } else {
-                        cudaFree(s->ws); /* implicit device sync: earlier users are done */
-                        gc_mem_sub(&s->mem, (int64_t)s->ws_bytes);
+                        cudaFree(s->ws[slot]); /* implicit device sync: earlier users are done */
+                        gc_mem_sub(&s->mem, (int64_t)s->ws_bytes[slot]);
                     }
                 }
-                s->ws = p;
-                s->ws_bytes = want;
+                s->ws[slot] = p;
+                s->ws_bytes[slot] = want;
                 gc_mem_add(&s->mem, (int64_t)want);
             }
         }
     }
-    if (st == GC_OK) *out = s->ws;
+    if (st == GC_OK) *out = s->ws[slot];
     pthread_mutex_unlock(&s->mu);
     return st;
+}
+
+extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void **out)
+{
+    return grow_buffer(be, 0, bytes, out);
+}
+
+extern "C" gc_status gc_cuda_staging(const gc_backend *be, size_t bytes, void **out)
+{
+    return grow_buffer(be, 1, bytes, out);
 }
 
 extern "C" const gc_backend *gc_cuda_backend(int device_index)

@@ -88,6 +88,12 @@ int gc_cuda_smem_blocks_per_sm(const gc_backend *be, size_t smem);
  * e.g. by running the step once eagerly). Buffers a live CUDA graph may still use are
  * kept until the last graph of the backend is destroyed. */
 gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void **out);
+/* A second buffer with the workspace's rules, for an op that stages its whole result
+ * while the kernel it calls takes the workspace (conv2d_bwd_data's accumulate where the
+ * kernel cannot add in its epilogue); valid until the next gc_cuda_staging call. */
+gc_status gc_cuda_staging(const gc_backend *be, size_t bytes, void **out);
+/* acc[0..n) += src[0..n) in storage type dt, as the add op does it (elementwise.cu) */
+gc_status gc_cuda_add_into(const gc_backend *be, gc_dtype dt, int64_t n, void *acc, const void *src);
 
 /* cudaSetDevice(be->device_index) and lazy creation of the stream and the small
  * per-backend device buffers; the first call of every entry point. */

@@ -131,10 +131,11 @@ extern "C" gc_status gc_conv2d_gemm_fwd(const gc_backend *be, const gc_conv2d_ge
 }
 
 extern "C" gc_status gc_conv2d_gemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
-                                             const void *dy, const void *w, void *dx)
+                                             const void *dy, const void *w, void *dx, int accumulate)
 {
     gc_gemm_desc d;
     desc_init(&d, dt);
+    d.beta = accumulate ? 1.0f : 0.0f; /* dx += dy w^T */
     d.M = g->N * g->H * g->W; d.N = g->C; d.K = g->F;
     d.A = dy; d.lda = g->F;      /* dy (P, F) */
     d.trans_b = 1;

@@ -72,9 +72,11 @@ gc_status gc_conv2d_wgmma_check(const gc_backend *be, const gc_conv2d_geom *g, g
 gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *x, const void *w, const void *bias, gc_act act, void *y);
 /* the data gradient of a stride-1 layer on the halo kernel (same dtype / shape rules;
- * forced: also where the tiles waste much); GC_ERR_UNSUPPORTED before any launch */
+ * forced: also where the tiles waste much); GC_ERR_UNSUPPORTED before any launch.
+ * accumulate: dx += the gradient (the halo kernel's tile stores become TMA reduce-adds,
+ * the igemm kernel's epilogue reads dx: beta = 1). */
 gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
-                                   const void *dy, const void *w, void *dx, int forced);
+                                   const void *dy, const void *w, void *dx, int forced, int accumulate);
 
 /* ---- conv2d_wgmma_igemm.cu: the Hopper GEMM kernel (wgmma_gemm_kernel.cuh) with an
  * im2col A operand (sm_90a; f16 / bf16, C and F multiples of 64, dilation 1): the forward
@@ -87,7 +89,7 @@ int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dty
 gc_status gc_conv2d_igemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *x, const void *w, const void *bias, gc_act act, void *y);
 gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
-                                   const void *dy, const void *w, void *dx);
+                                   const void *dy, const void *w, void *dx, int accumulate);
 
 /* ---- conv2d_wgmma_wgrad.cu: the Hopper weight gradient (sm_90a; f16 / bf16, C % 8 == 0,
  * F % 8 == 0, dilation 1, stride 1 or a 1x1 unpadded kernel). _compiled: 1 when this
@@ -124,7 +126,7 @@ int gc_conv2d_gemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtyp
 gc_status gc_conv2d_gemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                              const void *x, const void *w, const void *bias, gc_act act, void *y);
 gc_status gc_conv2d_gemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
-                                  const void *dy, const void *w, void *dx);
+                                  const void *dy, const void *w, void *dx, int accumulate); /* beta = accumulate */
 gc_status gc_conv2d_gemm_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                     const void *x, const void *dy, void *dw, void *db);
 

@@ -393,7 +393,9 @@ gc_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_const
  *   - Producer warpgroup + two consumers in ping-pong (as the im2col kernel); the
  *     accumulators (filter rows, pixel columns) go back through stmatrix .trans into a
  *     staging tile of pixel rows shared by the two consumers in turn, and one 4-D TMA
- *     store (box 64 x 8 x BH x 1; the copy engine clips columns and rows past the image).
+ *     store (box 64 x 8 x BH x 1; the copy engine clips columns and rows past the image),
+ *     or with p.reduce the copy engine's reduce-add of that box (a data gradient added to
+ *     the one already in dx, the plan's fan-out: no staging pass, no separate add).
  *   - The activation is a template parameter: a run-time switch unrolled over 128
  *     accumulators made the kernel too big for the instruction cache.
  * Shared memory (1024-aligned base): ring [stages][halo box, rounded to 1 KB] |
@@ -409,6 +411,7 @@ struct ch_params {
     int wrows;                    /* data gradient: rows of w per tap (the layer's C) */
     int tiles_q, tiles_p, tiles_m, tiles_n, gm;
     int stages;
+    int reduce;                   /* 1: the tile stores add to y (TMA reduce-add): dx += */
     const void *bias;
 };
 
@@ -435,6 +438,16 @@ __device__ __forceinline__ void ch_tma_store_4d(const CUtensorMap *map, uint32_t
 {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
                      (uint64_t)map),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+/* the same box added element by element to what global memory holds (the copy engine's
+ * reduction, in the map's element type) */
+__device__ __forceinline__ void ch_tma_reduce_add_4d(const CUtensorMap *map, uint32_t src, int c0, int c1, int c2,
+                                                     int c3)
+{
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], "
+                 "[%1];\n" ::"l"((uint64_t)map),
                  "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
@@ -646,7 +659,10 @@ gc_conv_halo_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_consta
             if (tid == 0) {
                 const int tq = tm % p.tiles_q, r = tm / p.tiles_q;
                 const int tp = r % p.tiles_p, n = r / p.tiles_p;
-                ch_tma_store_4d(&tmY, stage_out, tn * 64, tq * CH_BW, tp * BH, n);
+                if (p.reduce)
+                    ch_tma_reduce_add_4d(&tmY, stage_out, tn * 64, tq * CH_BW, tp * BH, n);
+                else
+                    ch_tma_store_4d(&tmY, stage_out, tn * 64, tq * CH_BW, tp * BH, n);
                 cw_bulk_commit();
                 cw_bulk_wait_read0();
                 cw_mbar_arrive(stg_free);
@@ -761,7 +777,7 @@ const char *ch_fits(const gc_backend *be, const gc_conv2d_geom *g, int forced, i
  * convolution (x = dy, y = dx, C and F swapped, padding KH-1-pad; see
  * gc_conv2d_wgmma_bwd_data) and w the layer's own weights. */
 gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, const void *x, const void *w,
-                 const void *bias, gc_act act, void *y, int BH, int bwd)
+                 const void *bias, gc_act act, void *y, int BH, int bwd, int reduce)
 {
     const int64_t KC = g->KH * g->KW * g->C;
     const int nk = (int)(KC / CW_BK), KH = (int)g->KH, KW = (int)g->KW;
@@ -833,6 +849,7 @@ gc_status ch_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, con
     prm.tiles_n = (int)(g->F / CW_BN);
     prm.gm = cw_blocks_per_column_tile(be, prm.tiles_m, prm.tiles_n);
     prm.stages = stages;
+    prm.reduce = reduce;
     prm.bias = bias;
     const int64_t grid = (int64_t)prm.gm * prm.tiles_n;
     if (grid > INT_MAX) return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): %lld blocks", (long long)grid);
@@ -903,7 +920,7 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
         const char *why = ch_fits(be, g, variant == GC_V_FWDWG_HALO, &BH);
         if (!why) {
             gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_HALO);
-            return ch_fwd(be, g, dt, x, w, bias, act, y, BH, 0);
+            return ch_fwd(be, g, dt, x, w, bias, act, y, BH, 0, 0);
         }
         if (variant == GC_V_FWDWG_HALO)
             return gc_fail(GC_ERR_UNSUPPORTED, "conv2d_fwd (wgmma halo): x (%lld, %lld, %lld, %lld), kernel "
@@ -1018,13 +1035,13 @@ extern "C" gc_status gc_conv2d_wgmma_fwd(const gc_backend *be, const gc_conv2d_g
  * w as stored (the flip and the swap are in how it loads and multiplies the weight
  * blocks). forced: also for layers whose tiles would mostly hang past the image. */
 extern "C" gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
-                                              const void *dy, const void *w, void *dx, int forced)
+                                              const void *dy, const void *w, void *dx, int forced, int accumulate)
 {
     /* igemm forced at cuda.conv2d.fwd_wgmma, or chosen; any other value: the halo kernel */
     const int variant = gc_variant_forced(GC_VP_CUDA_CONV2D_FWD_WGMMA);
     if (variant == GC_V_FWDWG_IGEMM || (variant == GC_V_FWDWG_AUTO && gc_conv2d_igemm_wanted(be, g, dt, 1))) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_IGEMM);
-        return gc_conv2d_igemm_bwd_data(be, g, dt, dy, w, dx);
+        return gc_conv2d_igemm_bwd_data(be, g, dt, dy, w, dx, accumulate);
     }
     gc_variant_ran(GC_VP_CUDA_CONV2D_FWD_WGMMA, GC_V_FWDWG_HALO);
     gc_conv2d_geom t = *g;
@@ -1053,5 +1070,5 @@ extern "C" gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_con
                        "%lld, %s: %s",
                        (long long)g->N, (long long)g->OH, (long long)g->OW, (long long)g->F, (long long)g->KH,
                        (long long)g->KW, (long long)g->C, gc_dtype_name(dt), why);
-    return ch_fwd(be, &t, dt, dy, w, NULL, GC_ACT_LINEAR, dx, BH, 1);
+    return ch_fwd(be, &t, dt, dy, w, NULL, GC_ACT_LINEAR, dx, BH, 1, accumulate);
 }

@@ -6,7 +6,8 @@
  * storage, fp32 accumulation, C and F multiples of 64, dilation 1, strides 1..8;
  * gc_conv2d_igemm_bwd_data the data gradient of a stride-1 layer, or of a strided
  * unpadded 1x1 layer (dx zeroed, then dy's pixels as a GEMM with w^T, the epilogue
- * writing each to its strided pixel of dx: WG_A_TILED_SCATTER). _why says why a
+ * writing each to its strided pixel of dx: WG_A_TILED_SCATTER); either can add to dx
+ * instead (accumulate: the epilogue's beta = 1, and no zeroing). _why says why a
  * geometry is refused (NULL: it runs), _wanted is the automatic choice.
  *
  * How: wgmma_gemm_kernel.cuh's persistent kernel (128 x 256 tiles -- 128 x 128 where
@@ -105,7 +106,9 @@ gc_status launch(const gc_backend *be, gc_dtype dt, const CUtensorMap &ta, const
     return wg_launch<__nv_bfloat16, KMAJ, AMODE, 256>(be, ta, tb, M, N, K, e, 1, cv, what, NULL);
 }
 
-gc_gemm_epi_args epilogue(gc_dtype dt, void *out, int64_t M, int64_t N, const void *bias, gc_act act)
+/* accumulate: out += the product (beta = 1) */
+gc_gemm_epi_args epilogue(gc_dtype dt, void *out, int64_t M, int64_t N, const void *bias, gc_act act,
+                          int accumulate = 0)
 {
     gc_gemm_desc d;
     memset(&d, 0, sizeof d);
@@ -114,7 +117,7 @@ gc_gemm_epi_args epilogue(gc_dtype dt, void *out, int64_t M, int64_t N, const vo
     d.C = out; d.ldc = N;
     d.bias = bias;
     d.alpha = 1.0f;
-    d.beta = 0.0f;
+    d.beta = accumulate ? 1.0f : 0.0f;
     d.act = (int)act;
     return gc_gemm_epi_of(&d);
 }
@@ -207,7 +210,7 @@ extern "C" gc_status gc_conv2d_igemm_fwd(const gc_backend *be, const gc_conv2d_g
 }
 
 extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
-                                              const void *dy, const void *w, void *dx)
+                                              const void *dy, const void *w, void *dx, int accumulate)
 {
     const char *why = gc_conv2d_igemm_why(be, g, dt, 1);
     if (!why && (((uintptr_t)dy | (uintptr_t)w | (uintptr_t)dx) & 15u)) why = "dy, w and dx must be 16-byte aligned";
@@ -217,9 +220,10 @@ extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_con
                        "%lld, stride (%d, %d), %s: %s",
                        (long long)g->N, (long long)g->OH, (long long)g->OW, (long long)g->F, (long long)g->KH,
                        (long long)g->KW, (long long)g->C, g->sh, g->sw, gc_dtype_name(dt), why);
-    if (strided_1x1(g)) { /* dx = 0, then dy (P, F) x w^T scattered to dx's strided pixels */
+    if (strided_1x1(g)) { /* dx = 0 (unless accumulating), then dy (P, F) x w^T scattered to dx's strided pixels */
         const int64_t P = g->N * g->OH * g->OW, es = (int64_t)gc_dtype_size(dt);
-        GC_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)(g->N * g->H * g->W * g->C * es), gc_cuda_stream(be)));
+        if (!accumulate)
+            GC_CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)(g->N * g->H * g->W * g->C * es), gc_cuda_stream(be)));
         CUtensorMap ta, tb;
         gc_status st = wg_make_map_2d(&ta, dt, dy, g->F, P, g->F * es, 64, WG_BM);
         if (st) return st;
@@ -230,7 +234,7 @@ extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_con
         cv.sh = g->sh; cv.sw = g->sw;
         cv.ihw = (int)(g->H * g->W); cv.iw = (int)g->W;
         return launch<WG_A_TILED_SCATTER>(be, dt, ta, tb, P, g->C, g->F,
-                                          epilogue(dt, dx, g->N * g->H * g->W, g->C, NULL, GC_ACT_LINEAR), cv,
+                                          epilogue(dt, dx, g->N * g->H * g->W, g->C, NULL, GC_ACT_LINEAR, accumulate), cv,
                                           "conv2d_bwd_data (wgmma, strided 1x1)");
     }
     const gc_conv2d_geom t = dgrad_view(g);
@@ -249,6 +253,6 @@ extern "C" gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_con
     cv.sh = 1; cv.sw = 1;
     cv.pad_top = t.pad_top; cv.pad_left = t.pad_left;
     cv.kw = (int)t.KW; cv.cchunks = (int)(t.C / 64); cv.taps = (int)(t.KH * t.KW);
-    return launch<WG_A_IM2COL_FLIP>(be, dt, ta, tb, M, t.F, K, epilogue(dt, dx, M, t.F, NULL, GC_ACT_LINEAR), cv,
+    return launch<WG_A_IM2COL_FLIP>(be, dt, ta, tb, M, t.F, K, epilogue(dt, dx, M, t.F, NULL, GC_ACT_LINEAR, accumulate), cv,
                                     "conv2d_bwd_data (wgmma igemm)");
 }

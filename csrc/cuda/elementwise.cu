@@ -195,6 +195,14 @@ extern "C" gc_status gc_cuda_op_add(const gc_backend *be, const gc_op_call *call
     return st;
 }
 
+extern "C" gc_status gc_cuda_add_into(const gc_backend *be, gc_dtype dt, int64_t n, void *acc, const void *src)
+{
+    const void *in[2] = {acc, src};
+    gc_status st = GC_OK;
+    GC_CUDA_DISPATCH_FLOAT(dt, T, st = add_launch<T>(be, 2, n, in, acc, 0));
+    return st;
+}
+
 extern "C" gc_status gc_cuda_op_mul(const gc_backend *be, const gc_op_call *call)
 {
     gc_status st = gc_cuda_set_device(be);

@@ -204,6 +204,21 @@ template <typename T> __device__ __forceinline__ void gc_gemm_store2(T *p, float
     }
 }
 
+/* v0, v1 += the two adjacent values at p (2-element aligned), read in storage type T */
+template <typename T> __device__ __forceinline__ void gc_gemm_add2(const T *p, float &v0, float &v1)
+{
+    if (sizeof(T) == 4) {
+        const float2 o = *(const float2 *)p;
+        v0 += o.x;
+        v1 += o.y;
+    } else {
+        struct alignas(2 * sizeof(T)) P2 { T x, y; };
+        const P2 o = *(const P2 *)p;
+        v0 += gc_to_f(o.x);
+        v1 += gc_to_f(o.y);
+    }
+}
+
 /* Two raw sums into a dense fp32 partial-sum matrix (row pitch N). */
 __device__ __forceinline__ void gc_gemm_part2(float *P, int N, int r, int c, float v0, float v1)
 {

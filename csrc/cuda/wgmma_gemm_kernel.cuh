@@ -299,11 +299,12 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         const int cw = wg - 1; /* rows cw*64 .. cw*64+63 of the tile */
         const int warp = tid >> 5, lane = tid & 31;
-        /* the whole-tile fast path: alpha 1, beta 0, 2-element aligned rows, linear or
-         * relu (bias optional; a convolution's epilogue) */
-        const bool plain = e.alpha == 1.0f && e.beta == 0.0f && (e.act == GC_ACT_LINEAR || e.act == GC_ACT_RELU) &&
-                           e.vec2;
-        const bool relu = e.act == GC_ACT_RELU;
+        /* the whole-tile fast path: alpha 1, beta 0 or 1 (a data gradient added to what
+         * is there), 2-element aligned rows, linear or relu (bias optional; a
+         * convolution's epilogue) */
+        const bool plain = e.alpha == 1.0f && (e.beta == 0.0f || e.beta == 1.0f) &&
+                           (e.act == GC_ACT_LINEAR || e.act == GC_ACT_RELU) && e.vec2;
+        const bool relu = e.act == GC_ACT_RELU, add_c = e.beta != 0.0f;
         const T *bias = (const T *)e.bias;
         float d[NACC];
         int s = 0;
@@ -354,6 +355,13 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
             if (plain && r + 8 < M && tn * BN + BN <= N) {
                 /* the common case (C = A @ B, whole tile inside): convert and store */
                 T *row0 = (T *)e.C + dr0 * e.ldc + c0, *row1 = (T *)e.C + dr1 * e.ldc + c0;
+                if (add_c) { /* C's old values first, then the bias: gc_gemm_epi2's order */
+#pragma unroll
+                    for (int j = 0; j < BN / 8; j++) {
+                        gc_gemm_add2<T>(row0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                        gc_gemm_add2<T>(row1 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+                    }
+                }
                 if (bias) {
 #pragma unroll
                     for (int j = 0; j < BN / 8; j++) {

@@ -87,8 +87,16 @@ typedef struct { int trans_a, trans_b; float alpha, beta; gc_act act; gc_impl im
 /* NHWC input, kernel (kh, kw, in, out) as Keras stores it, cross-correlation.
  * conv2d_fwd:        in x, w, bias(opt)      out y = act(conv(x, w) + bias)
  * conv2d_bwd_data:   in dy, w                out dx            (dy already through act')
- * conv2d_bwd_filter: in x, dy                out dw, db(opt)   */
-typedef struct { int stride_h, stride_w, dil_h, dil_w; gc_padding padding; gc_act act; gc_impl impl; } gc_conv2d_params;
+ * conv2d_bwd_filter: in x, dy                out dw, db(opt)
+ * accumulate (conv2d_bwd_data only; 0 elsewhere): dx += the gradient instead of dx = it
+ * (GEMM's beta = 1: the plan adds a fanned-out input's second gradient this way). */
+typedef struct {
+    int stride_h, stride_w, dil_h, dil_w;
+    gc_padding padding;
+    gc_act act;
+    gc_impl impl;
+    int accumulate;
+} gc_conv2d_params;
 
 /* maxpool2d_fwd / avgpool2d_fwd: in x out y; maxpool2d_bwd: in x, dy out dx;
  * avgpool2d_bwd: in dy out dx (shape of x taken from dx).  Padded cells never win a

@@ -2,7 +2,8 @@
  *
  * Forward is one conv2d_fwd with bias and activation in its epilogue (softmax after it);
  * backward is dz = act'(y) * dy, conv2d_bwd_filter for the kernel and bias gradients and
- * conv2d_bwd_data for the input gradient, each only where it is needed. */
+ * conv2d_bwd_data for the input gradient, each only where it is needed; where that input
+ * fans out and its gradient is already there, conv2d_bwd_data adds to it (accumulate). */
 #include "plan_internal.h"
 
 static gc_status conv_check(const gc_layer_desc *d, int idx, int n_in, const int64_t (*in)[GC_MAX_DIMS - 1],
@@ -62,9 +63,11 @@ static gc_status conv_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t 
     }
     if (l->in_grad[0]) {
         gc_tensor w = kernel_tensor(l, p, gc_node_weight(l, GC_W_KERNEL));
-        gc_tensor gx = gc_node_gin_tensor(p, l, 0, rows);
+        /* a fan-out's later gradient is added by the op itself (no staging, no add pass) */
+        cp.accumulate = gc_node_gin_adds(p, l, 0);
+        gc_tensor gx = cp.accumulate ? gc_node_gout_tensor(&p->L[l->in[0]], rows) : gc_node_gin_tensor(p, l, 0, rows);
         TRY(gc_plan_run(p, GC_OP_CONV2D_BWD_DATA, &cp, &dz, &w, NULL, &gx, NULL, NULL));
-        TRY(gc_node_deliver(p, l, 0, rows));
+        if (!cp.accumulate) TRY(gc_node_deliver(p, l, 0, rows));
     }
     return GC_OK;
 }

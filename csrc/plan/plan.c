@@ -388,6 +388,11 @@ gc_status gc_node_deliver(gc_plan *p, const plan_node *l, int k, int64_t rows)
 
 int gc_node_gin_direct(const gc_plan *p, const plan_node *l, int k) { return direct(p, l, k); }
 
+int gc_node_gin_adds(const gc_plan *p, const plan_node *l, int k)
+{
+    return p->fusions && l->in_accum[k] && producer(p, l, k)->dt == l->dt;
+}
+
 gc_status gc_node_pass_grad(gc_plan *p, const plan_node *l, int k, void *src, int64_t rows)
 {
     return give(p, l, k, src, rows);
@@ -888,6 +893,7 @@ static void fuse_nodes(gc_plan *p)
 {
     const char *env = getenv("GPUCMP_PLAN_FUSE");
     if (env && env[0] == '0') return;
+    p->fusions = 1;
     for (int i = 0; i < p->n; i++) { /* bn / add + relu */
         plan_node *l = &p->L[i];
         if (l->d.kind != GC_LAYER_ACTIVATION || l->d.act != GC_ACT_RELU || l->n_in != 1) continue;

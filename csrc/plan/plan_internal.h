@@ -131,6 +131,7 @@ struct gc_plan {
     int64_t out_numel;                   /* per sample, model output (the last node) */
     void *scratch;                       /* act' products (dz) of the node in its backward */
     void *gtmp, *gtmp2;                  /* a gradient to be cast and / or accumulated (same) */
+    int fusions;                         /* node fusions on (GPUCMP_PLAN_FUSE unset or not 0) */
     int training;
     gc_train_desc train;
     void **state_copy;
@@ -260,6 +261,11 @@ gc_status gc_node_pass_grad(gc_plan *p, const plan_node *l, int k, void *src, in
  * buffer (no cast, nothing there to add to): gc_node_gin_tensor then returns that buffer
  * and gc_node_deliver has nothing to do */
 int gc_node_gin_direct(const gc_plan *p, const plan_node *l, int k);
+/* 1 when an op that can add its result to what is there (conv2d_bwd_data's accumulate)
+ * should add the gradient w.r.t. input k straight into the producer's gradient buffer
+ * (gc_node_gout_tensor of the producer; no gc_node_deliver then): a fanned-out input's
+ * later gradient, same dtype, node fusions on (GPUCMP_PLAN_FUSE=0 keeps the separate add) */
+int gc_node_gin_adds(const gc_plan *p, const plan_node *l, int k);
 /* the effective activation of a node in a mode: the fused last one is linear */
 gc_act gc_node_act(const gc_plan *p, const plan_node *l, run_mode mode);
 /* gradient of the op input w.r.t. an act epilogue: dz = act'(y) * gy in scratch

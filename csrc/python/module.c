@@ -282,7 +282,7 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
             return -1;
         P->conv.padding = (gc_padding)b;
         P->conv.act = (gc_act)e;
-        if (p_enum(d, "impl", impl_names, 2, 0, &b)) return -1;
+        if (p_enum(d, "impl", impl_names, 2, 0, &b) || p_bool(d, "accumulate", 0, &P->conv.accumulate)) return -1;
         P->conv.impl = (gc_impl)b;
         return 0;
     case GC_OP_MAXPOOL2D_FWD:
@@ -1564,8 +1564,9 @@ static PyObject *params_info(const gc_op_call *c)
     case GC_OP_CONV2D_BWD_DATA:
     case GC_OP_CONV2D_BWD_FILTER: {
         const gc_conv2d_params *q = c->params;
-        return Py_BuildValue("{s:(ii),s:(ii),s:s,s:s}", "strides", q->stride_h, q->stride_w, "dilation", q->dil_h,
-                             q->dil_w, "padding", pad_names[q->padding], "activation", act_names[q->act]);
+        return Py_BuildValue("{s:(ii),s:(ii),s:s,s:s,s:O}", "strides", q->stride_h, q->stride_w, "dilation",
+                             q->dil_h, q->dil_w, "padding", pad_names[q->padding], "activation", act_names[q->act],
+                             "accumulate", q->accumulate ? Py_True : Py_False);
     }
     case GC_OP_MAXPOOL2D_FWD:
     case GC_OP_MAXPOOL2D_BWD:

@@ -66,7 +66,7 @@ static void im2col_ref(const gc_conv2d_geom *g, const float *x, float *col)
 static void conv_case(int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int64_t F,
                       int s, int d, gc_padding pad)
 {
-    gc_conv2d_params p = {s, s, d, d, pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+    gc_conv2d_params p = {s, s, d, d, pad, GC_ACT_LINEAR, GC_IMPL_OWN, 0};
     gc_conv2d_geom g;
     if (gc_conv2d_geometry(N, H, W, C, K, K, F, &p, &g) != GC_OK) {
         CHECK(0, "geometry");
@@ -133,7 +133,7 @@ static void conv_case(int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int
         st = gc_cpu_conv2d_bwd_filter(&g, x, dy, dw, NULL);
         CHECK(st == GC_OK && same_bits(dw, dw2, Kc * F), "conv bwd_filter without db differs");
         for (int64_t i = 0; i < XN; i++) dx[i] = NAN;
-        st = gc_cpu_conv2d_bwd_data(&g, dy, w, dx);
+        st = gc_cpu_conv2d_bwd_data(&g, dy, w, dx, 0);
         double e3 = rel_err(dx, rdx, XN);
         CHECK(st == GC_OK && e3 < 1e-5, "conv bwd_data N%lld C%lld k%lld F%lld thr%d: err %g",
               (long long)N, (long long)C, (long long)K, (long long)F, th, e3);

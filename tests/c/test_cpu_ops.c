@@ -255,7 +255,7 @@ static void ref_conv_bwd(const gc_conv2d_geom *g, const float *x, const float *w
 
 static void test_conv_case(const conv_case *cc)
 {
-    gc_conv2d_params p = {cc->sh, cc->sw, cc->dh, cc->dw, cc->pad, cc->act, GC_IMPL_OWN};
+    gc_conv2d_params p = {cc->sh, cc->sw, cc->dh, cc->dw, cc->pad, cc->act, GC_IMPL_OWN, 0};
     gc_conv2d_geom g;
     gc_status st = gc_conv2d_geometry(cc->N, cc->H, cc->W, cc->C, cc->KH, cc->KW, cc->F, &p, &g);
     CHECK(st == GC_OK, "conv geometry: %s", gc_last_error());
@@ -285,7 +285,7 @@ static void test_conv_case(const conv_case *cc)
         st = gc_cpu_conv2d_fwd(&g, x, w, b, cc->act, y);
         double e = rel_err(y, ry, ny);
         CHECK(st == GC_OK && e < tf, "%s t%d fwd err %g", name, threads[ti], e);
-        st = gc_cpu_conv2d_bwd_data(&g, dy, w, dx);
+        st = gc_cpu_conv2d_bwd_data(&g, dy, w, dx, 0);
         e = rel_err(dx, rdx, nx);
         CHECK(st == GC_OK && e < tf * 2, "%s t%d bwd_data err %g", name, threads[ti], e);
         st = gc_cpu_conv2d_bwd_filter(&g, x, dy, dw, db);
@@ -355,7 +355,7 @@ static void test_conv(void)
         test_conv_case(&cases[i]);
     }
     /* N = 0 through the adapters: nothing to do, no data needed */
-    gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, GC_IMPL_OWN};
+    gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_VALID, GC_ACT_RELU, GC_IMPL_OWN, 0};
     gc_tensor tx = tens(NULL, GC_F32, 4, 0, 5, 5, 2), tw4 = tens(NULL, GC_F32, 4, 3, 3, 2, 4);
     gc_tensor ty = tens(NULL, GC_F32, 4, 0, 3, 3, 4);
     gc_op_call c = {GC_OP_CONV2D_FWD, {&tx, &tw4, NULL}, {&ty, NULL, NULL}, &p};

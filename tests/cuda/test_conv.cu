@@ -448,7 +448,7 @@ static gc_status run_op(gc_op op, const gc_tensor **in, int nin, gc_tensor **out
 
 static void test_case(int ci, const conv_case &k, const config &cf, double *worst)
 {
-    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, cf.impl};
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, cf.impl, 0};
     gc_conv2d_geom g;
     if (gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g) != GC_OK) {
         printf("  FAIL case %d: geometry: %s\n", ci, gc_last_error());
@@ -588,7 +588,7 @@ static void test_graph(gc_dtype dt, int tf32)
 {
     const conv_case k = {4, 20, 20, 40, 3, 3, 72, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 1};
     gc_set_allow_tf32(tf32);
-    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN};
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN, 0};
     gc_conv2d_geom g;
     gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g);
     const size_t es = gc_dtype_size(dt);
@@ -689,7 +689,7 @@ static void test_wgmma_bwd_data(int ci, const conv_case &k, gc_dtype dt, const g
     const char *dn = gc_dtype_name(dt);
     const size_t es = gc_dtype_size(dt);
     const size_t nx = (size_t)(g.N * g.H * g.W * g.C), ny = (size_t)(g.N * g.OH * g.OW * g.F);
-    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, GC_ACT_LINEAR, GC_IMPL_OWN, 0};
     std::vector<uint8_t> bdy;
     std::vector<float> dy = rand_tensor(ny, dt, bdy, 1.0f);
     dbuf gdy, dx4, dx2;
@@ -752,7 +752,7 @@ static void test_wgmma_case(int ci, const conv_case &k, gc_dtype dt, double *wor
 {
     const int wv = variant == 2 ? GC_V_FWDWG_HALO : GC_V_FWDWG_IM2COL; /* cuda.conv2d.fwd_wgmma */
     const char *dn = gc_dtype_name(dt);
-    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN};
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, k.act, GC_IMPL_OWN, 0};
     gc_conv2d_geom g;
     if (gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g) != GC_OK) {
         printf("  FAIL wgmma case %d: geometry: %s\n", ci, gc_last_error());
@@ -906,7 +906,7 @@ static void test_wgmma_refusals(void)
         {{1, 8, 8, 256, 3, 3, 64, 1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, 1, 0}, GC_F16, "weight slice too big"},
     };
     for (auto &t : bad) {
-        gc_conv2d_params p = {t.k.sh, t.k.sw, t.k.dh, t.k.dw, t.k.pad, t.k.act, GC_IMPL_OWN};
+        gc_conv2d_params p = {t.k.sh, t.k.sw, t.k.dh, t.k.dw, t.k.pad, t.k.act, GC_IMPL_OWN, 0};
         gc_conv2d_geom g;
         gc_conv2d_geometry(t.k.N, t.k.H, t.k.W, t.k.C, t.k.KH, t.k.KW, t.k.F, &p, &g);
         const size_t es = gc_dtype_size(t.dt);
@@ -936,7 +936,7 @@ static void test_wgmma_refusals(void)
 static void run_wgmma_tests(void)
 {
     /* does this device / binary have the kernel at all? */
-    gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, GC_IMPL_OWN};
+    gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_SAME, GC_ACT_RELU, GC_IMPL_OWN, 0};
     gc_conv2d_geom g;
     gc_conv2d_geometry(2, 56, 56, 64, 3, 3, 64, &p, &g);
     if (gc_conv2d_wgmma_check(&g_be, &g, GC_F16) != GC_OK) {
@@ -990,7 +990,7 @@ static void run_tests(void)
     test_graph(GC_F32, 0);
     /* invalid calls come back as status values */
     {
-        gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_VALID, GC_ACT_SOFTMAX, GC_IMPL_OWN};
+        gc_conv2d_params p = {1, 1, 1, 1, GC_PAD_VALID, GC_ACT_SOFTMAX, GC_IMPL_OWN, 0};
         int64_t sx[4] = {1, 4, 4, 8}, sw[4] = {3, 3, 8, 8}, sy[4] = {1, 2, 2, 8};
         gc_tensor tx = gc_tensor_make((void *)16, GC_F16, 4, sx), tw = gc_tensor_make((void *)16, GC_F16, 4, sw);
         gc_tensor ty = gc_tensor_make((void *)16, GC_F16, 4, sy), tb = gc_tensor_make(NULL, GC_F16, 1, sy);
@@ -1327,7 +1327,7 @@ static void run_bench(void)
     /* exact f32 (SIMT) for scale, on the large layer */
     if (!g_sweep_only) {
         const layer &L = g_layers[3];
-        gc_conv2d_params p = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+        gc_conv2d_params p = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN, 0};
         gc_conv2d_geom g;
         gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p, &g);
         const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
@@ -1522,7 +1522,7 @@ static double wgw_ref_err(const gc_conv2d_geom &g, const std::vector<float> &x, 
 static void test_wgrad_case(int ci, const conv_case &k, gc_dtype dt, double *worst)
 {
     const char *dn = gc_dtype_name(dt);
-    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+    gc_conv2d_params p = {k.sh, k.sw, k.dh, k.dw, k.pad, GC_ACT_LINEAR, GC_IMPL_OWN, 0};
     gc_conv2d_geom g;
     if (gc_conv2d_geometry(k.N, k.H, k.W, k.C, k.KH, k.KW, k.F, &p, &g) != GC_OK) {
         printf("  FAIL wgrad case %d: geometry: %s\n", ci, gc_last_error());
@@ -1682,7 +1682,7 @@ static void test_wgrad_refusals(void)
         {{2, 15, 15, 64, 1, 1, 64, 2, 2, 1, 1, GC_PAD_VALID, GC_ACT_LINEAR, 0, 1}, GC_F16, "1x1/2, odd H"},
     };
     for (auto &t : bad) {
-        gc_conv2d_params p = {t.k.sh, t.k.sw, t.k.dh, t.k.dw, t.k.pad, t.k.act, GC_IMPL_OWN};
+        gc_conv2d_params p = {t.k.sh, t.k.sw, t.k.dh, t.k.dw, t.k.pad, t.k.act, GC_IMPL_OWN, 0};
         gc_conv2d_geom g;
         gc_conv2d_geometry(t.k.N, t.k.H, t.k.W, t.k.C, t.k.KH, t.k.KW, t.k.F, &p, &g);
         const size_t es = gc_dtype_size(t.dt);
@@ -1759,7 +1759,7 @@ static void run_wgrad_bench(void)
         const int di = dt == GC_F16 ? 0 : 1;
         if (only && strcmp(only, di ? "bf16" : "f16")) continue;
         for (const wl &l : L) {
-            gc_conv2d_params p = {l.s, l.s, 1, 1, l.K == 3 ? GC_PAD_SAME : GC_PAD_VALID, GC_ACT_LINEAR, GC_IMPL_OWN};
+            gc_conv2d_params p = {l.s, l.s, 1, 1, l.K == 3 ? GC_PAD_SAME : GC_PAD_VALID, GC_ACT_LINEAR, GC_IMPL_OWN, 0};
             gc_conv2d_geom g;
             gc_conv2d_geometry(N, l.H, l.H, l.C, l.K, l.K, l.F, &p, &g);
             const double flops = 2.0 * g.N * g.OH * g.OW * g.F * g.KH * g.KW * g.C;
@@ -1850,7 +1850,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "bench") || !strcmp(mode, "all") || g_sweep_only) run_bench();
     if (!strcmp(mode, "one")) { /* one call of each pass on the large layer, f16 (for ncu) */
         const layer &L = g_layers[3];
-        gc_conv2d_params p = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN};
+        gc_conv2d_params p = {1, 1, 1, 1, L.pad, GC_ACT_LINEAR, GC_IMPL_OWN, 0};
         gc_conv2d_geom g;
         gc_conv2d_geometry(L.N, L.H, L.W, L.C, L.K, L.K, L.F, &p, &g);
         const size_t nx = (size_t)(g.N * g.H * g.W * g.C), nw = (size_t)(g.KH * g.KW * g.C * g.F),
