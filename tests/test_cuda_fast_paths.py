@@ -23,7 +23,13 @@ relies on would be reached there only by chance. Here shapes are chosen to take 
   / .bwd_data this device runs, the wgmma forward on each of cuda.conv2d.fwd_wgmma.
 - conv2d_fwd (any stride) and the stride-1 conv2d_bwd_data on the Hopper GEMM kernel with
   an im2col A (conv2d_wgmma_igemm.cu), forced (cuda.conv2d.fwd_wgmma=igemm): strided 1x1
-  and 3x3, 256 / 512-channel 3x3, ragged tiles, bias + activations; refusals named.
+  and 3x3, 256 / 512-channel 3x3, ragged tiles, bias + activations; refusals named. The
+  same in float32 as TF32 (test_conv_igemm_tf32: every geometry above, plus C / F = 32,
+  5x5 and stride-1 1x1 ones), that its weight operand is rounded to nearest TF32, not
+  truncated (test_conv_igemm_tf32_weights_rounded), that the automatic choice takes it
+  for a big TF32 layer and exact float32 (TF32 off) never runs it, forced or not
+  (test_conv_igemm_tf32_routing), and that float32 never reaches the 16-bit-only halo /
+  im2col kernels (test_conv_igemm_refusals).
 - conv2d_bwd_filter on the Hopper wgmma kernel (conv2d_wgmma_wgrad.cu), forced
   (cuda.conv2d.wgrad=wgmma) where the registry says it is available (sm_90a image on a
   compute capability 9.0 device; skipped elsewhere): 1x1 stride 1 and 2, 3x3 'same' /
@@ -288,11 +294,44 @@ def _forced_all(c, forced, fn):
         raise AssertionError(c.msg(f"{forced}: {type(e).__name__}: {e}")) from e
 
 
+# float32 as TF32 only (C and F multiples of 32 there, 64 for 16-bit): one K-block (32
+# channels of one tap) per tap, N = 32 / 96 in a 128-wide tile, a 5x5 kernel, a stride-1
+# 1x1 layer (forced: never the GEMM route), the scatter with N = 160 in a 256-wide tile;
+# M = 297 / 56 / 144 / 144 / 45: ragged last tiles everywhere.
+IGEMM_TF32 = [
+    dict(N=3, H=9, W=11, C=32, F=96, KH=3, KW=3, s=(1, 1), pad="same", act="relu"),        # C = 32, F = 96
+    dict(N=2, H=13, W=7, C=96, F=32, KH=3, KW=3, s=(2, 2), pad="same", act="tanh"),        # F = 32, strided
+    dict(N=1, H=12, W=12, C=64, F=32, KH=5, KW=5, s=(1, 1), pad="same", act="linear"),     # 5x5, dgrad K-block = F
+    dict(N=2, H=8, W=9, C=288, F=32, KH=1, KW=1, s=(1, 1), pad="same", act="sigmoid"),     # 1x1: dgrad N = 288
+    dict(N=5, H=6, W=5, C=160, F=224, KH=1, KW=1, s=(2, 2), pad="valid", act="linear"),    # scatter, N = 160
+]
+
+
+def _igemm_ids(g):
+    return f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}-s{g['s'][0]}{g['s'][1]}-{g['pad']}"
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("g", IGEMM, ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}"
-                         f"-s{g['s'][0]}{g['s'][1]}-{g['pad']}")
+@pytest.mark.parametrize("g", IGEMM, ids=_igemm_ids)
 def test_conv_igemm(case, igemm, dtype, g):
-    c = case("conv2d_fwd", dtype)
+    _igemm_case(case("conv2d_fwd", dtype), g)
+
+
+@pytest.mark.parametrize("g", IGEMM + IGEMM_TF32, ids=_igemm_ids)
+def test_conv_igemm_tf32(case, igemm, g):
+    """float32 storage as TF32 (wgmma .tf32: w^T rounded into the workspace for the
+    forward, a rounded copy of w for the data gradients; x / dy truncated by the tensor
+    cores). Tolerance: test_ops' TF32 one (1e-3): with one operand truncated and the
+    other rounded the error is ~4.6e-4 (float64 simulation on normal operands, K = 32 ..
+    4608; both rounded, as mma.sync: 2.9e-4; both truncated: 7.7e-4), so no
+    truncation-specific tolerance is needed."""
+    _igemm_case(case("conv2d_fwd", "tfloat32"), g)
+
+
+def _igemm_case(c, g):
+    """Forward (with and without bias, repeatable bit for bit) and data gradient of g on
+    the forced igemm kernel against the float64 oracle; a strided layer's data gradient
+    only for 1x1 kernels (else the named refusal)."""
     x = c.normal((g["N"], g["H"], g["W"], g["C"]))
     w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
     bias = c.normal(g["F"])
@@ -351,7 +390,9 @@ def test_conv_igemm_bwd_data_accumulate(case, igemm, g):
 
 def test_conv_igemm_refusals(case, igemm):
     """Where the kernel does not apply, a forced run refuses before any launch (the op's
-    NotImplementedError names the rule) and the automatic choice still computes it."""
+    NotImplementedError names the rule) and the automatic choice still computes it; for
+    float32 as TF32 its rule (C, F multiples of 32), and the 16-bit-only halo / im2col
+    kernels refuse float32 in both passes."""
     c = case("conv2d_fwd", "bfloat16")
     fwd = {"cuda.conv2d.fwd": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
     for shape, kshape, why in [((2, 9, 9, 96), (3, 3, 96, 64), "multiples of 64"),
@@ -366,6 +407,103 @@ def test_conv_igemm_refusals(case, igemm):
         c.what = f"x={shape} kernel={kshape} (automatic choice)"
         c.check("y", y, ref.conv2d(x, w, None, (1, 1), "same", (1, 1)), k=9 * shape[3],
                 terms=ref.conv2d(abs(x), abs(w), None, (1, 1), "same", (1, 1)))
+    # float32 as TF32: C / F multiples of 32; and never the 16-bit-only kernels of
+    # conv2d_wgmma.cu (halo, im2col), in either pass, even where igemm would take the layer
+    c = case("conv2d_fwd", "tfloat32")
+    for shape, kshape, why in [((2, 9, 9, 48), (3, 3, 48, 64), "multiples of 32"),
+                               ((2, 9, 9, 64), (3, 3, 64, 80), "multiples of 32")]:
+        x, w = c.normal(shape), c.normal(kshape, 0.25)
+        with variants.forced("cuda.conv2d.fwd", "wgmma"), variants.forced("cuda.conv2d.fwd_wgmma", "igemm"):
+            with pytest.raises(NotImplementedError, match=why):
+                ops.conv2d(c.arg(x), c.arg(w), None, strides=(1, 1), padding="same", **c.kw)
+    x, w = c.normal((2, 9, 9, 64)), c.normal((3, 3, 64, 64), 0.25)
+    for kernel in ("halo", "im2col"):
+        if kernel not in variants.available("cuda.conv2d.fwd_wgmma"):
+            continue
+        with variants.forced("cuda.conv2d.fwd", "wgmma"), variants.forced("cuda.conv2d.fwd_wgmma", kernel):
+            with pytest.raises(NotImplementedError, match="float16 / bfloat16"):
+                ops.conv2d(c.arg(x), c.arg(w), None, strides=(1, 1), padding="same", **c.kw)
+        with variants.forced("cuda.conv2d.bwd_data", "wgmma"), variants.forced("cuda.conv2d.fwd_wgmma", kernel):
+            with pytest.raises(NotImplementedError, match="float16 / bfloat16"):
+                ops.conv2d_backward_data(c.arg(x), c.arg(w), x.shape, strides=(1, 1), padding="same", **c.kw)
+
+
+def _coherent(got, want):
+    """The part of the error along the result itself: <got - want, want> / <want, want>.
+    Truncating an operand to TF32 scales every product by 1 - e (e in [0, 2^-10)), which
+    on normal operands is -3.5e-4 of the result per truncated operand (float64
+    simulation, any K), while rounding to nearest has mean 0; the random rest averages
+    out over many outputs (its share here: ~1e-6)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.vdot(got - want, want) / np.vdot(want, want))
+
+
+def test_conv_igemm_tf32_weights_rounded(case, igemm):
+    """The TF32 igemm rounds its weight operand to nearest TF32 (the forward's w^T, the
+    data gradients' copy of w), so the coherent error is that of the truncated activation
+    alone, about -3.5e-4 of the result; with the weights truncated too it would be -7.0e-4
+    (-3.5e-4 each). The bounds sit half-way between: the kernel computes with the rounded
+    weights (and, should the tensor cores round the activation as well, ~0 passes)."""
+    c = case("conv2d_fwd", "tfloat32")
+    for g in (dict(N=2, H=14, W=14, C=128, F=256, KH=3, KW=3, s=(1, 1), pad="same"),   # fwd / FLIP dgrad
+              dict(N=2, H=28, W=28, C=256, F=512, KH=1, KW=1, s=(2, 2), pad="valid")):  # fwd / scatter dgrad
+        x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+        w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
+        s, d = g["s"], (1, 1)
+        c.what = f"x={x.shape} kernel={w.shape} strides={s} padding={g['pad']} [igemm forced]"
+        fwd = {"cuda.conv2d.fwd": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+        y = _forced_all(c, fwd, lambda: ops.conv2d(c.arg(x), c.arg(w), None, strides=s, padding=g["pad"], **c.kw))
+        want = ref.conv2d(x, w, None, s, g["pad"], d)
+        dy = c.normal(want.shape)
+        bwd = {"cuda.conv2d.bwd_data": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+        dx = _forced_all(c, bwd, lambda: ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=s,
+                                                                 padding=g["pad"], **c.kw))
+        want_dx = ref.conv2d_backward_data(dy, w, x.shape, s, g["pad"], d)
+        for name, got, exp in (("y", y, want), ("dx", dx, want_dx)):
+            c.check(name, got, exp, k=w.shape[0] * w.shape[1] * (g["C"] if name == "y" else g["F"]))
+            e = _coherent(got, exp)
+            assert -5.25e-4 < e < 1.75e-4, c.msg(
+                f"{name}: coherent relative error {e:+.3e}: expected ~-3.5e-4 (activation truncated, weights "
+                f"rounded); -7.0e-4 means the weights were truncated too")
+
+
+def test_conv_igemm_tf32_routing(case, igemm):
+    """Automatic choice: a float32 layer that the 16-bit rule sends to igemm (3x3, 128 ->
+    256 channels, stride 1, 196 tiles of 128 rows: at least one per SM) goes there as TF32
+    in both passes; with TF32 off (exact float32) the same layer runs the SIMT kernels and
+    never reaches the wgmma kernels (`last` of cuda.conv2d.fwd_wgmma stays 'none'), and
+    forcing igemm is refused. The exact SIMT results are the reference of the TF32 ones."""
+    g = dict(N=8, H=56, W=56, C=128, F=256, KH=3, KW=3)
+    c = case("conv2d_fwd", "float32")   # TF32 off
+    x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+    w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
+    dy = c.normal((g["N"], g["H"], g["W"], g["F"]))
+    conv = lambda: ops.conv2d(c.arg(x), c.arg(w), None, strides=(1, 1), padding="same", **c.kw)  # noqa: E731
+    dgrad = lambda: ops.conv2d_backward_data(c.arg(dy), c.arg(w), x.shape, strides=(1, 1),  # noqa: E731
+                                             padding="same", **c.kw)
+    c.what = f"x={x.shape} kernel={w.shape} 'same' (automatic choice, TF32 off)"
+    variants.reset("cuda.conv2d.fwd_wgmma")
+    y_exact = conv()
+    assert variants.last("cuda.conv2d.fwd") == "simt", c.msg(f"ran {variants.last('cuda.conv2d.fwd')!r}")
+    dx_exact = dgrad()
+    assert variants.last("cuda.conv2d.bwd_data") == "simt", c.msg(f"ran {variants.last('cuda.conv2d.bwd_data')!r}")
+    assert variants.last("cuda.conv2d.fwd_wgmma") == "none", c.msg("a wgmma kernel was asked with TF32 off")
+    for point, fn in (("cuda.conv2d.fwd", conv), ("cuda.conv2d.bwd_data", dgrad)):
+        with variants.forced(point, "wgmma"), variants.forced("cuda.conv2d.fwd_wgmma", "igemm"):
+            with pytest.raises(NotImplementedError, match="TF32"):
+                fn()
+    # TF32 on: igemm, checked against the exact float32 results
+    c.tf32 = True
+    _core.set_allow_tf32(True)
+    c.what = f"x={x.shape} kernel={w.shape} 'same' (automatic choice, TF32)"
+    for name, fn, point, exact, k in (("y", conv, "cuda.conv2d.fwd", y_exact, 9 * g["C"]),
+                                      ("dx", dgrad, "cuda.conv2d.bwd_data", dx_exact, 9 * g["F"])):
+        variants.reset("cuda.conv2d.fwd_wgmma")
+        out = fn()
+        assert variants.last(point) == "wgmma", c.msg(f"{name}: {point} ran {variants.last(point)!r}")
+        assert variants.last("cuda.conv2d.fwd_wgmma") == "igemm", c.msg(
+            f"{name}: cuda.conv2d.fwd_wgmma ran {variants.last('cuda.conv2d.fwd_wgmma')!r}")
+        c.check(name, out, np.asarray(exact, np.float64), k=k)
 
 
 # ---------------------------------------------------------------- Hopper wgmma weight gradient

@@ -62,7 +62,12 @@
  * goes to conv2d_wgmma.cu (persistent wgmma kernels, weights resident in shared memory:
  * the halo kernel, which reads each input tile once for all taps, or the TMA im2col one
  * for larger weight slices); when neither applies (GC_ERR_UNSUPPORTED before any
- * launch) the mma.sync kernel here runs instead. The 16-bit weight gradient of
+ * launch) the mma.sync kernel here runs instead. Forward and data gradient also go to
+ * the GEMM kernel with an im2col A (conv2d_wgmma_igemm.cu, gc_conv2d_igemm_wanted:
+ * strided layers and big weight slices), for 16-bit storage and for float32 as TF32 --
+ * the same rule; float32 only while gc_get_allow_tf32() is on (exact float32 never gets
+ * past use_simt, and igemm refuses it when forced), and never the halo / im2col kernels
+ * of conv2d_wgmma.cu, which refuse any float32. The 16-bit weight gradient of
  * stride-1 layers and of unpadded 1x1 layers of any stride (C and F multiples of 64,
  * enough pixels; not the GEMM route's 1x1 layers) goes to conv2d_wgmma_wgrad.cu
  * (wgmma on TMA-loaded x / dy boxes, split K with the same fixed-order reduction).
@@ -1078,7 +1083,8 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
  * has the rest): 16-bit storage on a compute capability 9.0 device, their shape rules, and
  * enough 128-row tiles for one per SM (below that the mma.sync kernel's 128 x 64 blocks,
  * several per SM and split K, fill the GPU better). The callers also ask
- * gc_conv2d_igemm_wanted (the GEMM kernel with an im2col A, strided layers too). */
+ * gc_conv2d_igemm_wanted (the GEMM kernel with an im2col A, strided layers too; 16-bit
+ * and TF32 float32 storage, the same rule), after use_simt has sent exact float32 away. */
 static int wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
 {
     const int64_t sms = gc_cuda_sm_count(be) > 0 ? gc_cuda_sm_count(be) : 80;

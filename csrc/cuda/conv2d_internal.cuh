@@ -79,11 +79,14 @@ gc_status gc_conv2d_wgmma_bwd_data(const gc_backend *be, const gc_conv2d_geom *g
                                    const void *dy, const void *w, void *dx, int forced, int accumulate);
 
 /* ---- conv2d_wgmma_igemm.cu: the Hopper GEMM kernel (wgmma_gemm_kernel.cuh) with an
- * im2col A operand (sm_90a; f16 / bf16, C and F multiples of 64, dilation 1): the forward
- * of strides 1..8 (pass 0) and the stride-1 data gradient (pass 1). _why: NULL when it
- * runs the pass of this geometry, else why not. _wanted: the automatic choice. The
- * entry points launch nothing and return GC_ERR_UNSUPPORTED (with a message) where _why
- * says no or a pointer is not 16-byte aligned; no workspace. */
+ * im2col A operand (sm_90a; f16 / bf16 with C and F multiples of 64, or f32 as TF32 --
+ * only while gc_get_allow_tf32() is on -- with C and F multiples of 32; dilation 1): the
+ * forward of strides 1..8 (pass 0) and the data gradient of stride-1 layers and of
+ * strided unpadded 1x1 layers (pass 1). _why: NULL when it runs the pass of this
+ * geometry, else why not. _wanted: the automatic choice. The entry points launch nothing
+ * and return GC_ERR_UNSUPPORTED (with a message) where _why says no or a pointer is not
+ * 16-byte aligned. Workspace (gc_cuda_workspace): none for 16-bit; TF32 takes the
+ * weights' size (the forward's w^T, the data gradient's rounded copy of w). */
 const char *gc_conv2d_igemm_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass);
 int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass);
 gc_status gc_conv2d_igemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,

@@ -7,7 +7,8 @@
  * halo kernel: the forward convolution of dy with the flipped kernel, C and F swapped).
  * Both entry points first hand the layer to conv2d_wgmma_igemm.cu (the GEMM kernel with
  * an im2col A, any stride) where cuda.conv2d.fwd_wgmma says igemm or its automatic
- * choice takes it (the big weight slices, the strided layers).
+ * choice takes it (the big weight slices, the strided layers); float32 (as TF32) runs
+ * only there: both kernels of this file refuse it (cw_layer_why, gc_conv2d_wgmma_check).
  * Everything else returns GC_ERR_UNSUPPORTED before anything is launched, and conv2d.cu
  * falls back to the mma.sync implicit GEMM (conv_igemm_kernel).
  *

@@ -63,6 +63,10 @@ gc_status gc_cuda_gemm(const gc_backend *be, const gc_gemm_desc *d);
  * transpose that path needs anyway), which costs one pass over A and B and brings the
  * error to ~3e-4, what mma.sync (cvt.rna in registers) and the DESIGN tolerance give. */
 void gc_cuda_gemm_set_tf32_round(int on);
+/* The switch above (1 by default). The TF32 convolutions on the same kernel
+ * (conv2d_wgmma_igemm.cu) follow it for their weight operand (rounded copies when on;
+ * their activation operand is always read as stored, i.e. truncated). */
+int gc_cuda_gemm_get_tf32_round(void);
 
 /* ---- internal: one per path file, called by gc_cuda_gemm with a checked descriptor
  * (M, N, K >= 1). */

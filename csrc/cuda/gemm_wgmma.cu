@@ -106,6 +106,8 @@ int g_compiled[64]; /* per device: 0 unknown, 1 yes, 2 no */
 
 extern "C" void gc_cuda_gemm_set_tf32_round(int on) { g_tf32_round = on != 0; }
 
+extern "C" int gc_cuda_gemm_get_tf32_round(void) { return g_tf32_round; }
+
 extern "C" void gc_cuda_gemm_set_wgmma_multicast(int on) { g_multicast = on != 0; }
 
 extern "C" int gc_cuda_gemm_wgmma_clusters(const gc_backend *be)

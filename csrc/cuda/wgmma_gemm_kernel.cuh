@@ -11,18 +11,25 @@
  * how the producer fetches the A slice of each K-block:
  *   WG_A_TILED        the GEMM: a tiled 2-D box of A (M x K, K-major);
  *   WG_A_IM2COL       a forward convolution, A = im2col(x): one TMA copy in im2col mode
- *                     per K-block (one tap's 64-channel slice for 128 output pixels;
- *                     traversal strides are the layer's strides); B = w as stored,
- *                     (KH*KW*C) x F, the K x N layout;
+ *                     per K-block (one tap's 128-byte channel slice -- 64 16-bit or 32
+ *                     float channels -- for 128 output pixels; traversal strides are the
+ *                     layer's strides); B = w as stored, (KH*KW*C) x F, the K x N layout
+ *                     (16-bit), or w^T, F x (KH*KW*C), K-major (TF32: the caller's copy);
  *   WG_A_IM2COL_FLIP  a stride-1 data gradient seen as the forward convolution of dy
  *                     with the flipped kernel: A = im2col(dy), B = w as stored read
  *                     K-major (tap t of w is a C x F matrix = N x K), tap taps-1-t for
- *                     K-block tap t: no weight copy;
+ *                     K-block tap t: no weight copy (TF32: a rounded copy, same layout);
  *   WG_A_TILED_SCATTER the GEMM's loads, and the epilogue writes row r to row
  *                     wg_scatter_row(r) (a strided 1x1 layer's data gradient: dy's
  *                     pixels to every sh-th / sw-th pixel of dx).
- * Everything past the loads (ring, consumers, epilogue) is the GEMM's. Each file that
- * includes this gets its own instantiations (anonymous namespace). */
+ * Everything past the loads (ring, consumers, epilogue) is the GEMM's. T = float runs
+ * as TF32 (wgmma .tf32, k8): a stage row of 128 bytes is then BKE = 32 elements, the
+ * K-major descriptors step 32 bytes = one k8 per wgmma as for 16-bit k16, and B must be
+ * K-major (tf32 wgmma has no transpose bit: KMAJ_B only, asserted). The tensor cores
+ * read the fp32 bits from shared memory and ignore the low 13 mantissa bits
+ * (truncation); the callers round what they copy anyway (gemm_wgmma.cu,
+ * conv2d_wgmma_igemm.cu). Each file that includes this gets its own instantiations
+ * (anonymous namespace). */
 #pragma once
 
 #include "gemm.cuh"
@@ -44,7 +51,7 @@ struct wg_conv {
     int ohw, ow;             /* output pixels per image and per row */
     int sh, sw;              /* strides (the traversal strides of the map) */
     int pad_top, pad_left;
-    int kw, cchunks, taps;   /* taps per kernel row, 64-channel chunks per tap, KH*KW */
+    int kw, cchunks, taps;   /* taps per kernel row, 128-byte channel chunks per tap (C / BKE), KH*KW */
     int ihw, iw;             /* scatter: pixels per image and per row of the image rows go to */
 };
 
@@ -167,6 +174,11 @@ template <> struct wg_mma<__nv_bfloat16, false> {
     static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
     { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 1"); }
 };
+/* TF32: K-major A and B only, no transpose immediates (scale-a, scale-b only) */
+template <> struct wg_mma<float, true, 128> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+    { GC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", ", 1, 1"); }
+};
 template <> struct wg_mma<float, true> {
     static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
     { GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", ", 1, 1"); }
@@ -200,6 +212,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      int M, int N, int K, gc_gemm_epi_args e, int mc, wg_conv cv)
 {
+    static_assert(sizeof(T) == 2 || KMAJ_B, "TF32 wgmma reads B K-major only");
 #if GC_WG_DEVICE
     constexpr int BKE = 128 / (int)sizeof(T);    /* K elements per stage: 64 or 32 */
     constexpr int KSTEP = sizeof(T) == 2 ? 16 : 8; /* K of one wgmma */
