@@ -5,7 +5,11 @@
  * TMA + mbarrier + wgmma kernel described in gemm_wgmma.cu (clusters of 2 along M
  * sharing B by multicast, 128 x 256 tiles, a 4-stage ring of 48 KB stages, two consumer
  * warpgroups of m64n256 wgmma, the fused epilogue from registers), and the host helpers
- * to launch it (wg_make_map_2d, wg_launch).
+ * to launch it (wg_make_map_2d, wg_launch). For short K (16-bit C, auto: K <= 1024) the
+ * epilogue goes through shared memory and TMA instead (wg_epi: each consumer stages its
+ * half tile and one thread stores it -- or reduce-adds it, beta = 1 -- while the next
+ * tile's mainloop starts; the ring gives up one 256-wide stage for the staging areas):
+ * the register epilogue's 4-byte stores made those GEMMs epilogue-bound.
  *
  * Why a header: the convolutions are the same GEMM with a different A load. AMODE says
  * how the producer fetches the A slice of each K-block:
@@ -161,6 +165,28 @@ template <typename T> __device__ __forceinline__ uint32_t wg_pack2(float a, floa
     uint32_t u;
     memcpy(&u, &p, 4);
     return u;
+}
+/* the fast epilogues' bias and relu on a consumer's accumulators: d[4j + {0,1}] and
+ * d[4j + {2,3}] are columns c0 + 8j + {0,1} (bias read only below N; NaN stays, as
+ * cpu/act.c) */
+template <typename T, int BN>
+__device__ __forceinline__ void wg_bias_relu(float *d, const T *bias, int c0, int N, bool relu)
+{
+    if (bias) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int c = c0 + 8 * j;
+            const float b0 = c < N ? gc_to_f(bias[c]) : 0.0f, b1 = c + 1 < N ? gc_to_f(bias[c + 1]) : 0.0f;
+            d[4 * j] += b0;
+            d[4 * j + 1] += b1;
+            d[4 * j + 2] += b0;
+            d[4 * j + 3] += b1;
+        }
+    }
+    if (relu) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
+    }
 }
 __device__ __forceinline__ void cluster_sync()
 {
@@ -419,21 +445,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                     const int g = lane >> 2, q = lane & 3;
                     const uint32_t stg = stg0 + (uint32_t)(cw * STG_BYTES);
                     const int row0 = tm * WG_BM + cw * 64, cbase = tn * BN + 2 * q;
-                    if (bias) {
-#pragma unroll
-                        for (int j = 0; j < BN / 8; j++) {
-                            const int c = cbase + 8 * j;
-                            const float b0 = c < N ? gc_to_f(bias[c]) : 0.0f, b1 = c + 1 < N ? gc_to_f(bias[c + 1]) : 0.0f;
-                            d[4 * j] += b0;
-                            d[4 * j + 1] += b1;
-                            d[4 * j + 2] += b0;
-                            d[4 * j + 3] += b1;
-                        }
-                    }
-                    if (relu) {
-#pragma unroll
-                        for (int i = 0; i < NACC; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
-                    }
+                    wg_bias_relu<T, BN>(d, bias, cbase, N, relu);
                     if (tid == 0) wg_bulk_wait_read0(); /* this half's previous stores have read the area */
                     wg_group_bar(1 + cw);
                     /* 64-column boxes of 64 rows x 128 bytes, 8 KB apart; 16-byte chunk c of
@@ -474,20 +486,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                         gc_gemm_add2<T>(row1 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
                     }
                 }
-                if (bias) {
-#pragma unroll
-                    for (int j = 0; j < BN / 8; j++) {
-                        const float b0 = gc_to_f(bias[c0 + 8 * j]), b1 = gc_to_f(bias[c0 + 8 * j + 1]);
-                        d[4 * j] += b0;
-                        d[4 * j + 1] += b1;
-                        d[4 * j + 2] += b0;
-                        d[4 * j + 3] += b1;
-                    }
-                }
-                if (relu) {
-#pragma unroll
-                    for (int i = 0; i < NACC; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i]; /* NaN stays (cpu/act.c) */
-                }
+                wg_bias_relu<T, BN>(d, bias, c0, N, relu);
 #pragma unroll
                 for (int j = 0; j < BN / 8; j++) {
                     gc_gemm_store2<T>(row0 + 8 * j, d[4 * j], d[4 * j + 1]);
