@@ -133,6 +133,35 @@ extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void 
 static void *g_scratch;
 extern "C" void *gc_cuda_scratch(const gc_backend *) { return g_scratch; }
 
+/* conv2d_bwd_data's accumulate on kernels without an adding epilogue: the staging buffer
+ * and the add (backend.cu / elementwise.cu in the library) */
+static void *g_stage;
+static size_t g_stage_bytes;
+extern "C" gc_status gc_cuda_staging(const gc_backend *be, size_t bytes, void **out)
+{
+    if (bytes > g_stage_bytes) {
+        if (gc_cuda_capturing(be)) return gc_fail(GC_ERR_BACKEND, "staging growth during capture");
+        GC_CUDA_TRY(cudaStreamSynchronize(g_stream));
+        if (g_stage) cudaFree(g_stage);
+        g_stage = NULL;
+        g_stage_bytes = 0;
+        GC_CUDA_TRY(cudaMalloc(&g_stage, bytes));
+        g_stage_bytes = bytes;
+    }
+    *out = g_stage;
+    return GC_OK;
+}
+template <typename T> __global__ void add_into_kernel(int64_t n, T *acc, const T *src)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        acc[i] = gc_from_f<T>(gc_to_f(acc[i]) + gc_to_f(src[i]));
+}
+extern "C" gc_status gc_cuda_add_into(const gc_backend *, gc_dtype dt, int64_t n, void *acc, const void *src)
+{
+    GC_CUDA_DISPATCH_FLOAT(dt, T, add_into_kernel<T><<<1024, 256, 0, g_stream>>>(n, (T *)acc, (const T *)src));
+    return gc_cuda_launch_check("add_into");
+}
+
 static gc_status fake_capture_begin(const gc_backend *)
 {
     GC_CUDA_TRY(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
