@@ -14,12 +14,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >> $L/chec
 P="python3 -m pytest -q -p no:cacheprovider -m cuda"
 stamp "fast paths: tma epilogue, igemm (16-bit, TF32, accumulate), large 16-bit"
 timeout $(left 100) $P tests/test_cuda_fast_paths.py -k "tma or igemm or large_16bit" > $L/raw/t_fast.txt 2>&1; tail -3 $L/raw/t_fast.txt >> $L/checks.txt
-stamp "gemm + conv op tests, every path; plan + training"
-timeout $(left 100) $P tests/test_ops.py -k "gemm or conv2d" tests/test_plan_graph.py tests/test_keras_small_resnet.py tests/test_cuda_training.py tests/test_mixed_precision.py > $L/raw/t_ops.txt 2>&1; tail -3 $L/raw/t_ops.txt >> $L/checks.txt
 stamp "memcheck: tma epilogue (gemm, igemm fwd, igemm accumulate)"
 timeout $(left 60) compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_fast_paths.py -k "(gemm_wgmma_tma and bfloat16) or (tma_epilogue and 28x28) or (accumulate and tma and 14x14)" > $L/raw/memcheck.txt 2>&1; echo "memcheck rc=$?" >> $L/checks.txt; grep -E "ERROR SUMMARY|passed|failed" $L/raw/memcheck.txt | tail -3 >> $L/checks.txt
 stamp "epilogue A/B: every ResNet-50 conv pass, bf16, registers then TMA"
-for e in regs tma; do GPUCMP_FORCE=cuda.gemm.wgmma_epi=$e timeout $(left 60) python3 benchmarks/bench_conv.py --layers resnet50 --dtypes bfloat16 --per-pass --no-vendor --no-torch --repeats 5 > $L/conv_$e.txt 2>&1; echo "conv $e rc=$?" >> $L/checks.txt; done
+for e in regs tma; do GPUCMP_FORCE=cuda.gemm.wgmma_epi=$e timeout $(left 55) python3 benchmarks/bench_conv.py --layers resnet50 --dtypes bfloat16 --per-pass --no-vendor --no-torch --repeats 3 > $L/conv_$e.txt 2>&1; echo "conv $e rc=$?" >> $L/checks.txt; done
+stamp "gemm + conv op tests, every path; plan + training"
+timeout $(left 100) $P tests/test_ops.py -k "gemm or conv2d" tests/test_plan_graph.py tests/test_keras_small_resnet.py tests/test_cuda_training.py tests/test_mixed_precision.py > $L/raw/t_ops.txt 2>&1; tail -3 $L/raw/t_ops.txt >> $L/checks.txt
 stamp "ResNet-50 side by side b256: bf16 (eager + compile), fp32 (TF32)"
 timeout $(left 200) python3 benchmarks/bench_resnet50.py --batch-sizes 256 --precisions mixed_bfloat16 float32 --steps 20 --compile mixed_bfloat16 --json $L/raw/r50.json > $L/r50.txt 2>&1; echo "rc=$?" >> $L/checks.txt; tail -6 $L/r50.txt >> $L/checks.txt
 stamp "step profiles b256: bf16, fp32"
