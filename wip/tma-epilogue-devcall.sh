@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 14, call 3 (tree tma-epi: the wgmma GEMM kernel's TMA-store epilogue, TF32 igemm
+# session 14, call 3 -- NOT RUN (no device could be started); for wip/tma-epilogue.patch (tree tma-epi: the wgmma GEMM kernel's TMA-store epilogue, TF32 igemm
 # for the halo kernel's layers): tests, memcheck, ResNet-50 b256 side by side, the
 # epilogue A/B on every ResNet-50 conv pass, step profiles, the seeds' CNN
 set -uo pipefail
