@@ -115,19 +115,24 @@ extern "C" int gc_cuda_capturing(const gc_backend *)
     if (cudaStreamIsCapturing(g_stream, &cs) != cudaSuccess) return 0;
     return cs != cudaStreamCaptureStatusNone;
 }
+/* a growable device buffer (*buf, *have bytes) of at least `bytes` */
+static gc_status grow(const gc_backend *be, void **buf, size_t *have, size_t bytes, void **out)
+{
+    if (bytes > *have) {
+        if (gc_cuda_capturing(be)) return gc_fail(GC_ERR_BACKEND, "buffer growth during capture");
+        GC_CUDA_TRY(cudaStreamSynchronize(g_stream));
+        if (*buf) cudaFree(*buf);
+        *buf = NULL;
+        *have = 0;
+        GC_CUDA_TRY(cudaMalloc(buf, bytes));
+        *have = bytes;
+    }
+    *out = *buf;
+    return GC_OK;
+}
 extern "C" gc_status gc_cuda_workspace(const gc_backend *be, size_t bytes, void **out)
 {
-    if (bytes > g_ws_bytes) {
-        if (gc_cuda_capturing(be)) return gc_fail(GC_ERR_BACKEND, "workspace growth during capture");
-        GC_CUDA_TRY(cudaStreamSynchronize(g_stream));
-        if (g_ws) cudaFree(g_ws);
-        g_ws = NULL;
-        g_ws_bytes = 0;
-        GC_CUDA_TRY(cudaMalloc(&g_ws, bytes));
-        g_ws_bytes = bytes;
-    }
-    *out = g_ws;
-    return GC_OK;
+    return grow(be, &g_ws, &g_ws_bytes, bytes, out);
 }
 
 static void *g_scratch;
@@ -139,17 +144,7 @@ static void *g_stage;
 static size_t g_stage_bytes;
 extern "C" gc_status gc_cuda_staging(const gc_backend *be, size_t bytes, void **out)
 {
-    if (bytes > g_stage_bytes) {
-        if (gc_cuda_capturing(be)) return gc_fail(GC_ERR_BACKEND, "staging growth during capture");
-        GC_CUDA_TRY(cudaStreamSynchronize(g_stream));
-        if (g_stage) cudaFree(g_stage);
-        g_stage = NULL;
-        g_stage_bytes = 0;
-        GC_CUDA_TRY(cudaMalloc(&g_stage, bytes));
-        g_stage_bytes = bytes;
-    }
-    *out = g_stage;
-    return GC_OK;
+    return grow(be, &g_stage, &g_stage_bytes, bytes, out);
 }
 template <typename T> __global__ void add_into_kernel(int64_t n, T *acc, const T *src)
 {
