@@ -698,10 +698,12 @@ gc_status gc_cpu_conv2d_bwd_data(const gc_conv2d_geom *g, const float *dy, const
         st = par_error_raise(&err);
     } else {
         int64_t total = g->N * HWC;
-#pragma omp parallel for schedule(static) num_threads(t.nthr) if (t.nthr > 1 && total >= 65536 && !accumulate)
-        for (int64_t b = 0; b < (accumulate ? 0 : (total + 65535) / 65536); b++) {
-            int64_t a0 = b * 65536, len = total - a0 < 65536 ? total - a0 : 65536;
-            memset(dx + a0, 0, (size_t)len * sizeof(float));
+        if (!accumulate) {
+#pragma omp parallel for schedule(static) num_threads(t.nthr) if (t.nthr > 1 && total >= 65536)
+            for (int64_t b = 0; b < (total + 65535) / 65536; b++) {
+                int64_t a0 = b * 65536, len = total - a0 < 65536 ? total - a0 : 65536;
+                memset(dx + a0, 0, (size_t)len * sizeof(float));
+            }
         }
         for (int64_t i = 0; i < t.ntiles && st == GC_OK; i++) {
             int64_t m0 = i * t.tile_rows, m1 = m0 + t.tile_rows < M ? m0 + t.tile_rows : M;

@@ -1157,17 +1157,23 @@ static gc_status own_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype
     return ig_launch(be, dt, &a, (char *)ws + wt_bytes, "conv2d_fwd");
 }
 
-/* dx += the data gradient for the kernels that cannot add in their epilogue: the
- * gradient into the staging buffer (the kernel may take the workspace), then one add. */
+/* dx += the data gradient for the kernels that cannot add in their epilogue (and for
+ * cuDNN, impl = vendor): the gradient into the staging buffer (the kernel may take the
+ * workspace), then one add. */
 static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                               const void *dy, const void *w, void *dx, int acc);
-static gc_status staged_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+static gc_status staged_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, gc_impl impl,
                                  const void *dy, const void *w, void *dx)
 {
     const int64_t n = g->N * g->H * g->W * g->C;
     void *tmp = NULL;
     gc_status st = gc_cuda_staging(be, (size_t)n * gc_dtype_size(dt), &tmp);
-    if (!st) st = own_bwd_data(be, g, dt, dy, w, tmp, 0);
+    if (st) return st;
+    if (impl == GC_IMPL_VENDOR)
+        st = gc_conv2d_vendor(be, GC_OP_CONV2D_BWD_DATA, g, dt, gc_get_allow_tf32(), dy, w, NULL, GC_ACT_LINEAR,
+                              tmp, NULL);
+    else
+        st = own_bwd_data(be, g, dt, dy, w, tmp, 0);
     if (!st) st = gc_cuda_add_into(be, dt, n, dx, tmp);
     return st;
 }
@@ -1188,14 +1194,14 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
     }
     gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_SIMT);
     if (path == PATH_SIMT || !fits_int(g) || use_simt(dt, path) || (path != PATH_MMA && (g->C < 8 || g->F < 8)))
-        return acc ? staged_bwd_data(be, g, dt, dy, w, dx) : gc_conv2d_simt_bwd_data(be, g, dt, dy, w, dx);
+        return acc ? staged_bwd_data(be, g, dt, GC_IMPL_OWN, dy, w, dx) : gc_conv2d_simt_bwd_data(be, g, dt, dy, w, dx);
     if (path == PATH_AUTO && (wgmma_wanted(be, g, dt) || gc_conv2d_igemm_wanted(be, g, dt, 1))) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_WGMMA);
         gc_status st = gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 0, acc);
         if (st != GC_ERR_UNSUPPORTED) return st;
         gc_clear_error(); /* nothing was launched: the mma.sync kernel takes it */
     }
-    if (acc) return staged_bwd_data(be, g, dt, dy, w, dx);
+    if (acc) return staged_bwd_data(be, g, dt, GC_IMPL_OWN, dy, w, dx);
     ig_args a;
     if (g->KH == 1 && g->KW == 1 && (g->sh > 1 || g->sw > 1) && g->pad_top == 0 && g->pad_left == 0) {
         /* strided 1x1: zero dx, then a plain GEMM over the dy pixels whose epilogue
@@ -1378,15 +1384,11 @@ extern "C" gc_status gc_cuda_op_conv2d_bwd_data(const gc_backend *be, const gc_o
     gc_status st = setup(be, "conv2d_bwd_data", dx, w, p, &g);
     if (st) return st;
     if (g.N == 0) return GC_OK;
-    if (p->impl == GC_IMPL_VENDOR) {
-        void *out = dx->data;
-        const int64_t n = gc_tensor_numel(dx);
-        if (p->accumulate && (st = gc_cuda_staging(be, (size_t)n * gc_dtype_size(dx->dtype), &out))) return st;
-        st = gc_conv2d_vendor(be, GC_OP_CONV2D_BWD_DATA, &g, dx->dtype, gc_get_allow_tf32(), dy->data, w->data,
-                              NULL, GC_ACT_LINEAR, out, NULL);
-        if (!st && p->accumulate) st = gc_cuda_add_into(be, dx->dtype, n, dx->data, out);
-        return st;
-    }
+    if (p->impl == GC_IMPL_VENDOR && p->accumulate)
+        return staged_bwd_data(be, &g, dx->dtype, GC_IMPL_VENDOR, dy->data, w->data, dx->data);
+    if (p->impl == GC_IMPL_VENDOR)
+        return gc_conv2d_vendor(be, GC_OP_CONV2D_BWD_DATA, &g, dx->dtype, gc_get_allow_tf32(), dy->data, w->data,
+                                NULL, GC_ACT_LINEAR, dx->data, NULL);
     return own_bwd_data(be, &g, dx->dtype, dy->data, w->data, dx->data, p->accumulate);
 }
 
