@@ -1196,12 +1196,15 @@ def batchnorm_forward(x, moving_mean, moving_variance, gamma=None, beta=None, re
 
 def batchnorm_backward(x, dy, save, gamma=None, y=None, *, training=True, activation="linear",
                        return_dx=True, return_dgamma=True, return_dbeta=True,
-                       return_dresidual=False, backend=None, dtype=None):
+                       return_dresidual=False, mask_from_x=False, beta=None, backend=None, dtype=None):
     """Gradients of batchnorm_forward: returns (dx, dgamma, dbeta, dresidual), each None
     unless asked for. dz = dy * relu'(y) (dy with activation 'linear'; y, the forward's
-    output, is required with 'relu'), xhat = (x - mean) * invstd from `save`;
-    dgamma = sum(dz * xhat), dbeta = sum(dz) (float32 (C,)), dresidual = dz; training:
-    dx = gamma*invstd*(dz - mean(dz) - xhat*mean(dz*xhat)), else dx = gamma*invstd*dz."""
+    output, is required with 'relu' unless mask_from_x), xhat = (x - mean) * invstd from
+    `save`; dgamma = sum(dz * xhat), dbeta = sum(dz) (float32 (C,)), dresidual = dz;
+    training: dx = gamma*invstd*(dz - mean(dz) - xhat*mean(dz*xhat)), else
+    dx = gamma*invstd*dz. mask_from_x (relu only, no y): the mask y > 0 is recomputed
+    from x, gamma, `beta` and save exactly as the forward rounded y -- the same bits as
+    passing y, for a forward that had no residual (one read of y fewer per pass)."""
     x = _array(x, "x", min_ndim=1)
     dy = _array(dy, "dy")
     C = x.shape[-1]
@@ -1213,8 +1216,15 @@ def batchnorm_backward(x, dy, save, gamma=None, y=None, *, training=True, activa
         raise ValueError(f"save: shape {save.shape}, expected (2, {C}) (the last axis of x {x.shape})")
     dt = _infer_dtype(dtype, x)
     be = _resolve_backend(backend)
-    if act == "relu" and y is None:
-        raise ValueError("y: the forward output is required with activation='relu'")
+    if mask_from_x:
+        if act != "relu":
+            raise ValueError("mask_from_x: only with activation='relu' (linear has no mask)")
+        if y is not None:
+            raise ValueError("y: not taken with mask_from_x=True (the mask is recomputed from x)")
+    elif beta is not None:
+        raise ValueError("beta: read only with mask_from_x=True")
+    if act == "relu" and y is None and not mask_from_x:
+        raise ValueError("y: the forward output is required with activation='relu' (or mask_from_x=True)")
     if y is not None:
         y = _array(y, "y")
         if y.shape != x.shape:
@@ -1225,8 +1235,9 @@ def batchnorm_backward(x, dy, save, gamma=None, y=None, *, training=True, activa
             np.full(C, np.nan, np.float32) if return_dbeta else None,
             _poisoned(x.shape, dt) if return_dresidual else None)
     _run("batchnorm_bwd", be, (_storage(x, dt), _storage(dy, dt), _channel_param(gamma, "gamma", x.shape),
-                               np.ascontiguousarray(save, dtype=np.float32), y), outs,
-         dict(training=bool(training), act=act))
+                               np.ascontiguousarray(save, dtype=np.float32), y,
+                               _channel_param(beta, "beta", x.shape) if mask_from_x else None), outs,
+         dict(training=bool(training), act=act, mask_from_x=bool(mask_from_x)))
     return _result(outs[0], dt), outs[1], outs[2], _result(outs[3], dt)
 
 

@@ -1370,6 +1370,51 @@ def case_batchnorm_fwd(c):
             assert np.array_equal(np.asarray(u).view(np.uint8), np.asarray(v).view(np.uint8)), c.msg("two runs differ")
 
 
+def _bn_mask_from_x(c):
+    """mask_from_x (relu without a residual): the mask recomputed from x gives the same
+    bits as the mask read from y, in training and inference, with gamma / beta present or
+    not -- including pre-activations at the storage dtype's rounding edge: rows where x
+    equals the moving mean make the pre-activation exactly beta, and beta holds values at
+    and around half of float16's / bfloat16's smallest subnormal (a positive value that
+    rounds to a stored 0 is masked off)."""
+    edge = np.array([0.0, 2.0 ** -25, 2.0 ** -24, 3 * 2.0 ** -26, 2.0 ** -134, 2.0 ** -133, -2.0 ** -140, 1e-30],
+                    np.float32)
+    for shape in [(5, 3), (4, 6, 8), (70, 264)]:
+        C = shape[-1]
+        x, gamma, beta, mm0, mv0 = _bn_inputs(c, shape)
+        dy = c.normal(shape)
+        mm0 = np.asarray(c.round(mm0), np.float32)  # x's dtype holds it: x - mean is exactly 0
+        if C >= 8:
+            beta[:8] = edge
+            rows = x.reshape(-1, C)
+            rows[::2, :] = mm0  # half the rows at the moving mean
+            x = rows.reshape(shape)
+        for training in (True, False):
+            for ug, ub in ((True, True), (False, True), (True, False), (False, False)):
+                g, b = (gamma if ug else None), (beta if ub else None)
+                c.what = f"mask_from_x x {shape} training={training} gamma={ug} beta={ub}"
+                y, save, _, _ = _bn_fwd(c, c.arg(x), mm0, mv0, g, b, None, training, "relu")
+                flags = dict(training=training, activation="relu", **c.kw)
+                want = ops.batchnorm_backward(c.arg(x), c.arg(dy), save, g, y, **flags)
+                got = ops.batchnorm_backward(c.arg(x), c.arg(dy), save, g, None, mask_from_x=True, beta=b, **flags)
+                for name, u, v in zip(("dx", "dgamma", "dbeta"), got, want):
+                    assert np.array_equal(np.asarray(u).view(np.uint8), np.asarray(v).view(np.uint8)), \
+                        c.msg(f"{name}: the mask from x differs from the mask from y")
+                if C >= 8 and not training and ub:  # the edge channels: some masked on, some off
+                    on = np.asarray(y, np.float64).reshape(-1, C)[::2, :8] > 0
+                    assert on.any() and not on.all(), c.msg("the rounding-edge rows test nothing")
+    with pytest.raises(ValueError, match="mask_from_x"):
+        ops.batchnorm_backward(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32),
+                               np.ones((2, 3), np.float32), mask_from_x=True, **c.kw)
+    with pytest.raises(ValueError, match="y: not taken"):
+        ops.batchnorm_backward(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32),
+                               np.ones((2, 3), np.float32), y=np.ones((2, 3), np.float32), activation="relu",
+                               mask_from_x=True, **c.kw)
+    with pytest.raises(ValueError, match="beta: read only"):
+        ops.batchnorm_backward(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32),
+                               np.ones((2, 3), np.float32), beta=np.ones(3, np.float32), **c.kw)
+
+
 def case_batchnorm_bwd(c):
     for shape in _bn_shapes(c):
         C, R = shape[-1], int(np.prod(shape[:-1]))
@@ -1406,11 +1451,12 @@ def case_batchnorm_bwd(c):
             if c.dtype != "bfloat16" or ml_dtypes is not None:
                 st = [ops._storage(c.arg(v), c.dtype) for v in (x, dy)]
                 ys = ops._storage(y, c.dtype) if act == "relu" else None
-                _core.run_op("batchnorm_bwd", c.backend, (st[0], st[1], g if g is None else np.float32(g), save, ys),
+                _core.run_op("batchnorm_bwd", c.backend, (st[0], st[1], g if g is None else np.float32(g), save, ys, None),
                              (st[1], None, None, None), dict(training=training, act=act))
                 alias = ops._result(st[1], c.dtype)
                 assert np.array_equal(np.asarray(alias).view(np.uint8), np.asarray(dxo[0]).view(np.uint8)), \
                     c.msg("dx written over dy differs from dx in its own array")
+    _bn_mask_from_x(c)
     if c.dtype != "float32":
         return
     # finite differences of the core's forward: training and inference, relu or not,
@@ -1689,7 +1735,7 @@ def test_arity_matches_the_header():
             "rmsprop": (1, 2), "accuracy": (2, 1), "cast": (1, 1), "embedding_fwd": (2, 1),
             "embedding_bwd": (2, 1), "reduce_sum": (1, 1), "scale_cast": (1, 2),
             "loss_scale_update": (0, 3), "add": (8, 1), "mul": (2, 1), "batchnorm_fwd": (4, 4),
-            "batchnorm_bwd": (5, 4), "pad2d_fwd": (1, 1), "pad2d_bwd": (1, 1), "concat": (8, 1),
+            "batchnorm_bwd": (6, 4), "pad2d_fwd": (1, 1), "pad2d_bwd": (1, 1), "concat": (8, 1),
             "slice_cols": (1, 1), "seq_mask": (1, 1), "mul_bcast": (2, 1),
             "reverse_seq": (1, 1)}
     for op, arity in want.items():

@@ -295,10 +295,22 @@ CASES = [
         "batchnorm_fwd", "cpu", (X, None, None, None), (X.copy(), f32(3), f32(3), f32(2, 3)), {"momentum": 2.0}),
      ValueError, ["momentum"]),
     ("core batchnorm_bwd relu without y", lambda: _core.run_op(
-        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None), (X.copy(), None, None, None), {"act": "relu"}),
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None, None), (X.copy(), None, None, None), {"act": "relu"}),
      ValueError, ["y", "relu"]),
+    ("core batchnorm_bwd mask_from_x with y", lambda: _core.run_op(
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), X, None), (X.copy(), None, None, None),
+        {"act": "relu", "mask_from_x": True}), ValueError, ["y", "mask_from_x", "(2, 5, 5, 3)"]),
+    ("core batchnorm_bwd mask_from_x linear", lambda: _core.run_op(
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None, None), (X.copy(), None, None, None),
+        {"mask_from_x": True}), ValueError, ["mask_from_x", "relu"]),
+    ("core batchnorm_bwd beta without mask_from_x", lambda: _core.run_op(
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), X, f32(3)), (X.copy(), None, None, None),
+        {"act": "relu"}), ValueError, ["beta", "mask_from_x"]),
+    ("core batchnorm_bwd beta channels", lambda: _core.run_op(
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None, f32(4)), (X.copy(), None, None, None),
+        {"act": "relu", "mask_from_x": True}), ValueError, ["beta", "(4,)", "(3,)"]),
     ("core batchnorm_bwd dgamma channels", lambda: _core.run_op(
-        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None), (None, f32(4), None, None), {}), ValueError,
+        "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None, None), (None, f32(4), None, None), {}), ValueError,
      ["dgamma", "(4,)", "(2, 5, 5, 3)"]),
     ("core pad2d negative", lambda: _core.run_op("pad2d_fwd", "cpu", (X,), (f32(2, 5, 5, 3),), {"top": -1}),
      ValueError, ["padding", "top=-1"]),

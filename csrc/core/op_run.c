@@ -74,6 +74,12 @@ gc_status gc_op_run(const gc_backend *be, const gc_op_call *call)
     gc_tensor wide[GC_MAX_OP_IN + GC_MAX_OP_OUT];
     void *tmp[GC_MAX_OP_IN + GC_MAX_OP_OUT] = {0};
     gc_op_call c = *call;
+    gc_batchnorm_params bn;
+    if (call->op == GC_OP_BATCHNORM_BWD) { /* a recomputed relu mask rounds as x was stored */
+        bn = *(const gc_batchnorm_params *)call->params;
+        bn.mask_dtype = call->in[0]->dtype;
+        c.params = &bn;
+    }
     for (int k = 0; k < nin + nout && s == GC_OK; k++) {
         const gc_tensor *t = k < nin ? call->in[k] : call->out[k - nin];
         if (!(t && t->data && is_float(t->dtype) && !(be->native_dtypes & (1u << t->dtype))))

@@ -692,10 +692,23 @@ static gc_status v_batchnorm_bwd(const gc_op_call *c)
     TRY(like_x(c, c->in[1], "dy", x));
     if (present(c->in[2])) TRY(channel_vec(c, c->in[2], "gamma", C));
     TRY(bn_save(c, c->in[3], C));
-    if (p->act == GC_ACT_RELU || present(c->in[4])) {
+    if (p->mask_from_x) {
+        if (p->act != GC_ACT_RELU)
+            return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_bwd: mask_from_x is for act relu (there is no mask to "
+                                               "recompute with linear)");
+        if (present(c->in[4]))
+            return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_bwd: 'y' (shape %s) must not be given with mask_from_x "
+                                               "(the mask is recomputed from 'x')", shp(c->in[4]).s);
+    } else if (p->act == GC_ACT_RELU || present(c->in[4])) {
         if (!present(c->in[4]))
-            return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_bwd: 'y' (the forward output) is required with relu");
+            return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_bwd: 'y' (the forward output) is required with relu "
+                                               "(or mask_from_x with 'beta')");
         TRY(like_x(c, c->in[4], "y", x));
+    }
+    if (present(c->in[5])) {
+        if (!p->mask_from_x)
+            return gc_fail(GC_ERR_INVALID_ARG, "batchnorm_bwd: 'beta' is read only with mask_from_x");
+        TRY(channel_vec(c, c->in[5], "beta", C));
     }
     if (present(c->out[0])) TRY(like_x(c, c->out[0], "dx", x));
     if (present(c->out[1])) TRY(channel_vec(c, c->out[1], "dgamma", C));

@@ -157,7 +157,7 @@ gc_status gc_cpu_batchnorm_fwd(const gc_batchnorm_params *p, int64_t R, int64_t 
                                float *moving_mean, float *moving_var, float *save);
 gc_status gc_cpu_batchnorm_bwd(const gc_batchnorm_params *p, int64_t R, int64_t C, const float *x,
                                const float *dy, const float *gamma, const float *save, const float *y,
-                               float *dx, float *dgamma, float *dbeta, float *dresidual);
+                               const float *beta, float *dx, float *dgamma, float *dbeta, float *dresidual);
 
 /* ---- adapters, one per op of GC_OP_LIST (defined in the op family's file;
  * gc_cpu_op_cast in cast.c) */

@@ -9,7 +9,9 @@
  * then added in block order: the result does not depend on the thread count. The
  * per-element work (y, dx) is float32 with the per-channel factors rounded once: y is
  * the formula csrc/cuda/norm.cu uses; its training dx folds the factors per channel
- * differently, so the two agree to float32 rounding. */
+ * differently, so the two agree to float32 rounding. The backward's relu mask is y > 0,
+ * or (mask_from_x) the forward's pre-activation recomputed from x by the same expression
+ * and compared with the storage dtype's rounding edge (core's widening names the dtype). */
 #include "cpu_kernels.h"
 
 #include <math.h>
@@ -25,7 +27,21 @@ typedef struct {
     const float *x, *dy, *y; /* y: relu mask (bwd), NULL for linear */
     const float *mean, *invstd;
     const double *center; /* fwd second pass: the mean in double */
+    const float *scale, *shift; /* bwd with the mask from x: per channel, as the forward's */
+    float floor;                /* ... and the mask is pre-activation > floor */
 } bn_sum_args;
+
+/* the forward's pre-activation (before residual and ReLU): one expression for the forward
+ * and for the backward's recomputed mask, so that both round alike (no -march: no FMA
+ * contraction) */
+static inline float bn_pre(float x, float mean, float scale, float shift) { return (x - mean) * scale + shift; }
+
+/* the recomputed mask is round_to_storage(v) > 0, i.e. v > half the storage dtype's
+ * smallest subnormal (a tie rounds to the even 0) */
+static float bn_mask_floor(gc_dtype storage)
+{
+    return storage == GC_F16 ? 0x1p-25f : storage == GC_BF16 ? 0x1p-134f : 0.0f;
+}
 
 /* which = 0: sum x; 1: sum (x - center)^2; 2: sums of dz and dz * xhat (two outputs) */
 static gc_status bn_channel_sums(const bn_sum_args *a, int which, double *out0, double *out1)
@@ -50,7 +66,9 @@ static gc_status bn_channel_sums(const bn_sum_args *a, int which, double *out0, 
             } else {
                 const float *gr = a->dy + r * C, *yr = a->y ? a->y + r * C : NULL;
                 for (int64_t c = 0; c < C; c++) {
-                    double dz = (yr && !(yr[c] > 0.0f)) ? 0.0 : (double)gr[c];
+                    const int off = yr ? !(yr[c] > 0.0f)
+                                       : a->scale && !(bn_pre(xr[c], a->mean[c], a->scale[c], a->shift[c]) > a->floor);
+                    double dz = off ? 0.0 : (double)gr[c];
                     double xh = ((double)xr[c] - a->mean[c]) * a->invstd[c];
                     p0[c] += dz;
                     p1[c] += dz * xh;
@@ -82,7 +100,7 @@ gc_status gc_cpu_batchnorm_fwd(const gc_batchnorm_params *p, int64_t R, int64_t 
         double *m = (double *)malloc((size_t)C * 2 * sizeof(double));
         if (!m) return gc_fail(GC_ERR_NOMEM, "batchnorm_fwd: no host memory for %lld channels", (long long)C);
         double *v = m + C;
-        bn_sum_args a = {R, C, x, NULL, NULL, NULL, NULL, m};
+        bn_sum_args a = {R, C, x, NULL, NULL, NULL, NULL, m, NULL, NULL, 0.0f};
         gc_status s = bn_channel_sums(&a, 0, m, NULL);
         for (int64_t c = 0; c < C && s == GC_OK; c++) m[c] /= (double)R;
         if (s == GC_OK) s = bn_channel_sums(&a, 1, v, NULL);
@@ -112,7 +130,7 @@ gc_status gc_cpu_batchnorm_fwd(const gc_batchnorm_params *p, int64_t R, int64_t 
         float *yr = y + r * C;
         for (int64_t c = 0; c < C; c++) {
             float scale = gamma ? gamma[c] * invstd[c] : invstd[c];
-            float v = (xr[c] - mean[c]) * scale + (beta ? beta[c] : 0.0f);
+            float v = bn_pre(xr[c], mean[c], scale, beta ? beta[c] : 0.0f);
             if (rr) v += rr[c];
             yr[c] = relu && v < 0.0f ? 0.0f : v;
         }
@@ -122,25 +140,36 @@ gc_status gc_cpu_batchnorm_fwd(const gc_batchnorm_params *p, int64_t R, int64_t 
 
 gc_status gc_cpu_batchnorm_bwd(const gc_batchnorm_params *p, int64_t R, int64_t C, const float *x,
                                const float *dy, const float *gamma, const float *save, const float *y,
-                               float *dx, float *dgamma, float *dbeta, float *dresidual)
+                               const float *beta, float *dx, float *dgamma, float *dbeta, float *dresidual)
 {
     const float *mean = save, *invstd = save + C;
-    const float *mask = p->act == GC_ACT_RELU ? y : NULL;
+    const int relu = p->act == GC_ACT_RELU, from_x = relu && p->mask_from_x;
+    const float *mask = relu && !from_x ? y : NULL;
+    const float floor = bn_mask_floor(p->mask_dtype);
     float *mdz = NULL, *mdzx = NULL; /* training: mean_R(dz), mean_R(dz * xhat) */
+    /* the mask from x: the forward's per-channel scale and shift */
+    float *sc = from_x ? (float *)malloc((size_t)C * 2 * sizeof(float)) : NULL, *sh = sc ? sc + C : NULL;
+    if (from_x && !sc) return gc_fail(GC_ERR_NOMEM, "batchnorm_bwd: no host memory for %lld channels", (long long)C);
+    for (int64_t c = 0; c < C && sc; c++) {
+        sc[c] = gamma ? gamma[c] * invstd[c] : invstd[c];
+        sh[c] = beta ? beta[c] : 0.0f;
+    }
     if (p->training || dgamma || dbeta) {
         double *s = (double *)malloc((size_t)C * 2 * sizeof(double));
         mdz = (float *)malloc((size_t)C * 2 * sizeof(float));
         if (!s || !mdz) {
             free(s);
             free(mdz);
+            free(sc);
             return gc_fail(GC_ERR_NOMEM, "batchnorm_bwd: no host memory for %lld channels", (long long)C);
         }
         mdzx = mdz + C;
-        bn_sum_args a = {R, C, x, dy, mask, mean, invstd, NULL};
+        bn_sum_args a = {R, C, x, dy, mask, mean, invstd, NULL, sc, sh, floor};
         gc_status st = bn_channel_sums(&a, 2, s, s + C);
         if (st) {
             free(s);
             free(mdz);
+            free(sc);
             return st;
         }
         for (int64_t c = 0; c < C; c++) {
@@ -158,7 +187,9 @@ gc_status gc_cpu_batchnorm_bwd(const gc_batchnorm_params *p, int64_t R, int64_t 
             const int64_t o = r * C;
             for (int64_t c = 0; c < C; c++) {
                 float g = dy[o + c];
-                float dz = (mask && !(mask[o + c] > 0.0f)) ? 0.0f : g;
+                const int off = mask ? !(mask[o + c] > 0.0f)
+                                     : sc && !(bn_pre(x[o + c], mean[c], sc[c], sh[c]) > floor);
+                float dz = off ? 0.0f : g;
                 float k = gamma ? gamma[c] * invstd[c] : invstd[c];
                 float v = dz;
                 if (train) {
@@ -171,6 +202,7 @@ gc_status gc_cpu_batchnorm_bwd(const gc_batchnorm_params *p, int64_t R, int64_t 
         }
     }
     free(mdz);
+    free(sc);
     return GC_OK;
 }
 
@@ -193,6 +225,7 @@ gc_status gc_cpu_op_batchnorm_bwd(const gc_backend *be, const gc_op_call *call)
     const gc_tensor *x = call->in[0];
     const int64_t C = x->shape[x->ndim - 1], R = gc_tensor_numel(x) / C;
     return gc_cpu_batchnorm_bwd(call->params, R, C, x->data, call->in[1]->data, data_or_null(call->in[2]),
-                                call->in[3]->data, data_or_null(call->in[4]), out_or_null(call->out[0]),
+                                call->in[3]->data, data_or_null(call->in[4]), data_or_null(call->in[5]),
+                                out_or_null(call->out[0]),
                                 out_or_null(call->out[1]), out_or_null(call->out[2]), out_or_null(call->out[3]));
 }

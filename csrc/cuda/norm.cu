@@ -34,6 +34,10 @@
  * the training dx folds its factors per channel, a * dz - d - b * (x - mean) with
  * a = gamma * invstd, d = a * mean_R(dz), b = a * invstd * mean_R(dz * xhat) (the CPU's
  * formula to float32 rounding; x - mean stays explicit so a large mean costs nothing).
+ * The relu mask of the backward is read from y, or (mask_from_x: BN + ReLU without a
+ * residual) recomputed from x with the forward's own fused multiply-add and compared with
+ * half the storage type's smallest subnormal -- the mask of the rounded y bit for bit,
+ * without y's two reads (the kernels are instantiated per mask source).
  * f16/bf16 stores round to nearest even with common.cuh's NaN encoding, branch-free.
  * dx may alias dy: each element is read and then written by one thread, loads before
  * stores. All launches go to the backend's stream; no host syncs (graph-capturable). */
@@ -383,6 +387,18 @@ typedef struct {
     int relu;
 } bn_fwd_args;
 
+/* the pre-activation (before residual and ReLU), one fused multiply-add: the forward and
+ * the backward's recomputed relu mask evaluate the same expression, so they agree bit for
+ * bit (the contraction is spelled out, not left to the compiler) */
+__device__ __forceinline__ float bn_pre(float x, float mean, float sc, float sh) { return __fmaf_rn(x - mean, sc, sh); }
+
+/* the recomputed relu mask is round_to_T(v) > 0, i.e. v > half of T's smallest subnormal
+ * (a tie rounds to the even 0): 0 for float32 */
+template <typename T> __device__ __forceinline__ float bn_mask_floor();
+template <> __device__ __forceinline__ float bn_mask_floor<float>() { return 0.0f; }
+template <> __device__ __forceinline__ float bn_mask_floor<__half>() { return 0x1p-25f; }
+template <> __device__ __forceinline__ float bn_mask_floor<__nv_bfloat16>() { return 0x1p-134f; }
+
 /* one row of a thread's V channels: y = act((x - mean) * (gamma * invstd) + beta (+ res)) */
 template <typename T, int V, bool VEC>
 __device__ __forceinline__ void bn_fwd_row(const bn_raw &xv, const bn_raw &rv, bool res, int relu,
@@ -392,7 +408,7 @@ __device__ __forceinline__ void bn_fwd_row(const bn_raw &xv, const bn_raw &rv, b
     float y[V];
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        float v = (bn_cvt<T>::get(xv, j) - mean[j]) * sc[j] + sh[j];
+        float v = bn_pre(bn_cvt<T>::get(xv, j), mean[j], sc[j], sh[j]);
         if (res) v += bn_cvt<T>::get(rv, j);
         y[j] = (relu && v < 0.0f) ? 0.0f : v;
     }
@@ -457,28 +473,66 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_apply(bn_fwd_args a)
     }
 }
 
-/* ------------------------------------------------------------------ backward */
+/* ------------------------------------------------------------------ backward
+ * MM, the relu mask's source: BN_MASK_NONE (linear), BN_MASK_Y (the forward's output y >
+ * 0, read), BN_MASK_X (recomputed from x with the forward's scale and shift: no y read;
+ * a forward without a residual only) */
+enum { BN_MASK_NONE = 0, BN_MASK_Y = 1, BN_MASK_X = 2 };
+
+/* dz of element j: dy, zeroed where the mask is off */
+template <typename T, int MM>
+__device__ __forceinline__ float bn_dz(const bn_raw &gv, const bn_raw &xv, const bn_raw &yv, int j, float mean,
+                                       float sc, float sh)
+{
+    const float g = bn_cvt<T>::get(gv, j);
+    if (MM == BN_MASK_Y) return bn_cvt<T>::get(yv, j) > 0.0f ? g : 0.0f;
+    if (MM == BN_MASK_X) return bn_pre(bn_cvt<T>::get(xv, j), mean, sc, sh) > bn_mask_floor<T>() ? g : 0.0f;
+    return g;
+}
+
 /* s1 += dz, s2 += dz * xhat over one row of a thread's V channels */
-template <typename T, int V>
-__device__ __forceinline__ void bn_bwd_sums(const bn_raw &gv, const bn_raw &xv, const bn_raw &yv, bool mask,
-                                            const float (&mean)[V], const float (&inv)[V], float (&s1)[V],
-                                            float (&s2)[V])
+template <typename T, int V, int MM>
+__device__ __forceinline__ void bn_bwd_sums(const bn_raw &gv, const bn_raw &xv, const bn_raw &yv,
+                                            const float (&mean)[V], const float (&inv)[V], const float (&sc)[V],
+                                            const float (&sh)[V], float (&s1)[V], float (&s2)[V])
 {
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        float dz = bn_cvt<T>::get(gv, j);
-        if (mask && !(bn_cvt<T>::get(yv, j) > 0.0f)) dz = 0.0f;
+        const float dz = bn_dz<T, MM>(gv, xv, yv, j, mean[j], sc[j], sh[j]);
         const float xh = (bn_cvt<T>::get(xv, j) - mean[j]) * inv[j];
         s1[j] += dz;
         s2[j] += dz * xh;
     }
 }
 
+/* a thread's forward scale gamma * invstd (invstd without gamma) and shift beta (0
+ * without), for BN_MASK_X; exactly the products bn_fwd_apply forms */
+template <int V, bool VEC>
+__device__ __forceinline__ void bn_scale_shift(const float *gamma, const float *beta, const float (&inv)[V], int nv,
+                                               float (&sc)[V], float (&sh)[V])
+{
+    if (gamma) {
+        bn_ldc<V, VEC>(gamma, nv, sc);
+#pragma unroll
+        for (int j = 0; j < V; j++) sc[j] = sc[j] * inv[j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; j++) sc[j] = inv[j];
+    }
+    if (beta) {
+        bn_ldc<V, VEC>(beta, nv, sh);
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; j++) sh[j] = 0.0f;
+    }
+}
+
 /* block (TX, TY), grid (col_blocks, chunks): part[k][0][c] = sum dz, part[k][1][c] = sum dz * xhat */
-template <typename T, bool VEC>
+template <typename T, bool VEC, int MM>
 __global__ void __launch_bounds__(BN_THREADS)
 bn_bwd_partial(int64_t R, int64_t C, int64_t rpc, const T *__restrict__ x, const T *__restrict__ dy,
-               const T *__restrict__ y, const float *__restrict__ save, float *__restrict__ part)
+               const T *__restrict__ y, const float *__restrict__ save, const float *__restrict__ gamma,
+               const float *__restrict__ beta, float *__restrict__ part)
 {
     constexpr int V = bn_vec_width<T>::V, U = 2;
     typedef bn_raw P;
@@ -491,9 +545,10 @@ bn_bwd_partial(int64_t R, int64_t C, int64_t rpc, const T *__restrict__ x, const
 #pragma unroll
     for (int j = 0; j < V; j++) s1[j] = s2[j] = 0.0f;
     if (nv > 0) {
-        float mean[V], inv[V];
+        float mean[V], inv[V], sc[V], sh[V];
         bn_ldc<V, VEC>(save + c0, nv, mean);
         bn_ldc<V, VEC>(save + C + c0, nv, inv);
+        if (MM == BN_MASK_X) bn_scale_shift<V, VEC>(gamma ? gamma + c0 : NULL, beta ? beta + c0 : NULL, inv, nv, sc, sh);
         /* one element offset; row r < r1 exactly when r * C + c0 < r1 * C (c0 < C). The
          * rows of a lane in order, U rows' loads in flight at a time */
         const int64_t st = (int64_t)TY * C, end = r1 * C;
@@ -505,18 +560,18 @@ bn_bwd_partial(int64_t R, int64_t C, int64_t rpc, const T *__restrict__ x, const
                 gv[u] = bn_ld<T, V, VEC>(dy + (o + u * st), nv);
                 xv[u] = bn_ld<T, V, VEC>(x + (o + u * st), nv);
             }
-            if (y) {
+            if (MM == BN_MASK_Y) {
 #pragma unroll
                 for (int u = 0; u < U; u++) yv[u] = bn_ld<T, V, VEC>(y + (o + u * st), nv);
             }
 #pragma unroll
-            for (int u = 0; u < U; u++) bn_bwd_sums<T, V>(gv[u], xv[u], yv[u], y != NULL, mean, inv, s1, s2);
+            for (int u = 0; u < U; u++) bn_bwd_sums<T, V, MM>(gv[u], xv[u], yv[u], mean, inv, sc, sh, s1, s2);
         }
         for (; o < end; o += st) {
             const P gv = bn_ld<T, V, VEC>(dy + o, nv), xv = bn_ld<T, V, VEC>(x + o, nv);
             P yv;
-            if (y) yv = bn_ld<T, V, VEC>(y + o, nv);
-            bn_bwd_sums<T, V>(gv, xv, yv, y != NULL, mean, inv, s1, s2);
+            if (MM == BN_MASK_Y) yv = bn_ld<T, V, VEC>(y + o, nv);
+            bn_bwd_sums<T, V, MM>(gv, xv, yv, mean, inv, sc, sh, s1, s2);
         }
     }
     /* the same fixed tree as bn_stats_partial */
@@ -571,29 +626,27 @@ bn_bwd_final(int64_t R, int64_t C, int64_t chunks, const float *__restrict__ par
 
 typedef struct {
     int64_t R, C;
-    const void *x, *dy, *y; /* y: the relu mask, NULL for linear */
+    const void *x, *dy, *y; /* y: the relu mask (BN_MASK_Y), else NULL */
     void *dx, *dres;
-    const float *mean, *invstd, *gamma, *mdz, *mdzx;
+    const float *mean, *invstd, *gamma, *beta, *mdz, *mdzx; /* beta: BN_MASK_X only */
     int train;
 } bn_bwd_args;
 
-/* a thread's per-channel factors: a = gamma * invstd and, when training, the mean,
- * b = a * invstd * mean_R(dz * xhat) and d = a * mean_R(dz), so that
- * dx = a * dz - d - b * (x - mean) = gamma * invstd * (dz - mean_R(dz) - xhat * mean_R(dz * xhat)) */
-template <int V> struct bn_bwd_coef { float a[V], b[V], d[V], mean[V]; };
+/* a thread's per-channel factors: a = gamma * invstd and, when training (or for the mask
+ * from x), the mean, b = a * invstd * mean_R(dz * xhat) and d = a * mean_R(dz), so that
+ * dx = a * dz - d - b * (x - mean) = gamma * invstd * (dz - mean_R(dz) - xhat * mean_R(dz * xhat));
+ * sh: beta, for the mask from x (whose scale is a) */
+template <int V> struct bn_bwd_coef { float a[V], b[V], d[V], mean[V], sh[V]; };
 
 /* one row of a thread's V channels: dz = dy * relu'(y); dres = dz; dx as above when
  * training, a * dz else */
-template <typename T, int V, bool VEC>
-__device__ __forceinline__ void bn_bwd_row(const bn_raw &gv, const bn_raw &xv, const bn_raw &yv,
-                                           bool mask, int train, const bn_bwd_coef<V> &k, T *dxp, T *drp, int nv)
+template <typename T, int V, bool VEC, int MM>
+__device__ __forceinline__ void bn_bwd_row(const bn_raw &gv, const bn_raw &xv, const bn_raw &yv, int train,
+                                           const bn_bwd_coef<V> &k, T *dxp, T *drp, int nv)
 {
     float dz[V];
 #pragma unroll
-    for (int j = 0; j < V; j++) {
-        dz[j] = bn_cvt<T>::get(gv, j);
-        if (mask && !(bn_cvt<T>::get(yv, j) > 0.0f)) dz[j] = 0.0f;
-    }
+    for (int j = 0; j < V; j++) dz[j] = bn_dz<T, MM>(gv, xv, yv, j, k.mean[j], k.a[j], k.sh[j]);
     if (drp) {
         bn_st<T, V, VEC>(drp, nv, bn_pack<T, V>(dz));
     }
@@ -611,7 +664,7 @@ __device__ __forceinline__ void bn_bwd_row(const bn_raw &gv, const bn_raw &xv, c
 /* the layout of bn_fwd_apply, one row in flight per thread (the three input streams
  * give it 48 bytes; more rows cost the registers of a fourth resident block). dx / dres
  * may alias dy: a thread loads a row's inputs before it stores that row's outputs */
-template <typename T, bool VEC>
+template <typename T, bool VEC, int MM>
 __global__ void __launch_bounds__(BN_THREADS) bn_bwd_apply(bn_bwd_args a)
 {
     constexpr int V = bn_vec_width<T>::V;
@@ -622,20 +675,13 @@ __global__ void __launch_bounds__(BN_THREADS) bn_bwd_apply(bn_bwd_args a)
     if (c0 >= C || r >= R) return;
     const int nv = VEC ? V : (C - c0 < V ? (int)(C - c0) : V);
     const int train = a.train;
-    const bool mask = a.y != NULL;
     bn_bwd_coef<V> k;
     float inv[V];
     bn_ldc<V, VEC>(a.invstd + c0, nv, inv);
-    if (a.gamma) {
-        bn_ldc<V, VEC>(a.gamma + c0, nv, k.a);
-#pragma unroll
-        for (int j = 0; j < V; j++) k.a[j] = k.a[j] * inv[j];
-    } else {
-#pragma unroll
-        for (int j = 0; j < V; j++) k.a[j] = inv[j];
-    }
+    bn_scale_shift<V, VEC>(a.gamma ? a.gamma + c0 : NULL, MM == BN_MASK_X && a.beta ? a.beta + c0 : NULL, inv, nv,
+                           k.a, k.sh);
+    if (train || MM == BN_MASK_X) bn_ldc<V, VEC>(a.mean + c0, nv, k.mean);
     if (train) {
-        bn_ldc<V, VEC>(a.mean + c0, nv, k.mean);
         bn_ldc<V, VEC>(a.mdz + c0, nv, k.d);
         bn_ldc<V, VEC>(a.mdzx + c0, nv, k.b);
 #pragma unroll
@@ -645,7 +691,10 @@ __global__ void __launch_bounds__(BN_THREADS) bn_bwd_apply(bn_bwd_args a)
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < V; j++) k.b[j] = k.d[j] = k.mean[j] = 0.0f;
+        for (int j = 0; j < V; j++) {
+            k.b[j] = k.d[j] = 0.0f;
+            if (MM != BN_MASK_X) k.mean[j] = 0.0f;
+        }
     }
     const int64_t step = (int64_t)gridDim.y * blockDim.y * C;
     /* one element offset for every operand (fewer live registers than a pointer each);
@@ -656,9 +705,9 @@ __global__ void __launch_bounds__(BN_THREADS) bn_bwd_apply(bn_bwd_args a)
     T *dxb = (T *)a.dx, *drb = (T *)a.dres;
     for (int64_t o = (R - 1 - r) * C + c0; o >= 0; o -= step) {
         P gv = bn_ld<T, V, VEC>(gb + o, nv), xv, yv;
-        if (train) xv = bn_ld<T, V, VEC>(xb + o, nv);
-        if (mask) yv = bn_ld<T, V, VEC>(yb + o, nv);
-        bn_bwd_row<T, V, VEC>(gv, xv, yv, mask, train, k, dxb ? dxb + o : NULL, drb ? drb + o : NULL, nv);
+        if (train || MM == BN_MASK_X) xv = bn_ld<T, V, VEC>(xb + o, nv);
+        if (MM == BN_MASK_Y) yv = bn_ld<T, V, VEC>(yb + o, nv);
+        bn_bwd_row<T, V, VEC, MM>(gv, xv, yv, train, k, dxb ? dxb + o : NULL, drb ? drb + o : NULL, nv);
     }
 }
 
@@ -713,13 +762,36 @@ template <typename T, bool VEC> static void bn_fwd_launch(const gc_backend *be, 
     bn_fwd_apply<T, VEC><<<grid, block, 0, gc_cuda_stream(be)>>>(a);
 }
 
-template <typename T, bool VEC> static void bn_bwd_launch(const gc_backend *be, const bn_bwd_args &a)
+template <typename T, bool VEC, int MM> static void bn_bwd_launch(const gc_backend *be, const bn_bwd_args &a)
 {
     static int fit[64];
     dim3 grid, block;
-    bn_apply_shape(be, (const void *)bn_bwd_apply<T, VEC>, fit, a.R, a.C, bn_vec_width<T>::V, &grid, &block);
-    bn_bwd_apply<T, VEC><<<grid, block, 0, gc_cuda_stream(be)>>>(a);
+    bn_apply_shape(be, (const void *)bn_bwd_apply<T, VEC, MM>, fit, a.R, a.C, bn_vec_width<T>::V, &grid, &block);
+    bn_bwd_apply<T, VEC, MM><<<grid, block, 0, gc_cuda_stream(be)>>>(a);
 }
+
+/* the partial sums' launch for one mask source */
+template <typename T, bool VEC, int MM>
+static void bn_bwd_partial_launch(dim3 grid, dim3 block, cudaStream_t s, int64_t R, int64_t C, int64_t rpc,
+                                  const T *x, const T *dy, const T *y, const float *save, const float *gamma,
+                                  const float *beta, float *part)
+{
+    bn_bwd_partial<T, VEC, MM><<<grid, block, 0, s>>>(R, C, rpc, x, dy, y, save, gamma, beta, part);
+}
+
+/* one of the (VEC, mask source) instantiations */
+#define BN_BWD_PICK(VEC, MM, CALL)                                                              \
+    do {                                                                                        \
+        if (VEC) {                                                                              \
+            if ((MM) == BN_MASK_Y) CALL(true, BN_MASK_Y);                                       \
+            else if ((MM) == BN_MASK_X) CALL(true, BN_MASK_X);                                  \
+            else CALL(true, BN_MASK_NONE);                                                      \
+        } else {                                                                                \
+            if ((MM) == BN_MASK_Y) CALL(false, BN_MASK_Y);                                      \
+            else if ((MM) == BN_MASK_X) CALL(false, BN_MASK_X);                                 \
+            else CALL(false, BN_MASK_NONE);                                                     \
+        }                                                                                       \
+    } while (0)
 
 template <typename T>
 static gc_status bn_fwd(const gc_backend *be, const gc_op_call *call)
@@ -777,7 +849,9 @@ static gc_status bn_bwd(const gc_backend *be, const gc_op_call *call)
     const gc_tensor *x = call->in[0];
     const int64_t C = x->shape[x->ndim - 1], n = gc_tensor_numel(x), R = n / C;
     const float *save = (const float *)call->in[3]->data;
-    const void *mask = p->act == GC_ACT_RELU ? call->in[4]->data : NULL;
+    const int mm = p->act != GC_ACT_RELU ? BN_MASK_NONE : p->mask_from_x ? BN_MASK_X : BN_MASK_Y;
+    const void *mask = mm == BN_MASK_Y ? call->in[4]->data : NULL;
+    const float *gamma = f32_or_null(call->in[2]), *beta = mm == BN_MASK_X ? f32_or_null(call->in[5]) : NULL;
     float *dgamma = (float *)data_or_null(call->out[1]), *dbeta = (float *)data_or_null(call->out[2]);
     void *dx = data_or_null(call->out[0]), *dres = data_or_null(call->out[3]);
     cudaStream_t s = gc_cuda_stream(be);
@@ -788,11 +862,12 @@ static gc_status bn_bwd(const gc_backend *be, const gc_op_call *call)
         if ((st = bn_chunking(be, "batchnorm_bwd", R, C, V, &pl))) return st;
         const dim3 grid((unsigned)pl.col_blocks, (unsigned)pl.chunks), block((unsigned)pl.tx, (unsigned)pl.ty);
         const T *xd = (const T *)x->data, *dyd = (const T *)call->in[1]->data, *md = (const T *)mask;
-        const void *ptrs[4] = {xd, dyd, md, save};
-        if (bn_vec(C, V, ptrs, 4))
-            bn_bwd_partial<T, true><<<grid, block, 0, s>>>(R, C, pl.rpc, xd, dyd, md, save, pl.part);
-        else
-            bn_bwd_partial<T, false><<<grid, block, 0, s>>>(R, C, pl.rpc, xd, dyd, md, save, pl.part);
+        const void *ptrs[6] = {xd, dyd, md, save, gamma, beta};
+        const bool vec = bn_vec(C, V, ptrs, 6);
+#define BN_PARTIAL(VEC, MM) \
+    bn_bwd_partial_launch<T, VEC, MM>(grid, block, s, R, C, pl.rpc, xd, dyd, md, save, gamma, beta, pl.part)
+        BN_BWD_PICK(vec, mm, BN_PARTIAL);
+#undef BN_PARTIAL
         if ((st = gc_cuda_launch_check("batchnorm_bwd (partial sums)"))) return st;
         bn_bwd_final<<<(unsigned)((C + BN_FIN_C - 1) / BN_FIN_C), BN_FIN_C * BN_FIN_L, 0, s>>>(
             R, C, pl.chunks, pl.part, dgamma, dbeta, pl.coef);
@@ -809,15 +884,16 @@ static gc_status bn_bwd(const gc_backend *be, const gc_op_call *call)
     a.dres = dres;
     a.mean = save;
     a.invstd = save + C;
-    a.gamma = f32_or_null(call->in[2]);
+    a.gamma = gamma;
+    a.beta = beta;
     a.mdz = pl.coef;
     a.mdzx = pl.coef ? pl.coef + C : NULL;
     a.train = p->training;
-    const void *ptrs[8] = {a.x, a.dy, a.y, a.dx, a.dres, save, a.gamma, pl.coef};
-    if (bn_vec(C, V, ptrs, 8))
-        bn_bwd_launch<T, true>(be, a);
-    else
-        bn_bwd_launch<T, false>(be, a);
+    const void *ptrs[9] = {a.x, a.dy, a.y, a.dx, a.dres, save, a.gamma, a.beta, pl.coef};
+    const bool vec = bn_vec(C, V, ptrs, 9);
+#define BN_APPLY(VEC, MM) bn_bwd_launch<T, VEC, MM>(be, a)
+    BN_BWD_PICK(vec, mm, BN_APPLY);
+#undef BN_APPLY
     return gc_cuda_launch_check("batchnorm_bwd");
 }
 

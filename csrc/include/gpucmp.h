@@ -202,16 +202,28 @@ typedef struct { int accumulate; float scale; } gc_reduce_params;
  *        written. y = act(gamma * (x - mean) * invstd + beta + residual), act linear or
  *        relu, float32 compute, rounded once.
  * batchnorm_bwd: in x, dy (x's shape/dtype), gamma (optional), save (from the forward),
- *        y (the forward output; required when act is relu: mask y > 0); out (each
- *        optional) dx (x's shape/dtype; may alias dy), dgamma (C,) f32 = sum(dz * xhat),
- *        dbeta (C,) f32 = sum(dz), dresidual (x's shape/dtype) = dz, where dz = dy *
- *        relu'(y) (dy for linear) and xhat = (x - mean) * invstd. training:
+ *        y (the forward output: the relu mask y > 0), beta (optional, (C,) f32: only
+ *        with mask_from_x); out (each optional) dx (x's shape/dtype; may alias dy),
+ *        dgamma (C,) f32 = sum(dz * xhat), dbeta (C,) f32 = sum(dz), dresidual (x's
+ *        shape/dtype) = dz, where dz = dy * relu'(y) (dy for linear) and xhat = (x -
+ *        mean) * invstd. With relu, y is required unless mask_from_x: then y is not
+ *        given and the mask is recomputed from x, gamma, beta and save exactly as the
+ *        forward rounded y (bit for bit the same mask: the forward's float32 formula and
+ *        its rounding to x's dtype), which holds only for a forward without a residual
+ *        -- the caller's promise; it saves reading y twice (the plan's BN + ReLU). training:
  *        dx = gamma*invstd*(dz - mean_R(dz) - xhat*mean_R(dz*xhat)); inference:
  *        dx = gamma*invstd*dz. The backward reads only training and act.
  *        training = GC_BN_REFILL (forward only): y from the statistics already in save (a
  *        training pass's), bit for bit that pass's y; moving_mean / moving_var and save are
  *        neither read nor written (the plan refills an output it did not keep). */
-typedef struct { float epsilon, momentum; int training; gc_act act; } gc_batchnorm_params;
+typedef struct {
+    float epsilon, momentum;
+    int training;
+    gc_act act;
+    int mask_from_x;     /* batchnorm_bwd: the relu mask from x (see above), not from y */
+    gc_dtype mask_dtype; /* set by core where it widens x to float32 (gc_op_run): the storage
+                          * dtype whose rounding the recomputed mask reproduces; callers leave 0 */
+} gc_batchnorm_params;
 #define GC_BN_REFILL 2
 /* pad2d_fwd: in x (N, H, W, C) out y (N, H+top+bottom, W+left+right, C), zeros outside
  * (Keras ZeroPadding2D); pad2d_bwd: in dy (the padded shape) out dx (N, H, W, C) = the
@@ -333,7 +345,7 @@ int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2
     X(ADD, add, gc_act_params, 8, 1)                                         \
     X(MUL, mul, gc_no_params, 2, 1)                                          \
     X(BATCHNORM_FWD, batchnorm_fwd, gc_batchnorm_params, 4, 4)               \
-    X(BATCHNORM_BWD, batchnorm_bwd, gc_batchnorm_params, 5, 4)               \
+    X(BATCHNORM_BWD, batchnorm_bwd, gc_batchnorm_params, 6, 4)               \
     X(PAD2D_FWD, pad2d_fwd, gc_pad2d_params, 1, 1)                           \
     X(PAD2D_BWD, pad2d_bwd, gc_pad2d_params, 1, 1)                           \
     X(CONCAT, concat, gc_no_params, 8, 1)                                    \

@@ -7,7 +7,8 @@
  * storage dtype; gamma, beta and the statistics stay float32 (as Keras keeps them).
  * The plan may fold a following ReLU (act) and a residual Add (a second input, added
  * before the ReLU) into the node: one pass over the activations forward and backward
- * instead of three. */
+ * instead of three. Without a residual the backward recomputes the ReLU's mask from x
+ * rather than reading the output. */
 #include "plan_internal.h"
 
 static gc_status bn_check(const gc_layer_desc *d, int idx, int n_in, const int64_t (*in)[GC_MAX_DIMS - 1],
@@ -42,7 +43,7 @@ static int64_t channels(const plan_node *l) { return l->d.out_shape[l->d.out_ndi
 
 static gc_batchnorm_params bn_params(const plan_node *l, int training)
 {
-    gc_batchnorm_params bp = {l->d.epsilon, l->d.momentum, training, l->d.act};
+    gc_batchnorm_params bp = {l->d.epsilon, l->d.momentum, training, l->d.act, 0, GC_F32};
     return bp;
 }
 
@@ -77,14 +78,21 @@ static gc_status bn_forward(gc_plan *p, plan_node *l, int64_t rows, run_mode mod
 /* y again from the statistics the training pass left in save (and the kept x, residual) */
 static gc_status bn_refill(gc_plan *p, plan_node *l, int64_t rows) { return bn_apply(p, l, rows, GC_BN_REFILL); }
 
+/* a folded ReLU without a residual: the backward recomputes its mask from x (the op's
+ * mask_from_x) instead of reading the output, one activation-sized read saved in each of
+ * its two passes; with a residual the mask needs y (or the residual: as costly) */
+static int mask_from_x(const plan_node *l) { return l->d.act == GC_ACT_RELU && l->n_in == 1; }
+
 static gc_status bn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t seed)
 {
     (void)seed;
     const int64_t C = channels(l);
     gc_batchnorm_params bp = bn_params(l, bn_training(l, MODE_TRAIN));
+    bp.mask_from_x = mask_from_x(l);
     gc_tensor x = gc_node_in_tensor(p, l, 0, rows), gy = gc_node_gout_tensor(l, rows);
     gc_tensor g = weight_or_none(l, GC_W_GAMMA), save = gc_t2(l->save, GC_F32, 2, C);
-    gc_tensor y = l->d.act == GC_ACT_RELU ? gc_node_out_tensor(l, rows) : gc_none();
+    gc_tensor y = l->d.act == GC_ACT_RELU && !bp.mask_from_x ? gc_node_out_tensor(l, rows) : gc_none();
+    gc_tensor beta = bp.mask_from_x ? weight_or_none(l, GC_W_BETA) : gc_none();
     gc_tensor dx = l->in_grad[0] ? gc_node_gin_tensor(p, l, 0, rows) : gc_none();
     gc_tensor dg = l->w[GC_W_GAMMA].trains ? gc_t1(l->w[GC_W_GAMMA].dw, GC_F32, C) : gc_none();
     gc_tensor db = l->w[GC_W_BETA].trains ? gc_t1(l->w[GC_W_BETA].dw, GC_F32, C) : gc_none();
@@ -97,19 +105,20 @@ static gc_status bn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t se
     gc_tensor dr = !res || l->d.act != GC_ACT_RELU ? gc_none()
                    : res_direct ? gc_node_gin_tensor(p, l, 1, rows)
                                 : gc_btd(p->scratch, l->dt, rows, l->d.out_shape, l->d.out_ndim);
-    const gc_tensor *in[5] = {&x, &gy, &g, &save, &y};
+    const gc_tensor *in[6] = {&x, &gy, &g, &save, &y, &beta};
     gc_tensor *out[4] = {&dx, &dg, &db, &dr};
-    TRY(gc_plan_run_n(p, GC_OP_BATCHNORM_BWD, &bp, in, 5, out, 4));
+    TRY(gc_plan_run_n(p, GC_OP_BATCHNORM_BWD, &bp, in, 6, out, 4));
     if (l->in_grad[0]) TRY(gc_node_deliver(p, l, 0, rows));
     if (res && !res_direct) TRY(gc_node_pass_grad(p, l, 1, dr.data ? dr.data : l->gout, rows));
     return GC_OK;
 }
 
-/* x always; the output for the folded ReLU's mask; never the residual (its gradient is dz) */
+/* x always; the output for the folded ReLU's mask where a residual was added (else the
+ * mask comes from x); never the residual (its gradient is dz) */
 static int bn_bwd_reads(const gc_plan *p, const plan_node *l, int k)
 {
     (void)p;
-    if (k < 0) return l->d.act == GC_ACT_RELU;
+    if (k < 0) return l->d.act == GC_ACT_RELU && !mask_from_x(l);
     return k == 0;
 }
 

@@ -362,7 +362,8 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
     case GC_OP_BATCHNORM_FWD:
     case GC_OP_BATCHNORM_BWD:
         if (p_float(d, "epsilon", 1e-3, &P->bn.epsilon) || p_float(d, "momentum", 0.99, &P->bn.momentum) ||
-            p_bool(d, "training", 1, &P->bn.training) || p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e))
+            p_bool(d, "training", 1, &P->bn.training) || p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e) ||
+            p_bool(d, "mask_from_x", 0, &P->bn.mask_from_x))
             return -1;
         P->bn.act = (gc_act)e;
         return 0;
