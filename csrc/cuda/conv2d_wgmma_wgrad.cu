@@ -3,11 +3,13 @@
  * What: gc_conv2d_wgrad_wgmma computes dw[kh][kw][c][f] = sum over the output pixels
  * (n, oh, ow) of x[n][oh*sh + kh - pad_top][ow*sw + kw - pad_left][c] * dy[n][oh][ow][f]
  * (zero outside the image) and, when asked, db[f] = sum dy[.][f], for NHWC f16 / bf16
- * storage with fp32 accumulation on an H100 / H200: stride 1 with any kernel (dilation
- * 1), or 1x1 unpadded with any stride; C % 8 == 0 and F % 8 == 0. dw and db come out in
- * the storage dtype, as from the other weight-gradient kernels of conv2d.cu. Everything
- * else returns GC_ERR_UNSUPPORTED before anything is launched (conv2d.cu then runs its
- * mma.sync kernel, conv_wgrad_kernel).
+ * storage (C % 8 == 0 and F % 8 == 0), or f32 storage as TF32 (only while
+ * gc_get_allow_tf32() is on; C % 4 == 0 and F % 4 == 0), with fp32 accumulation on an
+ * H100 / H200: stride 1 with any kernel (dilation 1), or 1x1 unpadded with any stride.
+ * dw and db come out in the storage dtype, as from the other weight-gradient kernels of
+ * conv2d.cu. Everything else -- exact float32 included, forced or not -- returns
+ * GC_ERR_UNSUPPORTED before anything is launched (conv2d.cu then runs its mma.sync
+ * kernel, conv_wgrad_kernel, or for exact float32 the SIMT one).
  *
  * The GEMM: dW (KH*KW*C rows, F columns) = X^T . DY over K = N*OH*OW pixels, both
  * operands MN-major in memory (a pixel's C channels / F filters are contiguous). The
@@ -48,13 +50,44 @@
  * staged dy boxes' columns, the blocks that stage the same dy boxes in a split (the tiles
  * along the x side) taking turns over its K-blocks, each into its own row of F sums,
  * reduced like the partials: no second pass over dy, and no block does all of it.
+ * TF32 (f32 storage, gc_wgrad_wgmma_tf32_kernel): wgmma .tf32 reads shared memory
+ * K-major only (the transpose bits exist for 16-bit types only), and here K = pixels
+ * while x and dy are both MN-major in memory, so the kernel transposes in shared memory.
+ * The producer thread's TMA copies land in a staging ring: a box is still 8 KB, now 32
+ * pixel rows x 64 channels (two copies of 32 fp32 = 128 bytes per row, the same 128-byte
+ * swizzle; K-blocks of WGT_BK = 32 pixels). The producer warpgroup's warps 1-3 (idle in
+ * the 16-bit kernel) move each staged box into an operand ring in the K-major canonical
+ * layout -- 64 rows (channel / filter) of 32 pixels = 128 bytes, 8-row groups 1024 bytes
+ * apart, same swizzle; a stage's NB B boxes are then one 64*NB-row K-major matrix --
+ * with 16-byte loads, a 4 x 4 transpose in registers and 16-byte stores, both sides free
+ * of bank conflicts (see the kernel), then fence.proxy.async (generic writes -> wgmma's
+ * async-proxy reads) and arrive on the operand stage's full barrier. The consumers run
+ * wgmma .m64n{64..256}k8.f32.tf32.tf32, stepping the descriptors' start 32 bytes (8
+ * pixels) along the 128-byte rows, 4 per K-block. Rounding: each operand element is
+ * rounded to nearest TF32 (cvt.rna) on its way through the transposers, which touch every
+ * element anyway -- x and dy both, unlike the forward's TMA-read activation (truncated
+ * by the tensor cores): truncating both operands would give a coherent relative error of
+ * up to ~2^-10 (conv2d_wgmma_igemm.cu's header), and the mma.sync kernel this replaces
+ * rounds both. db sums the staged, unrounded dy on the same warps (after the operand
+ * stage is released, before the staging stage is), in fp32. Why two rings rather than
+ * transposing in place: a staging stage is freed as soon as it is transposed, so the
+ * copies of K-block i+1 overlap the transposition of i and the wgmma of i-1. The rings
+ * (wgt_rings) are sized from the device's opt-in shared-memory limit: at least 2 staging
+ * and 2 operand stages (4 when alternating); on 227 KB an xs4 / ds4 stage of 6 boxes
+ * (48 KB) gets 2 + 2, 196 KB in all. An alternating NB = 4 stage does not fit 4 + 2, so
+ * the rule's da4 becomes da3 (boxes a multiple of 3) or da2 for float32; otherwise the
+ * block shapes and split counts are the 16-bit rule's and cost model's (the split as a
+ * number of 64-pixel blocks, twice as many 32-pixel ones), a starting point not measured
+ * for TF32. No setmaxnreg in this kernel: every role fits the launch bound's 168
+ * registers (the transposers spill at the 16-bit producer's 40).
  * Device code exists only for sm_90a (GC_WGW_DEVICE); other targets compile empty
  * kernels and the entry point reports GC_ERR_UNSUPPORTED (probe kernel, as in
  * gemm_wgmma.cu). The PTX primitives come from hopper_ptx.cuh.
  * Variant points (gpucmp_variants.h): cuda.conv2d.wgrad=wgmma forces this kernel
  * (conv2d.cu), cuda.conv2d.wgrad_wgmma the block shape (e.g. "da3": A = dy, alternate,
  * NB = 3; "xs4": A = x, shared, NB = 4; auto: the rule, else the cost model), and the knobs
- * cuda.conv2d.wgrad_wgmma_splits / _stages the split count and the ring depth cap.
+ * cuda.conv2d.wgrad_wgmma_splits / _stages the split count and the ring depth cap (TF32:
+ * of the operand ring; a forced shape whose rings do not fit is refused).
  */
 #include "conv2d_internal.cuh"
 
@@ -512,8 +545,7 @@ gc_wgrad_wgmma_tf32_kernel(const __grid_constant__ CUtensorMap tmX, const __grid
     }
     __syncthreads();
 
-    /* no setmaxnreg here: every role fits the launch bound's 168 registers (ptxas: 156
-     * for NB = 4), and the transposers would spill at the 16-bit kernel's producer 40 */
+    /* no setmaxnreg (see the header) */
     if (wg == 0) {
         if (tid == 0) { /* ---------------- TMA producer: one thread */
             const int OHW = p.OH * p.OW;
