@@ -269,7 +269,10 @@ __device__ __forceinline__ uint32_t wgt_rna(uint32_t f)
     return r;
 }
 /* generic-proxy writes of shared memory made visible to the async proxy (wgmma's reads) */
-__device__ __forceinline__ void wgt_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgt_fence_async_smem()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 /* K-major operand, 128-byte swizzle: a row (M or N index) of 128 bytes = 32 fp32 K
  * values, 8-row groups 1024 bytes apart (SBO); LBO unused for a swizzled K-major layout */
 __device__ __forceinline__ uint64_t wgt_desc(uint32_t addr)
@@ -610,14 +613,16 @@ gc_wgrad_wgmma_tf32_kernel(const __grid_constant__ CUtensorMap tmX, const __grid
                 const int ss = i % SS, os = i % S;
                 mbar_wait(sfull0 + 8 * ss, (uint32_t)(i / SS) & 1u);
                 mbar_wait(oempty0 + 8 * os, ((uint32_t)(i / S) & 1u) ^ 1u); /* first pass: passes at once */
-                const uint32_t sst = sring + (uint32_t)(ss * p.stage_bytes), ost = oring + (uint32_t)(os * p.stage_bytes);
+                const uint32_t sst = sring + (uint32_t)(ss * p.stage_bytes);
+                const uint32_t ost = oring + (uint32_t)(os * p.stage_bytes);
                 for (int u = wv; u < 4 * nbox; u += 3) {
                     const int box = u >> 2, ch = (u >> 1) & 1, k = u & 1;
                     const int b = ((q >> 1) << 2) | ((t1 ^ k) << 1) | t0;
                     const uint32_t src = sst + (uint32_t)(box * WGW_BOX + ch * (WGW_BOX / 2) + a * 512);
                     uint32_t x[4][4];
 #pragma unroll
-                    for (int r = 0; r < 4; r++) wgt_lds4(src + (uint32_t)(r * 128 + ((b ^ ((4 * a + r) & 7)) << 4)), x[r]);
+                    for (int r = 0; r < 4; r++)
+                        wgt_lds4(src + (uint32_t)(r * 128 + ((b ^ ((4 * a + r) & 7)) << 4)), x[r]);
                     const uint32_t dst = ost + (uint32_t)(box * WGW_BOX + (ch * 32 + 4 * b) * 128);
 #pragma unroll
                     for (int j = 0; j < 4; j++)
@@ -637,7 +642,8 @@ gc_wgrad_wgmma_tf32_kernel(const __grid_constant__ CUtensorMap tmX, const __grid
                             for (int e = 0; e < 4; e++) acc[e] += __uint_as_float(y[e]);
                         }
                     }
-                    asm volatile("bar.sync 1, %0;\n" ::"r"(WGW_SUM_THREADS) : "memory"); /* all reads of the stage done */
+                    /* all reads of the stage done */
+                    asm volatile("bar.sync 1, %0;\n" ::"r"(WGW_SUM_THREADS) : "memory");
                 }
                 if (ct == 0) wgw_mbar_arrive(sempty0 + 8 * ss);
             }
@@ -753,7 +759,8 @@ const char *wgw_why(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt)
         g->F > 65535 || g->C > 65535)
         return "sizes past 32-bit indices";
     int S, SS;
-    if (dt == GC_F32 ? !wgt_rings(gc_cuda_smem_optin(be), 1, 2, 0, &S, &SS) : wgw_smem_bytes(4, 5) > gc_cuda_smem_optin(be))
+    const size_t optin = gc_cuda_smem_optin(be);
+    if (dt == GC_F32 ? !wgt_rings(optin, 1, 2, 0, &S, &SS) : wgw_smem_bytes(4, 5) > optin)
         return "not enough shared memory for the ring";
     return NULL;
 }
@@ -980,7 +987,8 @@ extern "C" gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d
         const int lower[2] = {-g->pad_left, -g->pad_top};
         const int upper[2] = {one ? 0 : (int)(g->OW - g->W - g->pad_left), one ? 0 : (int)(g->OH - g->H - g->pad_top)};
         const cuuint32_t estr[4] = {1, 1, 1, 1};
-        CUresult r = gc_tma_encoders()->im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, (cuuint32_t)bc, (cuuint32_t)bk, estr,
+        CUresult r = gc_tma_encoders()->im2col(&tmX, tdt, 4, (void *)x, dims, strides, lower, upper, (cuuint32_t)bc,
+                                               (cuuint32_t)bk, estr,
                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
