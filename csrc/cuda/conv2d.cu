@@ -67,10 +67,11 @@
  * strided layers and big weight slices), for 16-bit storage and for float32 as TF32 --
  * the same rule; float32 only while gc_get_allow_tf32() is on (exact float32 never gets
  * past use_simt, and igemm refuses it when forced), and never the halo / im2col kernels
- * of conv2d_wgmma.cu, which refuse any float32. The 16-bit weight gradient of
- * stride-1 layers and of unpadded 1x1 layers of any stride (C and F multiples of 64,
- * enough pixels; not the GEMM route's 1x1 layers) goes to conv2d_wgmma_wgrad.cu
- * (wgmma on TMA-loaded x / dy boxes, split K with the same fixed-order reduction).
+ * of conv2d_wgmma.cu, which refuse any float32. The weight gradient of stride-1 layers
+ * and of unpadded 1x1 layers of any stride (C and F multiples of 64, enough pixels),
+ * 16-bit or float32 as TF32 (gc_conv2d_wgrad_wgmma_wanted: exact float32 never, and the
+ * kernel refuses it when forced), goes to conv2d_wgmma_wgrad.cu (wgmma on TMA-loaded x /
+ * dy boxes, split K with the same fixed-order reduction) before the GEMM route.
  */
 #include "conv2d_ptx.cuh"
 

@@ -94,13 +94,15 @@ gc_status gc_conv2d_igemm_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc_
 gc_status gc_conv2d_igemm_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                    const void *dy, const void *w, void *dx, int accumulate);
 
-/* ---- conv2d_wgmma_wgrad.cu: the Hopper weight gradient (sm_90a; f16 / bf16, C % 8 == 0,
- * F % 8 == 0, dilation 1, stride 1 or a 1x1 unpadded kernel). _compiled: 1 when this
+/* ---- conv2d_wgmma_wgrad.cu: the Hopper weight gradient (sm_90a; f16 / bf16 with C % 8 ==
+ * 0, F % 8 == 0, or f32 as TF32 -- only while gc_get_allow_tf32() is on -- with C % 4 ==
+ * 0, F % 4 == 0; dilation 1, stride 1 or a 1x1 unpadded kernel). _compiled: 1 when this
  * binary holds its sm_90a code for the device and the driver has the tensor-map encoders.
  * _wanted: the automatic choice (compute capability 9.0 with the sm_90a code, C and F
- * multiples of 64, enough pixels). The entry point computes dw (and db when non-NULL) in
- * the storage dtype, deterministic, through gc_cuda_workspace; GC_ERR_UNSUPPORTED means
- * nothing was launched. _describe: the plan it would launch (variant, tiles, splits). */
+ * multiples of 64, enough pixels; never exact float32). The entry point computes dw (and
+ * db when non-NULL) in the storage dtype, deterministic, through gc_cuda_workspace;
+ * GC_ERR_UNSUPPORTED means nothing was launched. _describe: the 16-bit plan it would
+ * launch (variant, tiles, splits). */
 int gc_conv2d_wgrad_wgmma_compiled(const gc_backend *be);
 int gc_conv2d_wgrad_wgmma_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt);
 gc_status gc_conv2d_wgrad_wgmma(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
