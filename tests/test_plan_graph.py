@@ -401,6 +401,48 @@ def test_shared_step_block_and_refills_change_no_bit(dtype):
         np.testing.assert_array_equal(got[k], want[k], err_msg=f"weight {k}")
 
 
+def stem_graph(rng, C=4):
+    """ResNet-50's stem in small: conv -> BN -> ReLU -> pad -> max pool -> conv, Dense."""
+    g = Graph([(8, 8, 3)])
+    r = lambda *s: rng.normal(size=s) * 0.5  # noqa: E731
+    c1 = g.add("conv2d", [0], (8, 8, C), {"kernel": r(3, 3, 3, C), "bias": r(C)}, kernel_size=(3, 3),
+               padding="same")
+    b1 = g.add("batchnorm", [c1], (8, 8, C), {"gamma": 1 + r(C) * 0.2, "beta": r(C) * 0.2,
+                                             "moving_mean": r(C) * 0.1, "moving_variance": 1 + np.abs(r(C))})
+    a1 = g.add("activation", [b1], (8, 8, C), activation="relu")
+    p = g.add("pad2d", [a1], (10, 10, C), padding=((1, 1), (1, 1)))
+    m = g.add("maxpool2d", [p], (4, 4, C), pool_size=(3, 3), strides=(2, 2))
+    c2 = g.add("conv2d", [m], (4, 4, 2), {"kernel": r(3, 3, C, 2), "bias": r(2)}, kernel_size=(3, 3),
+               padding="same")
+    f = g.add("reshape", [c2], (32,))
+    g.add("dense", [f], (5,), {"kernel": r(32, 5), "bias": r(5)}, activation="softmax")
+    return g
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_stem_refills_the_batch_norm_for_the_padding(dtype):
+    """A BN + ReLU whose backward recomputes its mask from x reads its output in no
+    backward call: the padding after it is still refilled for the max pool's backward, with
+    the batch norm refilled first for that refill (instead of the padded output kept
+    through the step), and the step trains to the bits of the plan that keeps everything."""
+    rng = np.random.default_rng(23)
+    g = stem_graph(rng)
+    x = rng.normal(size=(6, 8, 8, 3))
+    labels = rng.integers(0, 5, 6).astype(np.int32)
+    with _reuse(True):
+        shared, got = _train_weights(g, "cpu", x, labels, 3, dtype)
+    with _reuse(False):
+        alone, want = _train_weights(g, "cpu", x, labels, 3, dtype)
+    refilled = {e["node"] for e in shared.memory() if e["start2"] >= 0}
+    assert {2, 4} <= refilled, refilled          # the batch norm (+ ReLU) and the padding
+    ops = [(e["op"], e["node"]) for e in shared.trace() if e["phase"] == "backward"]
+    assert ops.index(("batchnorm_fwd", 2)) < ops.index(("pad2d_fwd", 4)) < ops.index(("maxpool2d_bwd", 5)), ops
+    bn_bwd = [e for e in shared.trace() if e["phase"] == "backward" and e["op"] == "batchnorm_bwd"]
+    assert bn_bwd and all(e["params"].get("mask_from_x") for e in bn_bwd), bn_bwd
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=f"weight {k}")
+
+
 def test_step_block_lives_never_meet_in_memory():
     """Two buffers of the step block whose lives overlap never overlap in memory."""
     g = residual_graph(np.random.default_rng(22))

@@ -1004,6 +1004,23 @@ static int alias_root(const gc_plan *p, int i)
  * done with, as a framework that frees saved tensors during backward does; views take
  * their root's buffer once the block is placed (resolve_views). GPUCMP_PLAN_REUSE=0
  * turns the refills off (and arena_commit the sharing), for tests that compare both. */
+/* whether node q (a root) could get its output back at time t by a refill of its own --
+ * its kind refills, no consumer's backward reads it where the kind refills sparingly, and
+ * its inputs are in place at t -- so that a refill reading it at t may count on it: the
+ * loop of alloc_activations, deciding q after the reader, then refills q for that read
+ * (ResNet-50's stem: a batch norm whose backward does not read its output, refilled for
+ * the padding refilled for the max pool). Only for readers that refill freely (padding):
+ * a second refill for a sparingly refilled reader (a batch norm whose residual is another
+ * one's output) put both outputs back at once and raised the backward's peak. */
+static int refillable_at(const gc_plan *p, int q, int t, const int *end, const int *direct)
+{
+    const plan_node *l = &p->L[q];
+    if (!l->ops->refill || l->alias_of >= 0 || (l->ops->refill_sparingly && direct[q])) return 0;
+    for (int k = 0; k < l->n_in; k++)
+        if (needs_cast(p, l, k) || end[alias_root(p, l->in[k])] < t) return 0;
+    return 1;
+}
+
 static gc_status alloc_activations(gc_plan *p, arena *shared)
 {
     pool pl = {0};
@@ -1057,8 +1074,10 @@ static gc_status alloc_activations(gc_plan *p, arena *shared)
             (l->ops->refill_sparingly && direct[r]))
             continue;
         int ok = 1;
-        for (int k = 0; k < l->n_in; k++) /* each input in place when the refill runs */
-            ok &= !needs_cast(p, l, k) && end[alias_root(p, l->in[k])] >= bfirst[r];
+        for (int k = 0; k < l->n_in; k++) /* each input in place when the refill runs, or refillable then */
+            ok &= !needs_cast(p, l, k) &&
+                  (end[alias_root(p, l->in[k])] >= bfirst[r] ||
+                   (!l->ops->refill_sparingly && refillable_at(p, alias_root(p, l->in[k]), bfirst[r], end, direct)));
         if (!ok) continue;
         recomp[r] = 1;
         end[r] = fwd_end[r];

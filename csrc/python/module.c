@@ -1583,6 +1583,12 @@ static PyObject *params_info(const gc_op_call *c)
         const gc_act_params *q = c->params;
         return Py_BuildValue("{s:s}", "activation", act_names[q->act]);
     }
+    case GC_OP_BATCHNORM_FWD:
+    case GC_OP_BATCHNORM_BWD: {
+        const gc_batchnorm_params *q = c->params;
+        return Py_BuildValue("{s:i,s:s,s:O}", "training", q->training, "activation", act_names[q->act],
+                             "mask_from_x", q->mask_from_x ? Py_True : Py_False);
+    }
     default: return PyDict_New();
     }
 }
