@@ -367,12 +367,14 @@ def _igemm_case(c, g):
     c.check("dx", dx, want_dx, k=g["KH"] * g["KW"] * g["F"], terms=terms_dx)
 
 
+@pytest.mark.parametrize("epi", ["regs", "tma"])
 @pytest.mark.parametrize("g", [g for g in IGEMM if g["s"] == (1, 1) or (g["KH"], g["KW"]) == (1, 1)],
                          ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}-s{g['s'][0]}{g['s'][1]}")
-def test_conv_igemm_bwd_data_accumulate(case, igemm, g):
+def test_conv_igemm_bwd_data_accumulate(case, igemm, g, epi):
     """The data gradient added to what dx holds (the plan's fan-out): the epilogue's beta = 1
-    on the flipped-kernel form, and on the scattered strided 1x1 form without zeroing dx
-    first (the pixels no dy pixel reaches keep their values)."""
+    on the flipped-kernel form (from registers, or the TMA reduce-add: cuda.gemm.wgmma_epi),
+    and on the scattered strided 1x1 form without zeroing dx first (the pixels no dy pixel
+    reaches keep their values; always the register epilogue)."""
     c = case("conv2d_bwd_data", "bfloat16")
     s, d = g["s"], (1, 1)
     xshape = (g["N"], g["H"], g["W"], g["C"])
@@ -382,10 +384,58 @@ def test_conv_igemm_bwd_data_accumulate(case, igemm, g):
     want = base + ref.conv2d_backward_data(dy, w, xshape, s, g["pad"], d)
     terms = abs(base) + ref.conv2d_backward_data(abs(dy), abs(w), xshape, s, g["pad"], d)
     c.what = f"dy={dy.shape} kernel={w.shape} x={xshape} strides={s} padding={g['pad']} [igemm forced, accumulate]"
-    bwd = {"cuda.conv2d.bwd_data": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm"}
+    bwd = {"cuda.conv2d.bwd_data": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm", "cuda.gemm.wgmma_epi": epi}
+    if s != (1, 1):   # scattered rows: never through TMA
+        bwd["cuda.gemm.wgmma_epi"] = "regs"
     dx = _forced_all(c, bwd, lambda: ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, strides=s,
                                                              padding=g["pad"], accumulate_into=c.arg(base), **c.kw))
     c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"] + 1, terms=terms)
+
+
+@pytest.mark.parametrize("g", [g for g in IGEMM if g["act"] in ("linear", "relu")],
+                         ids=lambda g: f"{g['H']}x{g['W']}x{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}-s{g['s'][0]}{g['s'][1]}")
+def test_conv_igemm_tma_epilogue(case, igemm, g):
+    """The igemm forward through the TMA epilogue (forced): bias and relu applied in
+    registers, the tile staged in shared memory and stored by the copy engine, which clips
+    the rows past the batch and the columns past F."""
+    c = case("conv2d_fwd", "float16")
+    x = c.normal((g["N"], g["H"], g["W"], g["C"]))
+    w = c.normal((g["KH"], g["KW"], g["C"], g["F"]), 0.25)
+    bias = c.normal(g["F"])
+    s, d, k = g["s"], (1, 1), g["KH"] * g["KW"] * g["C"]
+    c.what = f"x={x.shape} kernel={w.shape} strides={s} padding={g['pad']} act={g['act']} [igemm, tma epilogue]"
+    fwd = {"cuda.conv2d.fwd": "wgmma", "cuda.conv2d.fwd_wgmma": "igemm", "cuda.gemm.wgmma_epi": "tma"}
+    y = _forced_all(c, fwd, lambda: ops.conv2d(c.arg(x), c.arg(w), c.arg(bias), strides=s, padding=g["pad"],
+                                               activation=g["act"], **c.kw))
+    c.check("y", y, ref.conv2d(x, w, bias, s, g["pad"], d, g["act"]), k=k,
+            terms=ref.conv2d(abs(x), abs(w), abs(bias), s, g["pad"], d))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gemm_wgmma_tma_epilogue(case, dtype):
+    """The wgmma GEMM kernel's two epilogues (cuda.gemm.wgmma_epi forced) on ragged tiles
+    (M, N not multiples of 128 / 256; N a multiple of 8 so C's rows are 16-byte aligned),
+    both B layouts, beta 0 with bias / relu and beta 1 (the TMA reduce-add): each against
+    the float64 oracle, and the forced epilogue is the one that ran."""
+    if "tma" not in variants.available("cuda.gemm.wgmma_epi"):
+        pytest.skip("cuda.gemm.wgmma_epi=tma is not available here (needs sm_90a code on a 9.0 device)")
+    c = case("gemm", dtype)
+    for m, n, k in [(300, 328, 192), (512, 256, 256), (130, 64, 1000), (1000, 520, 64)]:
+        for trans_b in (False, True):
+            for beta, act, with_bias in [(0.0, "linear", False), (0.0, "relu", True), (1.0, "linear", True),
+                                         (1.0, "linear", False)]:
+                a = c.normal((m, k))
+                b = c.normal((n, k) if trans_b else (k, n))
+                bias = c.normal(n) if with_bias else None
+                cm = c.normal((m, n)) if beta else None
+                want = ref.gemm(a, b, bias, cm, False, trans_b, 1.0, beta, act)
+                terms = ref.gemm(abs(a), abs(b), _abs(bias), _abs(cm), False, trans_b, 1.0, abs(beta))
+                for epi in ("regs", "tma"):
+                    c.what = f"M={m} N={n} K={k} trans_b={trans_b} beta={beta} act={act} bias={with_bias} epi={epi}"
+                    out = _forced_all(c, {"cuda.gemm.path": "wgmma", "cuda.gemm.wgmma_epi": epi}, lambda: ops.gemm(
+                        c.arg(a), c.arg(b), None if bias is None else c.arg(bias), None if cm is None else c.arg(cm),
+                        trans_b=trans_b, beta=beta, activation=act, **c.kw))
+                    c.check("c", out, want, k=k + 1, terms=terms)
 
 
 def test_conv_igemm_refusals(case, igemm):

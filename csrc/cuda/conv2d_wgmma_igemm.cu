@@ -221,8 +221,8 @@ extern "C" const char *gc_conv2d_igemm_why(const gc_backend *be, const gc_conv2d
  * channels (whole 128 x 128 or 128 x 256 tiles) and the layer is not one the
  * resident-slice kernels run well (the 3x3 64-channel layers and the stride-1 1x1
  * layers: halo kernel or the GEMM route); enough tiles for every SM. float32 as TF32
- * takes the same rule (measured for 16-bit only; its excluded layers go to mma.sync or
- * the GEMM route, as the resident-slice kernels are 16-bit only). */
+ * takes the same rule without the halo kernel's exclusions (that kernel is 16-bit only:
+ * those layers would otherwise fall to mma.sync). */
 extern "C" int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt, int pass)
 {
     if (gc_cuda_cc(be) != 90) return 0;
@@ -230,8 +230,11 @@ extern "C" int gc_conv2d_igemm_wanted(const gc_backend *be, const gc_conv2d_geom
     const int64_t nin = pass == 0 ? g->C : g->F;   /* channels per tap of A */
     const int strided = g->sh > 1 || g->sw > 1;
     if (nout < 128) return 0;
-    if (!strided && g->KH * g->KW == 1) return 0;  /* stride-1 1x1: the GEMM route / halo kernel */
-    if (!strided && nin < 128) return 0;           /* 3x3 64-channel inputs: the halo kernel */
+    /* the halo kernel's layers in 16-bit; it takes no float32, so TF32 takes them here
+     * (the GEMM route, asked first, keeps the big stride-1 1x1 layers) */
+    const int halo = dt == GC_F16 || dt == GC_BF16;
+    if (halo && !strided && g->KH * g->KW == 1) return 0; /* stride-1 1x1: the GEMM route / halo kernel */
+    if (halo && !strided && nin < 128) return 0;          /* 3x3 64-channel inputs: the halo kernel */
     const int64_t M = pass == 0 || strided ? g->N * g->OH * g->OW : g->N * g->H * g->W;
     const int bn = tile_width(nout);
     const int64_t tiles = (M + WG_BM - 1) / WG_BM * ((nout + bn - 1) / bn);

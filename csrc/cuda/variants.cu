@@ -55,6 +55,7 @@ extern "C" int gc_cuda_variant_probe(int point, int value, const char **why)
     case GC_VP_CUDA_GEMM_PATH:
         if (value == GC_V_GEMM_WGMMA) return wgmma(be, gc_cuda_gemm_wgmma_compiled, why);
         return value == GC_V_GEMM_MMA ? tensor_cores(be, why) : 1;
+    case GC_VP_CUDA_GEMM_WGMMA_EPI: return value == GC_V_WGEPI_AUTO || wgmma(be, gc_cuda_gemm_wgmma_compiled, why);
     case GC_VP_CUDA_CONV2D_FWD:
         if (value == GC_V_FWD_WGMMA) return wgmma(be, gc_conv2d_wgmma_compiled, why);
         return value == GC_V_FWD_MMA || value == GC_V_FWD_SMALLC || value == GC_V_FWD_GEMM ? tensor_cores(be, why)

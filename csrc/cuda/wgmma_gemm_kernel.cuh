@@ -5,7 +5,11 @@
  * TMA + mbarrier + wgmma kernel described in gemm_wgmma.cu (clusters of 2 along M
  * sharing B by multicast, 128 x 256 tiles, a 4-stage ring of 48 KB stages, two consumer
  * warpgroups of m64n256 wgmma, the fused epilogue from registers), and the host helpers
- * to launch it (wg_make_map_2d, wg_launch).
+ * to launch it (wg_make_map_2d, wg_launch). For 16-bit C (auto: K <= 4608) the
+ * epilogue goes through shared memory and TMA instead (wg_epi: each consumer stages its
+ * half tile and one thread stores it -- or reduce-adds it, beta = 1 -- while the next
+ * tile's mainloop starts; the ring gives up one 256-wide stage for the staging areas):
+ * the register epilogue's 4-byte stores made the short-K GEMMs epilogue-bound.
  *
  * Why a header: the convolutions are the same GEMM with a different A load. AMODE says
  * how the producer fetches the A slice of each K-block:
@@ -36,6 +40,7 @@
 #include "hopper_ptx.cuh"
 
 #include <string.h>
+#include <type_traits>
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GC_WG_DEVICE 1
@@ -53,6 +58,20 @@ struct wg_conv {
     int pad_top, pad_left;
     int kw, cchunks, taps;   /* taps per kernel row, 128-byte channel chunks per tap (C / BKE), KH*KW */
     int ihw, iw;             /* scatter: pixels per image and per row of the image rows go to */
+};
+
+/* How the consumers write a tile (chosen per launch by wg_launch):
+ *   mode 0  from registers (gc_gemm_epi2 / plain 2-element stores): any epilogue;
+ *   mode 1  through shared memory: each consumer warpgroup rounds its 64 x BN half to a
+ *           staging area in the 128-byte swizzle and one thread stores it with TMA
+ *           (64-column boxes of tmC; the copy engine clips rows and columns past C), then
+ *           goes on with the next tile while the copy drains -- the stores leave as whole
+ *           lines instead of 4-byte pieces, and the next mainloop overlaps them;
+ *   mode 2  as 1 with the copy engine's reduce-add (C += the tile: beta = 1, linear).
+ * stages: the ring depth (the staging areas take the shared memory of one 256-wide
+ * stage, so that width runs 3 stages instead of 4 with modes 1 / 2). */
+struct wg_epi {
+    int mode, stages;
 };
 
 #ifdef __CUDACC__
@@ -109,6 +128,65 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta)
                  "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
                  "r"(cta)
                  : "memory");
+}
+/* shared -> global 2-D box (mode 1), or added to global memory element by element in the
+ * map's type (mode 2); bulk async group of the issuing thread */
+__device__ __forceinline__ void wg_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1, bool add)
+{
+    if (add)
+        asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                         (uint64_t)map),
+                     "r"(src), "r"(c0), "r"(c1)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                         (uint64_t)map),
+                     "r"(src), "r"(c0), "r"(c1)
+                     : "memory");
+}
+__device__ __forceinline__ void wg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* the issuing thread's bulk stores have read their shared memory / are complete */
+__device__ __forceinline__ void wg_bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* generic-proxy shared-memory writes made visible to the async proxy (before a TMA store) */
+__device__ __forceinline__ void wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* barrier among the 128 threads of one consumer warpgroup (ids 1 and 2) */
+__device__ __forceinline__ void wg_group_bar(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void wg_st_shared_u32(uint32_t addr, uint32_t v)
+{
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+/* two floats rounded to a 16-bit T, packed (the first in the low half) */
+template <typename T> __device__ __forceinline__ uint32_t wg_pack2(float a, float b)
+{
+    struct alignas(4) P2 { T x, y; } p;
+    p.x = gc_from_f<T>(a);
+    p.y = gc_from_f<T>(b);
+    uint32_t u;
+    memcpy(&u, &p, 4);
+    return u;
+}
+/* the fast epilogues' bias and relu on a consumer's accumulators: d[4j + {0,1}] and
+ * d[4j + {2,3}] are columns c0 + 8j + {0,1} (bias read only below N; NaN stays, as
+ * cpu/act.c) */
+template <typename T, int BN>
+__device__ __forceinline__ void wg_bias_relu(float *d, const T *bias, int c0, int N, bool relu)
+{
+    if (bias) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int c = c0 + 8 * j;
+            const float b0 = c < N ? gc_to_f(bias[c]) : 0.0f, b1 = c + 1 < N ? gc_to_f(bias[c + 1]) : 0.0f;
+            d[4 * j] += b0;
+            d[4 * j + 1] += b1;
+            d[4 * j + 2] += b0;
+            d[4 * j + 3] += b1;
+        }
+    }
+    if (relu) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
+    }
 }
 __device__ __forceinline__ void cluster_sync()
 {
@@ -210,19 +288,23 @@ __device__ __forceinline__ void wg_tile_coords(int t, int tiles_m, int tiles_n, 
 template <typename T, bool KMAJ_B, int AMODE, int BN>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                     int M, int N, int K, gc_gemm_epi_args e, int mc, wg_conv cv)
+                     const __grid_constant__ CUtensorMap tmC, int M, int N, int K, gc_gemm_epi_args e, int mc,
+                     wg_conv cv, wg_epi ep)
 {
     static_assert(sizeof(T) == 2 || KMAJ_B, "TF32 wgmma reads B K-major only");
 #if GC_WG_DEVICE
     constexpr int BKE = 128 / (int)sizeof(T);    /* K elements per stage: 64 or 32 */
     constexpr int KSTEP = sizeof(T) == 2 ? 16 : 8; /* K of one wgmma */
-    constexpr int STAGES = wg_cfg<BN>::STAGES, STAGE_BYTES = wg_cfg<BN>::STAGE_BYTES, B_BYTES = wg_cfg<BN>::B_BYTES;
+    constexpr int STAGE_BYTES = wg_cfg<BN>::STAGE_BYTES, B_BYTES = wg_cfg<BN>::B_BYTES;
+    constexpr int STG_BYTES = 64 * BN * (int)sizeof(T); /* one consumer's staged half tile (modes 1, 2) */
+    const int STAGES = ep.stages;
     constexpr int NACC = BN / 2;                     /* fp32 accumulators per consumer thread */
     constexpr int NBOX = BN / 64;                    /* 64-column boxes of a K x N B slice */
     constexpr bool IM2 = AMODE == WG_A_IM2COL || AMODE == WG_A_IM2COL_FLIP; /* A through im2col copies */
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u; /* 128B-swizzle atoms: 1024-aligned */
-    const uint32_t full0 = base + STAGES * STAGE_BYTES, empty0 = full0 + 8 * STAGES;
+    const uint32_t stg0 = base + STAGES * STAGE_BYTES; /* staging (modes 1, 2): 1024-aligned */
+    const uint32_t full0 = stg0 + (ep.mode ? 2 * STG_BYTES : 0), empty0 = full0 + 8 * STAGES;
 
     const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + BN - 1) / BN;
     const int ctiles_m = (tiles_m + 1) / 2; /* tile-row pairs */
@@ -358,6 +440,35 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 if (mc) mbar_arrive_cluster(empty0 + 8 * prev, 1);
             }
 
+            if constexpr (sizeof(T) == 2 && AMODE != WG_A_TILED_SCATTER) {
+                if (ep.mode) { /* through the staging area and TMA (see wg_epi) */
+                    const int g = lane >> 2, q = lane & 3;
+                    const uint32_t stg = stg0 + (uint32_t)(cw * STG_BYTES);
+                    const int row0 = tm * WG_BM + cw * 64, cbase = tn * BN + 2 * q;
+                    wg_bias_relu<T, BN>(d, bias, cbase, N, relu);
+                    if (tid == 0) wg_bulk_wait_read0(); /* this half's previous stores have read the area */
+                    wg_group_bar(1 + cw);
+                    /* 64-column boxes of 64 rows x 128 bytes, 8 KB apart; 16-byte chunk c of
+                     * row r at r * 128 + ((c ^ (r & 7)) * 16), and r & 7 == g */
+#pragma unroll
+                    for (int j = 0; j < BN / 8; j++) {
+                        const uint32_t a = stg + (uint32_t)((j >> 3) * 8192 + (warp * 16 + g) * 128 + 4 * q +
+                                                            (((j & 7) ^ g) * 16));
+                        wg_st_shared_u32(a, wg_pack2<T>(d[4 * j], d[4 * j + 1]));
+                        wg_st_shared_u32(a + 8 * 128, wg_pack2<T>(d[4 * j + 2], d[4 * j + 3]));
+                    }
+                    wg_fence_proxy_async(); /* every writer, before the barrier the store waits on */
+                    wg_group_bar(1 + cw);
+                    if (tid == 0 && row0 < M) {
+#pragma unroll
+                        for (int b = 0; b < BN / 64; b++)
+                            if (tn * BN + b * 64 < N)
+                                wg_tma_store_2d(&tmC, stg + (uint32_t)(b * 8192), tn * BN + b * 64, row0, ep.mode == 2);
+                        wg_bulk_commit();
+                    }
+                    continue;
+                }
+            }
             /* epilogue from registers: d[4j + {0,1}] at (row, 8j + 2q + {0,1}),
              * d[4j + {2,3}] at row + 8 */
             const int r = tm * WG_BM + cw * 64 + warp * 16 + (lane >> 2);
@@ -375,20 +486,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                         gc_gemm_add2<T>(row1 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
                     }
                 }
-                if (bias) {
-#pragma unroll
-                    for (int j = 0; j < BN / 8; j++) {
-                        const float b0 = gc_to_f(bias[c0 + 8 * j]), b1 = gc_to_f(bias[c0 + 8 * j + 1]);
-                        d[4 * j] += b0;
-                        d[4 * j + 1] += b1;
-                        d[4 * j + 2] += b0;
-                        d[4 * j + 3] += b1;
-                    }
-                }
-                if (relu) {
-#pragma unroll
-                    for (int i = 0; i < NACC; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i]; /* NaN stays (cpu/act.c) */
-                }
+                wg_bias_relu<T, BN>(d, bias, c0, N, relu);
 #pragma unroll
                 for (int j = 0; j < BN / 8; j++) {
                     gc_gemm_store2<T>(row0 + 8 * j, d[4 * j], d[4 * j + 1]);
@@ -402,6 +500,7 @@ gc_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_const
                 }
             }
         }
+        if (ep.mode && tid == 0) wg_bulk_wait0(); /* the last stores are done before the block leaves */
     }
     cluster_sync(); /* the peer may still multicast into / arrive on this block */
 #endif
@@ -457,6 +556,37 @@ inline int wg_resident_clusters(const gc_backend *be, const void *kern, cudaLaun
 /* One persistent launch of the kernel (as many clusters of 2 as fit at once, never more
  * than there are tile pairs; an SM left over in a GPC of odd size stays idle).
  * *clusters (optional) receives the cluster count that fit. */
+/* The epilogue of a launch (wg_epi): through TMA (mode 1, or 2 = reduce-add for beta 1)
+ * for 16-bit C written as a dense matrix (not scattered), alpha 1, beta 0 with a linear
+ * or relu act, or beta 1 with a linear one, C and its pitch 16-byte aligned, and a ring
+ * of at least 3 stages beside the staging areas; cuda.gemm.wgmma_epi forces it where it
+ * applies (tma) or never (regs); auto takes it up to 72 K-blocks a tile (K <= 4608: every
+ * ResNet-50 forward and data-gradient GEMM, where it measured faster or level -- the
+ * short-K ones most; longer K keeps the deeper ring of the register epilogue, not
+ * measured against it). *stages and *smem: the
+ * launch's ring depth and dynamic shared memory. */
+template <typename T, int AMODE, int BN>
+int wg_epi_mode(const gc_backend *be, const gc_gemm_epi_args &e, int64_t K, int *stages, int *smem)
+{
+    *stages = wg_cfg<BN>::STAGES;
+    *smem = wg_cfg<BN>::SMEM;
+    if (sizeof(T) != 2 || AMODE == WG_A_TILED_SCATTER || e.alpha != 1.0f) return 0;
+    if (!((e.beta == 0.0f && (e.act == GC_ACT_LINEAR || e.act == GC_ACT_RELU)) ||
+          (e.beta == 1.0f && e.act == GC_ACT_LINEAR)))
+        return 0;
+    if (((uintptr_t)e.C % 16) || ((e.ldc * (int64_t)sizeof(T)) % 16)) return 0;
+    const int f = gc_variant_forced(GC_VP_CUDA_GEMM_WGMMA_EPI);
+    if (f == GC_V_WGEPI_REGS || (f == GC_V_WGEPI_AUTO && (K + 63) / 64 > 72)) return 0;
+    const int stg = 2 * 64 * BN * (int)sizeof(T);
+    const size_t optin = gc_cuda_smem_optin(be);
+    int s = wg_cfg<BN>::STAGES;
+    while (s > 3 && (size_t)(s * wg_cfg<BN>::STAGE_BYTES + stg + 1024 + 256) > optin) s--;
+    if ((size_t)(s * wg_cfg<BN>::STAGE_BYTES + stg + 1024 + 256) > optin) return 0;
+    *stages = s;
+    *smem = s * wg_cfg<BN>::STAGE_BYTES + stg + 1024 + 256;
+    return e.beta != 0.0f ? 2 : 1;
+}
+
 template <typename T, bool KMAJ_B, int AMODE, int BN = 256>
 gc_status wg_launch(const gc_backend *be, const CUtensorMap &ta, const CUtensorMap &tb, int64_t M, int64_t N,
                     int64_t K, const gc_gemm_epi_args &e, int multicast, const wg_conv &cv, const char *what,
@@ -464,7 +594,17 @@ gc_status wg_launch(const gc_backend *be, const CUtensorMap &ta, const CUtensorM
 {
     const int64_t ctiles = ((M + 2 * WG_BM - 1) / (2 * WG_BM)) * ((N + BN - 1) / BN);
     auto kern = gc_wgmma_gemm_kernel<T, KMAJ_B, AMODE, BN>;
-    constexpr int smem = wg_cfg<BN>::SMEM;
+    wg_epi ep;
+    int smem = 0;
+    ep.mode = wg_epi_mode<T, AMODE, BN>(be, e, K, &ep.stages, &smem);
+    CUtensorMap tc;
+    memset(&tc, 0, sizeof tc);
+    if (ep.mode && wg_make_map_2d(&tc, std::is_same<T, __half>::value ? GC_F16 : GC_BF16,
+                                  e.C, e.N, e.M, e.ldc * (int64_t)sizeof(T), 64, 64)) {
+        gc_clear_error(); /* no map: the register epilogue */
+        ep.mode = wg_epi_mode<T, WG_A_TILED_SCATTER, BN>(be, e, K, &ep.stages, &smem);
+    }
+    gc_variant_ran(GC_VP_CUDA_GEMM_WGMMA_EPI, ep.mode ? GC_V_WGEPI_TMA : GC_V_WGEPI_REGS);
     GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -482,7 +622,7 @@ gc_status wg_launch(const gc_backend *be, const CUtensorMap &ta, const CUtensorM
     if (clusters) *clusters = fit;
     const unsigned nclusters = (unsigned)(ctiles < fit ? ctiles : fit);
     cfg.gridDim = dim3(2 * nclusters, 1, 1);
-    GC_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, ta, tb, (int)M, (int)N, (int)K, e, multicast, cv));
+    GC_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, ta, tb, tc, (int)M, (int)N, (int)K, e, multicast, cv, ep));
     return gc_cuda_launch_check(what);
 }
 

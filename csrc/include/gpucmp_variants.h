@@ -52,6 +52,11 @@ extern "C" {
     V(P, SMALL, "small", 0) V(P, VENDOR, "vendor", GC_VARIANT_REPORT_ONLY) \
     V(P, EPILOGUE, "epilogue", GC_VARIANT_REPORT_ONLY)
 
+/* the epilogue of the Hopper wgmma GEMM kernel (wgmma_gemm_kernel.cuh: the GEMM and the
+ * igemm convolutions): from registers, or staged in shared memory and written by TMA
+ * (reduce-add for beta 1) where it applies; auto: TMA for short K */
+#define GC_VARIANTS_CUDA_GEMM_WGMMA_EPI(V, P) V(P, AUTO, "auto", 0) V(P, REGS, "regs", 0) V(P, TMA, "tma", 0)
+
 /* the convolution passes: a kernel, "gemm" (the GEMM route of stride-1 unpadded 1x1
  * layers where it is valid, else auto) or "conv" (auto, never the GEMM route) */
 #define GC_VARIANTS_CUDA_CONV2D_FWD(V, P) \
@@ -108,6 +113,9 @@ extern "C" {
       "CPU recurrence kernel (rnn_fwd, rnn_bwd): fused AVX-512, AVX2+FMA or portable C, or stepwise") \
     C(CUDA_GEMM_PATH, "cuda.gemm.path", "cuda", GC_VARIANTS_CUDA_GEMM_PATH, \
       "CUDA GEMM kernel: exact-f32 SIMT, mma.sync, Hopper wgmma, small tiles + split K") \
+    C(CUDA_GEMM_WGMMA_EPI, "cuda.gemm.wgmma_epi", "cuda", GC_VARIANTS_CUDA_GEMM_WGMMA_EPI, \
+      "epilogue of the Hopper wgmma GEMM kernel (GEMM, igemm convolutions): registers, or TMA stores " \
+      "from shared memory (16-bit C, not scattered; auto: K <= 1024)") \
     C(CUDA_CONV2D_FWD, "cuda.conv2d.fwd", "cuda", GC_VARIANTS_CUDA_CONV2D_FWD, \
       "CUDA conv2d forward kernel") \
     C(CUDA_CONV2D_BWD_DATA, "cuda.conv2d.bwd_data", "cuda", GC_VARIANTS_CUDA_CONV2D_BWD_DATA, \
@@ -155,6 +163,7 @@ typedef enum { GC_VARIANT_POINTS(GC_VP_ENUM_C_, GC_VP_ENUM_K_) GC_VP_COUNT } gc_
 enum { GC_VARIANTS_CPU_GEMM_SIMD(GC_V_ENUM_, GC_V_SIMD_) };
 enum { GC_VARIANTS_CPU_RNN_SIMD(GC_V_ENUM_, GC_V_CRNN_) };
 enum { GC_VARIANTS_CUDA_GEMM_PATH(GC_V_ENUM_, GC_V_GEMM_) };
+enum { GC_VARIANTS_CUDA_GEMM_WGMMA_EPI(GC_V_ENUM_, GC_V_WGEPI_) };
 enum { GC_VARIANTS_CUDA_CONV2D_FWD(GC_V_ENUM_, GC_V_FWD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_BWD_DATA(GC_V_ENUM_, GC_V_BWDD_) };
 enum { GC_VARIANTS_CUDA_CONV2D_WGRAD(GC_V_ENUM_, GC_V_WGRAD_) };
