@@ -489,16 +489,38 @@ def conv2d_backward_filter(x, dy, kernel_size, *, strides=(1, 1), padding="valid
 # pooling (NHWC)
 # =====================================================================================
 
-def _pool_params(pool_size, strides, padding):
+def _pool_params(pool_size, strides, padding, pads=None):
     ph, pw = _pair(pool_size, "pool_size")
     sh, sw = _pair(strides, "strides") if strides is not None else (ph, pw)
-    return dict(pool_size=(ph, pw), strides=(sh, sw), padding=_padding(padding))
+    out = dict(pool_size=(ph, pw), strides=(sh, sw), padding=_padding(padding))
+    if pads is not None:
+        (t, b), (l, r) = _pads4(pads)
+        if out["padding"] != "valid":
+            raise ValueError(f"pads: explicit pads {pads} need padding='valid', got {padding!r}")
+        if not (0 <= t < ph and 0 <= b < ph and 0 <= l < pw and 0 <= r < pw):
+            raise ValueError(f"pads: {pads} must be >= 0 and smaller than pool_size {(ph, pw)} on each axis")
+        out.update(pads_h=(t, b), pads_w=(l, r))
+    return out
 
 
-def pool2d_output_shape(input_shape, pool_size=(2, 2), strides=None, padding="valid"):
-    """(N, OH, OW, C) by Keras' rules (strides default to pool_size)."""
-    p = _pool_params(pool_size, strides, padding)
+def _pads4(pads):
+    """((top, bottom), (left, right)) from that form or an int."""
+    if isinstance(pads, numbers.Integral) and not isinstance(pads, bool):
+        return (int(pads), int(pads)), (int(pads), int(pads))
+    try:
+        (t, b), (l, r) = pads
+        return (_int(t, "pads", None), _int(b, "pads", None)), (_int(l, "pads", None), _int(r, "pads", None))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"pads: expected an int or ((top, bottom), (left, right)), got {pads!r}") from e
+
+
+def pool2d_output_shape(input_shape, pool_size=(2, 2), strides=None, padding="valid", pads=None):
+    """(N, OH, OW, C) by Keras' rules (strides default to pool_size); explicit pads widen
+    the extent the windows run over."""
+    p = _pool_params(pool_size, strides, padding, pads)
     n, h, w, c = input_shape
+    h += sum(p.get("pads_h", (0, 0)))
+    w += sum(p.get("pads_w", (0, 0)))
     oh = _out_extent(h, p["pool_size"][0], p["strides"][0], 1, p["padding"])
     ow = _out_extent(w, p["pool_size"][1], p["strides"][1], 1, p["padding"])
     if oh < 1 or ow < 1:
@@ -507,19 +529,21 @@ def pool2d_output_shape(input_shape, pool_size=(2, 2), strides=None, padding="va
     return (n, oh, ow, c)
 
 
-def max_pool2d(x, pool_size=(2, 2), strides=None, padding="valid", *, backend=None,
+def max_pool2d(x, pool_size=(2, 2), strides=None, padding="valid", *, pads=None, backend=None,
                dtype=None):
-    """MaxPooling2D forward; padded cells never win. x (N, H, W, C)."""
+    """MaxPooling2D forward; padded cells never win. x (N, H, W, C). pads: explicit
+    ((top, bottom), (left, right)) with padding 'valid' (each smaller than the pool): over
+    x >= 0, ZeroPadding2D + MaxPooling2D without the padded copy."""
     x = _array(x, "x", ndim=4)
     dt = _infer_dtype(dtype, x)
     be = _resolve_backend(backend)
-    params = _pool_params(pool_size, strides, padding)
-    y = _poisoned(pool2d_output_shape(x.shape, pool_size, strides, padding), dt)
+    params = _pool_params(pool_size, strides, padding, pads)
+    y = _poisoned(pool2d_output_shape(x.shape, pool_size, strides, padding, pads), dt)
     _run("maxpool2d_fwd", be, (_storage(x, dt),), (y,), params)
     return _result(y, dt)
 
 
-def max_pool2d_backward(x, dy, pool_size=(2, 2), strides=None, padding="valid", *,
+def max_pool2d_backward(x, dy, pool_size=(2, 2), strides=None, padding="valid", *, pads=None,
                         activation="linear", backend=None, dtype=None):
     """dx: each dy goes to the first maximum (row-major) of its window of x.
     activation='relu': x is a ReLU's output and dx comes out times relu'(x) (the ReLU's
@@ -528,11 +552,11 @@ def max_pool2d_backward(x, dy, pool_size=(2, 2), strides=None, padding="valid", 
     dy = _array(dy, "dy", ndim=4)
     dt = _infer_dtype(dtype, x)
     be = _resolve_backend(backend)
-    params = _pool_params(pool_size, strides, padding)
+    params = _pool_params(pool_size, strides, padding, pads)
     if activation not in ("linear", "relu"):
         raise ValueError(f"activation: expected 'linear' or 'relu', got {activation!r}")
     params["act"] = activation
-    want = pool2d_output_shape(x.shape, pool_size, strides, padding)
+    want = pool2d_output_shape(x.shape, pool_size, strides, padding, pads)
     if dy.shape != want:
         raise ValueError(f"dy: shape {dy.shape}, expected {want} for x {x.shape}")
     dx = _poisoned(x.shape, dt)

@@ -655,6 +655,77 @@ def case_maxpool2d_bwd(c):
                 return _dot64(dy, ops.max_pool2d(
                     np.asarray(t, np.float32), g["P"], g["s"], g["pad"], backend=c.backend))
             fd_check(c, "dx", f, xd, np.asarray(dxd, np.float64), h=1e-3)
+    _maxpool2d_pads(c)
+
+
+def _pads_configs(c):
+    """Explicit pads ((top, bottom), (left, right)), each < the pool: ResNet-50's stem (3x3 / 2,
+    1 all round) at a CUDA-vector width and small odd cases."""
+    out = [dict(N=2, H=12, W=14, C=64, P=(3, 3), s=(2, 2), pads=((1, 1), (1, 1))),
+           dict(N=1, H=9, W=7, C=3, P=(3, 2), s=(2, 1), pads=((2, 0), (0, 1))),
+           dict(N=2, H=5, W=6, C=8, P=(2, 2), s=(2, 2), pads=((1, 0), (1, 1)))]
+    for _ in range(4):
+        P = tuple(int(v) for v in c.rng.integers(2, 5, 2))
+        out.append(dict(N=int(c.rng.integers(1, 3)), H=int(c.rng.integers(3, 10)), W=int(c.rng.integers(3, 10)),
+                        C=int(c.rng.integers(1, 9)), P=P, s=tuple(int(v) for v in c.rng.integers(1, 4, 2)),
+                        pads=tuple(tuple(int(v) for v in c.rng.integers(0, P[a], 2)) for a in (0, 1))))
+    return out
+
+
+def _pool_padded_ref(x, dy, g):
+    """The oracle of explicit pads: x padded with -inf (a padded cell never wins), a 'valid'
+    pool over it; the gradient cropped back to x."""
+    (t, b), (l, r) = g["pads"]
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=-np.inf)
+    y = ref.max_pool2d(xp, g["P"], g["s"], "valid")
+    if dy is None:
+        return y, None
+    dxp = ref.max_pool2d_backward(np.where(np.isinf(xp), -1e300, xp), dy, g["P"], g["s"], "valid")
+    return y, dxp[:, t:t + x.shape[1], l:l + x.shape[2], :]
+
+
+def _maxpool2d_pads(c):
+    """Explicit pads (the plan's ZeroPadding2D + MaxPooling2D fusion): forward and backward
+    against the -inf-padded oracle, linear and with relu' folded in; over a ReLU's output
+    (x >= 0) the forward is the zero-padded pool's and the masked gradient its cropped one;
+    every CUDA path bit for bit with the CPU."""
+    for g in _pads_configs(c):
+        shape = (g["N"], g["H"], g["W"], g["C"])
+        x = c.normal(shape)
+        c.what = f"pool {g['P']} strides {g['s']} pads {g['pads']} x {shape}"
+        want_y, _ = _pool_padded_ref(x, None, g)
+        y = ops.max_pool2d(c.arg(x), g["P"], g["s"], pads=g["pads"], **c.kw)
+        c.check("y", y, want_y, tol=0.0)
+        dy = c.normal(want_y.shape)
+        _, want_dx = _pool_padded_ref(x, dy, g)
+        _, terms = _pool_padded_ref(x, abs(dy), g)
+        k = -(-g["P"][0] // g["s"][0]) * -(-g["P"][1] // g["s"][1])
+        for act, mask in (("linear", 1.0), ("relu", x > 0)):
+            dx = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], pads=g["pads"], activation=act,
+                                         **c.kw)
+            c.check(f"dx ({act})", dx, want_dx * mask, k=k, terms=terms * mask)
+            if c.backend.startswith("cuda"):
+                kw = {kk: v for kk, v in c.kw.items() if kk != "backend"}
+                cpu = ops.max_pool2d_backward(c.arg(x), c.arg(dy), g["P"], g["s"], pads=g["pads"], activation=act,
+                                              backend="cpu", **kw)
+                assert np.array_equal(np.asarray(cpu).view(np.uint8), np.asarray(dx).view(np.uint8)), \
+                    c.msg(f"dx ({act}) differs from the CPU backend")
+        # over a ReLU's output: the zero-padded pool (ZeroPadding2D + MaxPooling2D 'valid')
+        xr = np.maximum(x, 0.0)
+        (t, b), (l, r) = g["pads"]
+        xz = np.pad(xr, ((0, 0), (t, b), (l, r), (0, 0)))
+        yr = ops.max_pool2d(c.arg(xr), g["P"], g["s"], pads=g["pads"], **c.kw)
+        c.check("y (relu input, zero padding)", yr, ref.max_pool2d(xz, g["P"], g["s"], "valid"), tol=0.0)
+        dxr = ops.max_pool2d_backward(c.arg(xr), c.arg(dy), g["P"], g["s"], pads=g["pads"], activation="relu",
+                                      **c.kw)
+        dz = ref.max_pool2d_backward(xz, dy, g["P"], g["s"], "valid")[:, t:t + g["H"], l:l + g["W"], :] * (xr > 0)
+        c.check("dx (relu input, zero padding, masked)", dxr, dz, k=k,
+                terms=ref.max_pool2d_backward(xz, abs(dy), g["P"], g["s"], "valid")[:, t:t + g["H"], l:l + g["W"], :])
+    for bad, match in ((dict(pads=((3, 0), (0, 0))), "pads"), (dict(pads=((0, 0), (0, 0)), padding="same"), "pads"),
+                       (dict(pads=((-1, 0), (0, 0))), "pads")):
+        kw = dict(bad)
+        with pytest.raises(ValueError, match=match):
+            ops.max_pool2d(np.ones((1, 6, 6, 2), np.float32), (3, 3), (2, 2), **kw, **c.kw)
 
 
 def case_avgpool2d_fwd(c):

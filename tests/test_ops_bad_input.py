@@ -312,6 +312,12 @@ CASES = [
     ("core batchnorm_bwd dgamma channels", lambda: _core.run_op(
         "batchnorm_bwd", "cpu", (X, X, None, f32(2, 3), None, None), (None, f32(4), None, None), {}), ValueError,
      ["dgamma", "(4,)", "(2, 5, 5, 3)"]),
+    ("core maxpool pads not below the pool", lambda: _core.run_op(
+        "maxpool2d_fwd", "cpu", (X,), (f32(2, 3, 3, 3),), {"pool_size": 2, "pads_h": (2, 0)}),
+     ValueError, ["pads", "top 2", "pool_size (2, 2)"]),
+    ("core maxpool pads with same", lambda: _core.run_op(
+        "maxpool2d_fwd", "cpu", (X,), (f32(2, 3, 3, 3),), {"pool_size": 2, "padding": "same", "pads_w": (0, 1)}),
+     ValueError, ["pads", "valid"]),
     ("core pad2d negative", lambda: _core.run_op("pad2d_fwd", "cpu", (X,), (f32(2, 5, 5, 3),), {"top": -1}),
      ValueError, ["padding", "top=-1"]),
     ("core pad2d y shape", lambda: _core.run_op("pad2d_fwd", "cpu", (X,), (f32(2, 6, 5, 3),), {"top": 1, "bottom": 1}),

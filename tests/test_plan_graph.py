@@ -420,11 +420,12 @@ def stem_graph(rng, C=4):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_stem_refills_the_batch_norm_for_the_padding(dtype):
-    """A BN + ReLU whose backward recomputes its mask from x reads its output in no
-    backward call: the padding after it is still refilled for the max pool's backward, with
-    the batch norm refilled first for that refill (instead of the padded output kept
-    through the step), and the step trains to the bits of the plan that keeps everything."""
+def test_stem_pad_folds_into_the_max_pool(dtype):
+    """ResNet-50's stem: the ZeroPadding2D after BN + ReLU folds into the max pool as
+    explicit pads (no pad2d call forward or backward, no padded buffer); the batch norm,
+    whose backward recomputes its mask from x, is refilled for the max pool's backward
+    instead of kept through the step; the step trains to the bits of the same plan with
+    every buffer its own (GPUCMP_PLAN_REUSE=0) and to the unfused plan's weights."""
     rng = np.random.default_rng(23)
     g = stem_graph(rng)
     x = rng.normal(size=(6, 8, 8, 3))
@@ -433,14 +434,31 @@ def test_stem_refills_the_batch_norm_for_the_padding(dtype):
         shared, got = _train_weights(g, "cpu", x, labels, 3, dtype)
     with _reuse(False):
         alone, want = _train_weights(g, "cpu", x, labels, 3, dtype)
+    trace = shared.trace()
+    assert not [e for e in trace if e["op"].startswith("pad2d")], [e["op"] for e in trace]
+    pools = [e for e in trace if e["op"].startswith("maxpool2d")]
+    assert pools and all(e["params"]["pads"] == ((1, 1), (1, 1)) and e["inputs"][0]["shape"] == (6, 8, 8, 4)
+                         for e in pools), pools
     refilled = {e["node"] for e in shared.memory() if e["start2"] >= 0}
-    assert {2, 4} <= refilled, refilled          # the batch norm (+ ReLU) and the padding
-    ops = [(e["op"], e["node"]) for e in shared.trace() if e["phase"] == "backward"]
-    assert ops.index(("batchnorm_fwd", 2)) < ops.index(("pad2d_fwd", 4)) < ops.index(("maxpool2d_bwd", 5)), ops
-    bn_bwd = [e for e in shared.trace() if e["phase"] == "backward" and e["op"] == "batchnorm_bwd"]
-    assert bn_bwd and all(e["params"].get("mask_from_x") for e in bn_bwd), bn_bwd
+    assert 2 in refilled, refilled                # the batch norm (+ ReLU)
+    assert 4 not in {e["node"] for e in shared.memory()}, "the padding still has a buffer"
+    ops = [(e["op"], e["node"]) for e in trace if e["phase"] == "backward"]
+    assert ops.index(("batchnorm_fwd", 2)) < ops.index(("maxpool2d_bwd", 5)) < ops.index(("batchnorm_bwd", 2)), ops
+    bn_bwd = [e for e in trace if e["phase"] == "backward" and e["op"] == "batchnorm_bwd"]
+    assert bn_bwd and all(e["params"]["mask_from_x"] for e in bn_bwd), bn_bwd
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=f"weight {k}")
+    if dtype == "float32":  # the unfused plan: BN, ReLU, pad2d and the max pool as separate calls
+        nodes = list(g.nodes)
+        g2 = Graph.__new__(Graph)
+        g2.__dict__.update(g.__dict__, nodes=nodes)
+        plain, bufs = g2.plan("cpu", labels.shape[0], {"loss": "sparse_categorical_crossentropy",
+                                                       "optimizer": "sgd"}, fuse=False)
+        assert [e for e in plain.trace() if e["op"] == "pad2d_fwd"], "fuse=False still folded the padding"
+        for _ in range(3):
+            plain.train_step(x, labels, {"lr": 0.05})
+        for k, b in bufs.items():
+            np.testing.assert_allclose(np.asarray(b.read()), got[k], rtol=1e-6, atol=1e-7, err_msg=f"weight {k}")
 
 
 def test_step_block_lives_never_meet_in_memory():

@@ -76,8 +76,20 @@ gc_status gc_pool2d_geometry(int64_t N, int64_t H, int64_t W, int64_t C,
     if (N < 0 || H < 1 || W < 1 || C < 1)
         return gc_fail(GC_ERR_INVALID_ARG, "pool2d: input (%lld, %lld, %lld, %lld) must be positive",
                        (long long)N, (long long)H, (long long)W, (long long)C);
-    int64_t OH = gc_out_extent(H, p->pool_h, p->stride_h, 1, p->padding);
-    int64_t OW = gc_out_extent(W, p->pool_w, p->stride_w, 1, p->padding);
+    const int pt = p->pad_top, pb = p->pad_bottom, pl = p->pad_left, pr = p->pad_right;
+    if (pt || pb || pl || pr) {
+        if (p->padding != GC_PAD_VALID)
+            return gc_fail(GC_ERR_INVALID_ARG, "pool2d: explicit pads (%d, %d, %d, %d) need padding 'valid'", pt, pb,
+                           pl, pr);
+        if (pt < 0 || pb < 0 || pl < 0 || pr < 0 || pt >= p->pool_h || pb >= p->pool_h || pl >= p->pool_w ||
+            pr >= p->pool_w)
+            return gc_fail(GC_ERR_INVALID_ARG,
+                           "pool2d: explicit pads (top %d, bottom %d, left %d, right %d) must be >= 0 and smaller "
+                           "than pool_size (%d, %d)",
+                           pt, pb, pl, pr, p->pool_h, p->pool_w);
+    }
+    int64_t OH = gc_out_extent(H + pt + pb, p->pool_h, p->stride_h, 1, p->padding);
+    int64_t OW = gc_out_extent(W + pl + pr, p->pool_w, p->stride_w, 1, p->padding);
     if (OH < 1 || OW < 1)
         return gc_fail(GC_ERR_INVALID_ARG,
                        "pool2d: pool_size (%d, %d) is larger than the input (%lld, %lld) under "
@@ -85,7 +97,7 @@ gc_status gc_pool2d_geometry(int64_t N, int64_t H, int64_t W, int64_t C,
                        p->pool_h, p->pool_w, (long long)H, (long long)W);
     g->N = N; g->H = H; g->W = W; g->C = C; g->PH = p->pool_h; g->PW = p->pool_w;
     g->OH = OH; g->OW = OW; g->sh = p->stride_h; g->sw = p->stride_w;
-    g->pad_top = gc_pad_before(H, OH, p->pool_h, p->stride_h, 1, p->padding);
-    g->pad_left = gc_pad_before(W, OW, p->pool_w, p->stride_w, 1, p->padding);
+    g->pad_top = pt + gc_pad_before(H, OH, p->pool_h, p->stride_h, 1, p->padding);
+    g->pad_left = pl + gc_pad_before(W, OW, p->pool_w, p->stride_w, 1, p->padding);
     return GC_OK;
 }

@@ -103,8 +103,18 @@ typedef struct {
  * max and are not counted in an average (TensorFlow's rule).
  * act: linear, or for maxpool2d_bwd relu: x is the output of a ReLU, and dx comes out
  * multiplied by relu'(x) -- the backward of ReLU folded in (the plan uses it for the
- * conv + relu + max-pool pattern: one pass over the activations instead of two). */
-typedef struct { int pool_h, pool_w, stride_h, stride_w; gc_padding padding; gc_act act; } gc_pool2d_params;
+ * conv + relu + max-pool pattern: one pass over the activations instead of two).
+ * pad_top / pad_bottom / pad_left / pad_right (>= 0, each smaller than the pool's extent
+ * on its axis, so that every window holds a cell of x): explicit padding, with padding
+ * 'valid' only -- the windows run over the padded extent and padded cells count as
+ * above. Over x >= 0 a max pool so padded is ZeroPadding2D + MaxPooling2D without the
+ * padded copy (the plan's ResNet stem; a -0.0 against a padded 0 can come out as -0.0). */
+typedef struct {
+    int pool_h, pool_w, stride_h, stride_w;
+    gc_padding padding;
+    gc_act act;
+    int pad_top, pad_bottom, pad_left, pad_right;
+} gc_pool2d_params;
 
 /* act_fwd: in x out y; act_bwd: in y (the forward output), dy out dx.
  * Softmax works over the last axis. */

@@ -69,8 +69,8 @@ typedef struct {
      * call that reads it instead of keeping it through the step. */
     gc_status (*refill)(gc_plan *p, plan_node *l, int64_t rows);
     /* refill only an output that no consumer's backward reads (one kept for the node's
-     * own backward and for other refills): a pass as costly as the forward's apply, so
-     * not for every output a weight gradient reads */
+     * own backward and for other refills; a max pool's read excepted): a pass as costly
+     * as the forward's apply, so not for every output a weight gradient reads */
     int refill_sparingly;
 } gc_layer_ops;
 

@@ -300,7 +300,11 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
         P->pool.padding = (gc_padding)b;
         if (p_enum(d, "act", act_names, GC_ACT_COUNT, 0, &e)) return -1;
         P->pool.act = (gc_act)e;
-        return 0;
+        /* explicit pads: (top, bottom) and (left, right), each a pair (default 0) */
+        return (p_pair(d, "pads_h", 0, 0, &P->pool.pad_top, &P->pool.pad_bottom) ||
+                p_pair(d, "pads_w", 0, 0, &P->pool.pad_left, &P->pool.pad_right))
+                   ? -1
+                   : 0;
     case GC_OP_ACT_FWD:
     case GC_OP_ACT_BWD:
     case GC_OP_ADD:
@@ -1574,8 +1578,9 @@ static PyObject *params_info(const gc_op_call *c)
     case GC_OP_AVGPOOL2D_FWD:
     case GC_OP_AVGPOOL2D_BWD: {
         const gc_pool2d_params *q = c->params;
-        return Py_BuildValue("{s:(ii),s:(ii),s:s}", "pool_size", q->pool_h, q->pool_w, "strides", q->stride_h,
-                             q->stride_w, "padding", pad_names[q->padding]);
+        return Py_BuildValue("{s:(ii),s:(ii),s:s,s:((ii)(ii))}", "pool_size", q->pool_h, q->pool_w, "strides",
+                             q->stride_h, q->stride_w, "padding", pad_names[q->padding], "pads", q->pad_top,
+                             q->pad_bottom, q->pad_left, q->pad_right);
     }
     case GC_OP_ACT_FWD:
     case GC_OP_ACT_BWD:
