@@ -24,5 +24,7 @@ timeout $(left 200) python3 benchmarks/bench_resnet50.py --batch-sizes 256 --pre
 stamp "every ResNet-50 conv pass against cuDNN: bf16, TF32"
 timeout $(left 80) python3 benchmarks/bench_conv.py --layers resnet50 --dtypes bfloat16 --per-pass --no-torch --repeats 3 > $L/conv_bf16.txt 2>&1; echo "conv bf16 rc=$?" >> $L/checks.txt
 timeout $(left 90) python3 benchmarks/bench_conv.py --layers resnet50 --dtypes tfloat32 --per-pass --no-torch --repeats 3 > $L/conv_tf32.txt 2>&1; echo "conv tf32 rc=$?" >> $L/checks.txt
+stamp "TF32 per pass, forward and data gradient forced onto the wgmma igemm kernel (the 64-channel layers auto leaves to mma.sync)"
+GPUCMP_FORCE=cuda.conv2d.fwd=wgmma,cuda.conv2d.bwd_data=wgmma,cuda.conv2d.fwd_wgmma=igemm timeout $(left 60) python3 benchmarks/bench_conv.py --layers resnet50 --dtypes tfloat32 --per-pass --no-torch --no-vendor --repeats 3 > $L/conv_tf32_igemm.txt 2>&1; echo "conv tf32 igemm rc=$?" >> $L/checks.txt
 stamp "done"
 tar czf $L/raw.tgz -C $L raw && rm -rf $L/raw
