@@ -286,7 +286,8 @@ def _forced_all(c, forced, fn):
                 stack.enter_context(variants.forced(point, name))
             out = fn()
             for point, name in forced.items():
-                assert variants.last(point) == name, c.msg(f"{point}={name} ran {variants.last(point)!r}")
+                if knobs_exact or not point.endswith(("_splits", "_stages")):
+                    assert variants.last(point) == name, c.msg(f"{point}={name} ran {variants.last(point)!r}")
             return out
     except AssertionError:
         raise
@@ -589,9 +590,10 @@ def hopper():
         pytest.skip("cuda.conv2d.wgrad=wgmma is not available here (needs sm_90a code on a 9.0 device)")
 
 
-def _wgrad(c, g, x, dy, forced, with_bias=True):
-    """conv2d_backward_filter with the variants `forced` ({point: name}); the weight
-    gradient's `last` must be what was forced."""
+def _wgrad(c, g, x, dy, forced, with_bias=True, knobs_exact=True):
+    """conv2d_backward_filter with the variants `forced` ({point: name}); each forced
+    point's `last` must be what was forced (with knobs_exact=False not the split / stage
+    knobs, which a kernel may adjust: TF32 doubles the K-blocks of a split)."""
     try:
         with contextlib.ExitStack() as stack:
             for point, name in forced.items():
@@ -599,7 +601,8 @@ def _wgrad(c, g, x, dy, forced, with_bias=True):
             out = ops.conv2d_backward_filter(c.arg(x), c.arg(dy), (g["KH"], g["KW"]), strides=g["s"],
                                              padding=g["pad"], with_bias=with_bias, **c.kw)
             for point, name in forced.items():
-                assert variants.last(point) == name, c.msg(f"{point}={name} ran {variants.last(point)!r}")
+                if knobs_exact or not point.endswith(("_splits", "_stages")):
+                    assert variants.last(point) == name, c.msg(f"{point}={name} ran {variants.last(point)!r}")
             return out
     except AssertionError:
         raise
