@@ -1,17 +1,9 @@
 #!/usr/bin/env bash
-# session 16, call 1: tree = main f4b1c29 + tests (the small-C data gradient; everything of
-# session 15: BN mask_from_x, TF32 wgmma weight gradient, TMA epilogue, the stem's pad folded
-# into the max pool). Tests (small-C dgrad, pool pads, BN, conv ops, plan), memcheck,
+# session 16, call 1: tree = main with wip/smallc-dgrad.patch applied (the small-C data
+# gradient; everything of session 15: BN mask_from_x, TF32 wgmma weight gradient, TMA
+# epilogue, the stem's pad folded into the max pool). Tests (small-C dgrad, pool pads, BN, conv ops, plan), memcheck,
 # ResNet-50 b256 all precisions side by side, every ResNet-50 conv pass against cuDNN.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-L=$OUT; mkdir -p $L/raw
-T0=$(date +%s); DEADLINE=$((T0 + ${DEADLINE_S:-588}))
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $L/checks.txt; }
-left() { local l=$((DEADLINE - $(date +%s) - 3)); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
-python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('build/core312.so.xz'), open('gpucmp/_core.cpython-312-x86_64-linux-gnu.so','wb'))" || exit 1
-export PYTHONPATH=$PWD
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >> $L/checks.txt
+source "$(dirname "$0")/../device_call.sh"
 P="python3 -m pytest -q -p no:cacheprovider -m cuda"
 stamp "small-C data gradient; conv2d_bwd_data op matrix"
 timeout $(left 100) $P tests/test_cuda_fast_paths.py -k "small_c" tests/test_ops.py -k "small_c or conv2d_bwd_data" > $L/raw/t_smallc.txt 2>&1; tail -3 $L/raw/t_smallc.txt >> $L/checks.txt

@@ -1,15 +1,7 @@
 #!/usr/bin/env bash
-# session 16, call 2: the same tree as call 1. Step profiles, the GEMM epilogue A/B at 4096 /
-# 8192, the TF32 weight-gradient block-shape sweep, ResNet-50 at batch 128, the seeds' CNN.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-L=$OUT; mkdir -p $L/raw
-T0=$(date +%s); DEADLINE=$((T0 + ${DEADLINE_S:-588}))
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $L/checks.txt; }
-left() { local l=$((DEADLINE - $(date +%s) - 3)); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
-python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('build/core312.so.xz'), open('gpucmp/_core.cpython-312-x86_64-linux-gnu.so','wb'))" || exit 1
-export PYTHONPATH=$PWD
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >> $L/checks.txt
+# session 16, call 2: the same tree and .so as call 1. Step profiles, the GEMM epilogue A/B
+# at 4096 / 8192, the TF32 weight-gradient block-shape sweep, ResNet-50 at batch 128, the seeds' CNN.
+source "$(dirname "$0")/../device_call.sh"
 stamp "step profiles b256: bf16, fp32"
 timeout $(left 40) python3 benchmarks/profile_plan.py --model resnet50 --batch 256 --precision mixed_bfloat16 > $L/profile_bf16.txt 2>&1
 timeout $(left 40) python3 benchmarks/profile_plan.py --model resnet50 --batch 256 --precision float32 > $L/profile_fp32.txt 2>&1
