@@ -397,6 +397,13 @@ def bias_grad(dy):
     return dy.reshape(-1, dy.shape[-1]).sum(axis=0)
 
 
+def weight_grads(x, h, g):
+    """The weight gradients of y = x W + h U + b from g = dL/dy (rows = samples):
+    (x^T g, h^T g or None without h, the column sums of g), in float64."""
+    x, g = _f64(x), _f64(g)
+    return x.T @ g, (None if h is None else _f64(h).T @ g), g.sum(axis=0)
+
+
 # =====================================================================================
 # losses: (per-row loss, gradient of grad_scale * sum(loss) w.r.t. the first input)
 # =====================================================================================

@@ -43,7 +43,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 BACKENDS = tuple(_core.backends())
 SIMD_POINT = "cpu.gemm.simd"
 SIMD_VARIANTS = tuple(variants.available(SIMD_POINT))
-SIMD_OPS = {"gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter"}
+SIMD_OPS = {"gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter", "weight_grads"}
 ELEMENTWISE_ACTS = ("linear", "relu", "tanh", "sigmoid")
 
 
@@ -1708,6 +1708,50 @@ def case_reverse_seq(c):
                      (np.zeros((2, 4, 3), c.out_dtype()),), {})
 
 
+def case_weight_grads(c):
+    """dw = x^T g, du = h^T g, db = column sums of g, with and without h and db: against the
+    oracle, every element written (NaN-poisoned outputs), and dw / du bitwise equal to the
+    gemm op's x^T g (the CPU stacks both products over one packing of g, whose K blocks and
+    summation order are the plain GEMM's; CUDA runs that GEMM)."""
+    r = c.rng
+    shapes = [(1, 1, 1, 1), (7, 3, 2, 5), (0, 3, 2, 4), (641, 37, 13, 45),
+              (int(r.integers(300, 1400)), int(r.integers(1, 40)), int(r.integers(1, 30)), int(r.integers(1, 80)))]
+    for K, m1, m2, n in shapes:
+        x, h, g = c.normal((K, m1)), c.normal((K, m2)), c.normal((K, n))
+        want_dw, want_du, want_db = ref.weight_grads(x, h, g)
+        for with_h, with_db in ((True, True), (True, False), (False, True)):
+            c.what = f"x {(K, m1)}, h {(K, m2) if with_h else None}, g {(K, n)}, db {with_db}"
+            dw = np.full((m1, n), np.nan, c.out_dtype())
+            du = np.full((m2, n), np.nan, c.out_dtype()) if with_h else None
+            db = np.full(n, np.nan, c.out_dtype()) if with_db else None
+            _core.run_op("weight_grads", c.backend, (c.arg(x), c.arg(h) if with_h else None, c.arg(g)),
+                         (dw, du, db), {})
+            c.check("dw", dw, want_dw, k=K, terms=np.abs(x).T @ np.abs(g))
+            same = np.asarray(ops.gemm(c.arg(x), c.arg(g), trans_a=True, **c.kw))
+            assert np.array_equal(dw.view(np.uint8), same.view(np.uint8)), \
+                c.msg("dw differs bitwise from gemm(x, g, trans_a=True)")
+            if with_h:
+                c.check("du", du, want_du, k=K, terms=np.abs(h).T @ np.abs(g))
+                same = np.asarray(ops.gemm(c.arg(h), c.arg(g), trans_a=True, **c.kw))
+                assert np.array_equal(du.view(np.uint8), same.view(np.uint8)), \
+                    c.msg("du differs bitwise from gemm(h, g, trans_a=True)")
+            if with_db:
+                c.check("db", db, want_db, k=K, terms=np.abs(g).sum(axis=0))
+    x, h, g = (c.arg(np.ones(s)) for s in ((5, 3), (5, 2), (5, 4)))
+    out = lambda *s: np.zeros(s, c.out_dtype())  # noqa: E731
+    with pytest.raises(ValueError, match="same rows"):
+        _core.run_op("weight_grads", c.backend, (c.arg(np.ones((6, 3))), h, g), (out(3, 4), out(2, 4), None), {})
+    with pytest.raises(ValueError, match="'dw' has shape"):
+        _core.run_op("weight_grads", c.backend, (x, h, g), (out(4, 3), out(2, 4), None), {})
+    with pytest.raises(ValueError, match="both or neither"):
+        _core.run_op("weight_grads", c.backend, (x, None, g), (out(3, 4), out(2, 4), None), {})
+    with pytest.raises(ValueError, match="'db' has shape"):
+        _core.run_op("weight_grads", c.backend, (x, h, g), (out(3, 4), out(2, 4), out(3)), {})
+    with pytest.raises(ValueError, match="must not alias"):
+        gg = c.arg(np.ones((3, 3)))
+        _core.run_op("weight_grads", c.backend, (c.arg(np.ones((3, 3))), None, gg), (gg, None, None), {})
+
+
 # The registry: op name -> case. test_every_op_has_a_case fails when an op of
 # GC_OP_LIST has none, so a new op cannot skip its tests.
 OP_CASES = {
@@ -1749,6 +1793,7 @@ OP_CASES = {
     "seq_mask": case_seq_mask,
     "mul_bcast": case_mul_bcast,
     "reverse_seq": case_reverse_seq,
+    "weight_grads": case_weight_grads,
 }
 # the recurrent ops' cases (rnn_fwd, rnn_bwd) live in tests/test_rnn_ops.py
 from test_rnn_ops import OP_CASES as _RNN_CASES  # noqa: E402
@@ -1808,7 +1853,7 @@ def test_arity_matches_the_header():
             "loss_scale_update": (0, 3), "add": (8, 1), "mul": (2, 1), "batchnorm_fwd": (4, 4),
             "batchnorm_bwd": (6, 4), "pad2d_fwd": (1, 1), "pad2d_bwd": (1, 1), "concat": (8, 1),
             "slice_cols": (1, 1), "seq_mask": (1, 1), "mul_bcast": (2, 1),
-            "reverse_seq": (1, 1)}
+            "reverse_seq": (1, 1), "weight_grads": (3, 3)}
     for op, arity in want.items():
         if op in _core.op_names():
             assert tuple(_core.op_arity(op)) == arity, op

@@ -87,6 +87,14 @@ static gc_status want1(const gc_op_call *c, const gc_tensor *t, const char *name
     return GC_OK;
 }
 
+static gc_status want2(const gc_op_call *c, const gc_tensor *t, const char *name, int64_t a, int64_t b)
+{
+    if (t->ndim != 2 || t->shape[0] != a || t->shape[1] != b)
+        return gc_fail(GC_ERR_INVALID_ARG, "%s: '%s' has shape %s, expected (%lld, %lld)",
+                       gc_op_name(c->op), name, shp(t).s, (long long)a, (long long)b);
+    return GC_OK;
+}
+
 /* All float tensors of a call share one float dtype (cast excepted); int32 only
  * where labels are allowed. */
 static gc_status dtypes(const gc_op_call *c, int labels_slot)
@@ -983,6 +991,41 @@ static gc_status v_reverse_seq(const gc_op_call *c)
     if (y->data == x->data && gc_tensor_numel(x) > 0)
         return gc_fail(GC_ERR_INVALID_ARG, "reverse_seq: 'y' must not alias 'x' (the op is not in place)");
     return GC_OK;
+}
+
+/* weight_grads: x (K, M1), h (K, M2) optional, g (K, N) -> dw (M1, N), du (M2, N) iff h,
+ * db (N,) optional; one float dtype; no output aliases an input */
+static gc_status v_weight_grads(const gc_op_call *c)
+{
+    const gc_tensor *x = c->in[0], *h = c->in[1], *g = c->in[2];
+    const gc_tensor *dw = c->out[0], *du = c->out[1], *db = c->out[2];
+    TRY(need(c, x, "x")); TRY(need(c, g, "g")); TRY(need(c, dw, "dw"));
+    TRY(rank(c, x, "x", 2)); TRY(rank(c, g, "g", 2));
+    if (x->shape[0] != g->shape[0])
+        return gc_fail(GC_ERR_INVALID_ARG, "weight_grads: 'x' %s and 'g' %s must have the same rows (K)",
+                       shp(x).s, shp(g).s);
+    const int64_t K = g->shape[0], N = g->shape[1];
+    TRY(want2(c, dw, "dw", x->shape[1], N));
+    if (present(h) != present(du))
+        return gc_fail(GC_ERR_INVALID_ARG, "weight_grads: 'du' is computed from 'h': give both or neither");
+    if (present(h)) {
+        TRY(rank(c, h, "h", 2));
+        if (h->shape[0] != K)
+            return gc_fail(GC_ERR_INVALID_ARG, "weight_grads: 'h' %s and 'g' %s must have the same rows (K)",
+                           shp(h).s, shp(g).s);
+        TRY(want2(c, du, "du", h->shape[1], N));
+    }
+    if (present(db)) TRY(want1(c, db, "db", N));
+    static const char *const in_names[3] = {"x", "h", "g"}, *const out_names[3] = {"dw", "du", "db"};
+    for (int o = 0; o < 3; o++) {
+        const gc_tensor *t = c->out[o];
+        if (!present(t) || gc_tensor_numel(t) == 0) continue;
+        for (int i = 0; i < 3; i++)
+            if (present(c->in[i]) && c->in[i]->data == t->data && gc_tensor_numel(c->in[i]) > 0)
+                return gc_fail(GC_ERR_INVALID_ARG, "weight_grads: '%s' must not alias '%s'", out_names[o],
+                               in_names[i]);
+    }
+    return dtypes(c, -1);
 }
 
 /* the shared rules, one name per op */

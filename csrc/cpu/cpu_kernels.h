@@ -38,6 +38,14 @@ typedef struct {
     gc_act act;
 } gc_sgemm_args;
 gc_status gc_cpu_sgemm(const gc_sgemm_args *a);
+/* n (1..GC_SGEMM_SHARED_MAX) products that share B (the same B, ldb, trans_b, N and K;
+ * each its own A, C, alpha, beta, bias and act), computed as one product with the
+ * problems stacked along M, so each block of B is packed once for all of them: the
+ * weight gradients x^T g and h^T g of one output gradient g. colsum (N values, or NULL;
+ * B stored K x N) gets the column sums of B, taken from the packed blocks (the bias
+ * gradient of g, without another pass over it). */
+#define GC_SGEMM_SHARED_MAX 4
+gc_status gc_cpu_sgemm_shared_b(const gc_sgemm_args *const *gs, int n, float *colsum);
 /* Name of the micro-kernel the next GEMM runs ("avx512", "fma" (256-bit AVX + FMA, no
  * AVX2 needed) or "generic"): the one forced at the variant point cpu.gemm.simd
  * (gpucmp_variants.h; GPUCMP_FORCE=cpu.gemm.simd=... or its alias GPUCMP_CPU_SIMD), else

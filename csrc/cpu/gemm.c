@@ -353,7 +353,11 @@ static void pack_a(const gc_sgemm_args *g, int64_t ic, int h, int64_t pc, int64_
 /* ------------------------------------------------------------------ the blocked loop */
 
 typedef struct {
-    const gc_sgemm_args *g;
+    const gc_sgemm_args *g;      /* the first problem: B, K, N and the threading are its */
+    const gc_sgemm_args *const *gs; /* the n problems stacked along M (gc_cpu_sgemm_shared_b) */
+    int64_t off[GC_SGEMM_SHARED_MAX + 1]; /* problem i: stacked rows [off[i], off[i+1]), whole tiles */
+    int n;
+    float *colsum;               /* sum over k of op(B)[k, :], or NULL */
     const gc_sgemm_kernel *kr;
     int64_t kc_blk; /* K block, balanced so the last one is not a sliver */
     int64_t nc_max; /* N block, a multiple of nr */
@@ -381,11 +385,10 @@ static void merge_tile(float *restrict c, int64_t ldc, const float *restrict t, 
 
 /* One tile of C from a packed A micro-panel and a packed B micro-panel, with the
  * epilogue: beta (first K block) or accumulation into C, bias and activation (last). */
-static inline void do_tile(const plan_t *p, const float *ap, const float *bp, float *c,
+static inline void do_tile(const plan_t *p, const gc_sgemm_args *g, const float *ap, const float *bp, float *c,
                            int h, int w, int64_t kc, float beta, int last,
                            const float *bias, float *tmp)
 {
-    const gc_sgemm_args *g = p->g;
     const gc_sgemm_kernel *kr = p->kr;
     if (h == kr->mr && w == kr->nr) {
         kr->ukr(kc, ap, bp, c, g->ldc, g->alpha, beta, bias);
@@ -407,24 +410,62 @@ static inline void do_tile(const plan_t *p, const float *ap, const float *bp, fl
  * streams A once. Several N blocks: A would be packed again for each of them, so a
  * block of A rows is packed once per K block into a buffer (L3) and each N block's
  * sweep reads its micro-panels from there. */
+/* The problem that stacked row r (a multiple of mr) belongs to, r's row in it (*row) and
+ * the rows of that tile (*h: up to mr, fewer at the problem's end). */
+static const gc_sgemm_args *row_owner(const plan_t *p, int64_t r, int64_t *row, int *h)
+{
+    int i = 0;
+    while (i + 1 < p->n && r >= p->off[i + 1])
+        i++;
+    *row = r - p->off[i];
+    *h = (int)min64(p->kr->mr, p->gs[i]->M - *row);
+    return p->gs[i];
+}
+
+/* colsum[n0:n0+nc] += the column sums of a packed kc x nc block of B (first K block:
+ * =); one thread owns each column range, so no two threads add to one sum */
+static void add_colsums(const plan_t *p, const float *restrict bbuf, int64_t kc, int64_t n0, int64_t nc,
+                        int first)
+{
+    const int nr = p->kr->nr;
+    float s[64];
+    for (int64_t j0 = 0; j0 < nc; j0 += nr) {
+        const int w = (int)min64(nr, nc - j0);
+        const float *d = bbuf + j0 * kc;
+        for (int i = 0; i < nr; i++)
+            s[i] = 0.0f;
+        for (int64_t k = 0; k < kc; k++)
+            for (int i = 0; i < nr; i++)
+                s[i] += d[k * nr + i];
+        float *out = p->colsum + n0 + j0;
+        for (int i = 0; i < w; i++)
+            out[i] = first ? s[i] : out[i] + s[i];
+    }
+}
+
 static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                       float *restrict bbuf, float *restrict abuf, float *restrict tmp)
 {
-    const gc_sgemm_args *g = p->g;
+    const gc_sgemm_args *g0 = p->g;
     const int mr = p->kr->mr, nr = p->kr->nr;
-    const int64_t K = g->K;
+    const int64_t K = g0->K;
+    /* the column sums of B come from the thread that packs B for the first rows */
+    const int sums = p->colsum && m0 == 0;
     if (n1 - n0 <= p->nc_max) {
         const int64_t nc = n1 - n0;
         for (int64_t pc = 0; pc < K; pc += p->kc_blk) {
             const int64_t kc = min64(p->kc_blk, K - pc);
             const int last = pc + kc == K;
-            const float beta = pc == 0 ? g->beta : 1.0f;
-            pack_b(g, pc, kc, n0, nc, nr, bbuf);
+            pack_b(g0, pc, kc, n0, nc, nr, bbuf);
+            if (sums) add_colsums(p, bbuf, kc, n0, nc, pc == 0);
             for (int64_t ic = m0; ic < m1; ic += mr) {
-                const int h = (int)min64(mr, m1 - ic);
-                pack_a(g, ic, h, pc, kc, mr, m1, abuf);
+                int64_t row;
+                int h;
+                const gc_sgemm_args *g = row_owner(p, ic, &row, &h);
+                const float beta = pc == 0 ? g->beta : 1.0f;
+                pack_a(g, row, h, pc, kc, mr, g->M, abuf);
                 for (int64_t jr = 0; jr < nc; jr += nr)
-                    do_tile(p, abuf, bbuf + jr * kc, g->C + ic * g->ldc + n0 + jr, h,
+                    do_tile(p, g, abuf, bbuf + jr * kc, g->C + row * g->ldc + n0 + jr, h,
                             (int)min64(nr, nc - jr), kc, beta, last,
                             last && g->bias ? g->bias + n0 + jr : NULL, tmp);
             }
@@ -436,18 +477,24 @@ static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64
         for (int64_t pc = 0; pc < K; pc += p->kc_blk) {
             const int64_t kc = min64(p->kc_blk, K - pc);
             const int last = pc + kc == K;
-            const float beta = pc == 0 ? g->beta : 1.0f;
-            for (int64_t i0 = 0; i0 < mc; i0 += mr)
-                pack_a(g, ib + i0, (int)min64(mr, mc - i0), pc, kc, mr, ib + mc,
-                       abuf + i0 * kc);
+            for (int64_t i0 = 0; i0 < mc; i0 += mr) {
+                int64_t row;
+                int h;
+                const gc_sgemm_args *g = row_owner(p, ib + i0, &row, &h);
+                pack_a(g, row, h, pc, kc, mr, g->M, abuf + i0 * kc);
+            }
             for (int64_t jc = n0; jc < n1; jc += p->nc_max) {
                 const int64_t nc = min64(p->nc_max, n1 - jc);
-                pack_b(g, pc, kc, jc, nc, nr, bbuf);
+                pack_b(g0, pc, kc, jc, nc, nr, bbuf);
+                if (sums && ib == m0) add_colsums(p, bbuf, kc, jc, nc, pc == 0);
                 for (int64_t i0 = 0; i0 < mc; i0 += mr) {
-                    const int h = (int)min64(mr, mc - i0);
+                    int64_t row;
+                    int h;
+                    const gc_sgemm_args *g = row_owner(p, ib + i0, &row, &h);
+                    const float beta = pc == 0 ? g->beta : 1.0f;
                     for (int64_t jr = 0; jr < nc; jr += nr)
-                        do_tile(p, abuf + i0 * kc, bbuf + jr * kc,
-                                g->C + (ib + i0) * g->ldc + jc + jr, h,
+                        do_tile(p, g, abuf + i0 * kc, bbuf + jr * kc,
+                                g->C + row * g->ldc + jc + jr, h,
                                 (int)min64(nr, nc - jr), kc, beta, last,
                                 last && g->bias ? g->bias + jc + jr : NULL, tmp);
                 }
@@ -527,7 +574,8 @@ static void scale_only(const gc_sgemm_args *g, const gc_sgemm_kernel *kr)
 
 /* ------------------------------------------------------------------ entry point */
 
-gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
+/* The argument checks of one problem (the kernel's contract, for direct C callers). */
+static gc_status check_args(const gc_sgemm_args *g)
 {
     if (!g)
         return gc_fail(GC_ERR_INVALID_ARG, "sgemm: args is NULL");
@@ -554,26 +602,32 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
                        "sgemm: softmax is not an elementwise epilogue (use act_fwd after the GEMM)");
     if ((int)g->act < 0 || g->act >= GC_ACT_COUNT)
         return gc_fail(GC_ERR_INVALID_ARG, "sgemm: unknown activation %d", (int)g->act);
-    if (M == 0 || N == 0)
-        return GC_OK;
-    if (!g->C)
+    if (M > 0 && N > 0 && !g->C)
         return gc_fail(GC_ERR_INVALID_ARG, "sgemm: C is NULL for a %lld x %lld result",
                        (long long)M, (long long)N);
-    const int vi = active_index();
-    const gc_sgemm_kernel *kr = kernel_of(vi);
-    gc_variant_ran(GC_VP_CPU_GEMM_SIMD, vi);
-    if (K == 0 || g->alpha == 0.0f) {
-        scale_only(g, kr);
-        return GC_OK;
-    }
-    if (!g->A || !g->B)
+    if (M > 0 && N > 0 && K > 0 && g->alpha != 0.0f && (!g->A || !g->B))
         return gc_fail(GC_ERR_INVALID_ARG, "sgemm: %s is NULL with K=%lld", !g->A ? "A" : "B",
                        (long long)K);
+    return GC_OK;
+}
 
+/* The blocked product of the n problems gs (n >= 1, each with M, N, K > 0 and alpha != 0,
+ * all sharing B, ldb, trans_b, N and K) stacked along M, each starting at a whole tile;
+ * colsum (N values, or NULL) gets the column sums of op(B). */
+static gc_status sgemm_stacked(const gc_sgemm_args *const *gs, int n, const gc_sgemm_kernel *kr, float *colsum)
+{
+    const gc_sgemm_args *g = gs[0];
     plan_t p;
     p.g = g;
+    p.gs = gs;
+    p.n = n;
     p.kr = kr;
+    p.colsum = colsum;
     const int mr = kr->mr, nr = kr->nr, kc = kr->kc;
+    p.off[0] = 0;
+    for (int i = 0; i < n; i++)
+        p.off[i + 1] = p.off[i] + ceil_div(gs[i]->M, mr) * mr;
+    const int64_t M = p.off[n], N = g->N, K = g->K;
     /* K blocks of about kc, equal so the last is not a sliver; up to 1.5 kc in one block
      * (K = 288 of a 3x3x32 convolution), since each extra block rereads C */
     p.kc_blk = K <= kc + kc / 2 ? K : ceil_div(K, ceil_div(K, kc));
@@ -590,7 +644,7 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
         const int64_t nb = ceil_div(n_thr, p.nc_max);
         p.nc_max = ceil_div(ceil_div(n_thr, nb), nr) * nr;
     }
-    const int64_t mtiles = ceil_div(M, mr), ntiles = ceil_div(N, nr);
+    const int64_t mtiles = M / mr, ntiles = ceil_div(N, nr);
     /* A block (used when a thread spans several N blocks): the thread's rows, in equal
      * blocks of at most about 4 MiB of packed A (a share of L3) */
     const int64_t m_thr = ceil_div(mtiles, pm) * mr, n_thr = ceil_div(ntiles, pn) * nr;
@@ -613,8 +667,7 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
         float *buf = NULL;
         for (int r = tid; r < pm * pn && !nomem; r += team) {
             const int ti = r / pn, tj = r % pn;
-            const int64_t m0 = min64(M, (mtiles * ti / pm) * mr);
-            const int64_t m1 = min64(M, (mtiles * (ti + 1) / pm) * mr);
+            const int64_t m0 = (mtiles * ti / pm) * mr, m1 = (mtiles * (ti + 1) / pm) * mr;
             const int64_t n0 = min64(N, (ntiles * tj / pn) * nr);
             const int64_t n1 = min64(N, (ntiles * (tj + 1) / pn) * nr);
             if (m0 >= m1 || n0 >= n1)
@@ -630,6 +683,69 @@ gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
     if (nomem)
         return gc_fail(GC_ERR_NOMEM, "sgemm: cannot allocate %lld bytes of packing buffers",
                        (long long)((bsize + asize + tsize) * (int64_t)sizeof(float)));
+    return GC_OK;
+}
+
+static const gc_sgemm_kernel *active_kernel(void)
+{
+    const int vi = active_index();
+    gc_variant_ran(GC_VP_CPU_GEMM_SIMD, vi);
+    return kernel_of(vi);
+}
+
+gc_status gc_cpu_sgemm(const gc_sgemm_args *g)
+{
+    const gc_status st = check_args(g);
+    if (st)
+        return st;
+    if (g->M == 0 || g->N == 0)
+        return GC_OK;
+    const gc_sgemm_kernel *kr = active_kernel();
+    if (g->K == 0 || g->alpha == 0.0f) {
+        scale_only(g, kr);
+        return GC_OK;
+    }
+    const gc_sgemm_args *one[1] = {g};
+    return sgemm_stacked(one, 1, kr, NULL);
+}
+
+gc_status gc_cpu_sgemm_shared_b(const gc_sgemm_args *const *gs, int n, float *colsum)
+{
+    if (!gs || n < 1 || n > GC_SGEMM_SHARED_MAX)
+        return gc_fail(GC_ERR_INVALID_ARG, "sgemm_shared_b: %d problems (1..%d)", n, GC_SGEMM_SHARED_MAX);
+    for (int i = 0; i < n; i++) {
+        const gc_status st = check_args(gs[i]);
+        if (st)
+            return st;
+        if (gs[i]->B != gs[0]->B || gs[i]->ldb != gs[0]->ldb || gs[i]->trans_b != gs[0]->trans_b ||
+            gs[i]->N != gs[0]->N || gs[i]->K != gs[0]->K)
+            return gc_fail(GC_ERR_INVALID_ARG, "sgemm_shared_b: problem %d does not share problem 0's B, N and K", i);
+    }
+    const int64_t N = gs[0]->N, K = gs[0]->K;
+    if (colsum && gs[0]->trans_b)
+        return gc_fail(GC_ERR_INVALID_ARG, "sgemm_shared_b: column sums need B stored K x N (no trans_b)");
+    if (N == 0)
+        return GC_OK;
+    const gc_sgemm_kernel *kr = active_kernel();
+    /* the problems that need the blocked product; the others are scaled (or empty) */
+    const gc_sgemm_args *run[GC_SGEMM_SHARED_MAX];
+    int nrun = 0;
+    for (int i = 0; i < n; i++) {
+        if (gs[i]->M == 0)
+            continue;
+        if (K == 0 || gs[i]->alpha == 0.0f)
+            scale_only(gs[i], kr);
+        else
+            run[nrun++] = gs[i];
+    }
+    if (nrun)
+        return sgemm_stacked(run, nrun, kr, colsum);
+    if (colsum) { /* no product packs B: sum it here */
+        memset(colsum, 0, (size_t)N * sizeof(float));
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++)
+                colsum[j] += gs[0]->B[k * gs[0]->ldb + j];
+    }
     return GC_OK;
 }
 
@@ -658,4 +774,37 @@ gc_status gc_cpu_op_gemm(const gc_backend *be, const gc_op_call *call)
     g.bias = bias ? (const float *)bias->data : NULL;
     g.act = pr->act;
     return gc_cpu_sgemm(&g);
+}
+
+/* weight_grads: dw = x^T g and du = h^T g as one stacked product over one packing of g,
+ * whose column sums are db (gpucmp.h) */
+gc_status gc_cpu_op_weight_grads(const gc_backend *be, const gc_op_call *call)
+{
+    (void)be;
+    const gc_tensor *x = call->in[0], *h = call->in[1], *gt = call->in[2];
+    gc_tensor *dw = call->out[0], *du = call->out[1], *db = call->out[2];
+    const int64_t K = gt->shape[0], N = gt->shape[1];
+    gc_sgemm_args a[2];
+    const gc_sgemm_args *gs[2] = {&a[0], &a[1]};
+    const gc_tensor *lhs[2] = {x, h};
+    gc_tensor *out[2] = {dw, du};
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!lhs[i] || !lhs[i]->data) continue;
+        gc_sgemm_args *g = &a[n++];
+        memset(g, 0, sizeof *g);
+        g->trans_a = 1;
+        g->M = lhs[i]->shape[1];
+        g->N = N;
+        g->K = K;
+        g->alpha = 1.0f;
+        g->A = (const float *)lhs[i]->data;
+        g->lda = lhs[i]->shape[1];
+        g->B = (const float *)gt->data;
+        g->ldb = N;
+        g->C = (float *)out[i]->data;
+        g->ldc = N;
+        g->act = GC_ACT_LINEAR;
+    }
+    return gc_cpu_sgemm_shared_b(gs, n, db && db->data ? (float *)db->data : NULL);
 }

@@ -302,3 +302,44 @@ extern "C" gc_status gc_cuda_op_gemm(const gc_backend *be, const gc_op_call *cal
     d.impl = p->impl;
     return gc_cuda_gemm(be, &d);
 }
+
+/* weight_grads (gpucmp.h): dw = x^T g, du = h^T g, db = column sums of g, as the plan ran
+ * them before the op existed -- the GEMM above twice, then bias_grad. The CPU's stacked
+ * product pays off there because its packing of g is a pass over memory; here each
+ * GEMM reads g through its own tiles anyway. */
+extern "C" gc_status gc_cuda_op_weight_grads(const gc_backend *be, const gc_op_call *call)
+{
+    const gc_tensor *x = call->in[0], *h = call->in[1], *g = call->in[2];
+    gc_tensor *dw = call->out[0], *du = call->out[1], *db = call->out[2];
+    gc_gemm_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.trans_a = 1;
+    gp.alpha = 1.0f;
+    gp.act = GC_ACT_LINEAR;
+    gp.impl = GC_IMPL_OWN;
+    gc_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = GC_OP_GEMM;
+    c.params = &gp;
+    c.in[0] = x;
+    c.in[1] = g;
+    c.out[0] = dw;
+    gc_status st = gc_cuda_op_gemm(be, &c);
+    if (st == GC_OK && h && h->data) {
+        c.in[0] = h;
+        c.out[0] = du;
+        st = gc_cuda_op_gemm(be, &c);
+    }
+    if (st == GC_OK && db && db->data) {
+        gc_no_params none;
+        memset(&none, 0, sizeof none);
+        gc_op_call b;
+        memset(&b, 0, sizeof b);
+        b.op = GC_OP_BIAS_GRAD;
+        b.params = &none;
+        b.in[0] = g;
+        b.out[0] = db;
+        st = gc_cuda_op_bias_grad(be, &b);
+    }
+    return st;
+}

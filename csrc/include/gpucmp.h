@@ -313,6 +313,13 @@ typedef struct { int64_t offset; } gc_slice_params;
  *        backward outputs put back in input order, and (being its own inverse) their
  *        gradient. */
 typedef struct { float value; } gc_seq_mask_params;
+/* weight_grads: in x (K, M1), h (K, M2) optional, g (K, N), one float dtype; out dw (M1, N)
+ *        = x^T . g, du (M2, N) = h^T . g (present iff h is), db (N,) optional = the column
+ *        sums of g. Outputs must not alias inputs. The weight gradients of y = x.W + h.U + b
+ *        from one output gradient g: a recurrent layer's W, U and b (g = dxw, h = save[0])
+ *        in one op, so that a backend can read g once for all three (the CPU stacks the
+ *        two products into one GEMM over a shared packing of g and sums g's columns from
+ *        that packing; CUDA runs its GEMM twice and bias_grad). */
 
 typedef enum { GC_RNN_SIMPLE = 0, GC_RNN_LSTM, GC_RNN_GRU /* reset_after=True */, GC_RNN_GRU_RESET_BEFORE } gc_rnn_cell;
 typedef enum { GC_RNN_TANH = 0, GC_RNN_SIGMOID, GC_RNN_RELU, GC_RNN_LINEAR,
@@ -366,7 +373,9 @@ int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2
     /* sequence masks: {cpu,cuda}/seq_mask */                                \
     X(SEQ_MASK, seq_mask, gc_seq_mask_params, 1, 1)                          \
     X(MUL_BCAST, mul_bcast, gc_no_params, 2, 1)                              \
-    X(REVERSE_SEQ, reverse_seq, gc_no_params, 1, 1)
+    X(REVERSE_SEQ, reverse_seq, gc_no_params, 1, 1)                          \
+    /* recurrent weight gradients: {cpu/gemm.c, cuda/gemm.cu} */             \
+    X(WEIGHT_GRADS, weight_grads, gc_no_params, 3, 3)
 
 typedef enum {
 #define GC_X_ENUM(E, n, P, ni, no) GC_OP_##E,

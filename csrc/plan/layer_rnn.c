@@ -4,7 +4,9 @@
  * Why it is built this way (RECURRENT_SPEC.md section 2): the input projection of every
  * step does not depend on the recurrence, so it is one GEMM for the whole batch
  * (xw = x W + b, rows*T x G*u), and so are the weight gradients after the backward
- * recurrence (dW = x^T dxw, dU = hprev^T dz, db = column sums); only the recurrence
+ * recurrence (dW = x^T dxw, dU = hprev^T dz, db = column sums: one weight_grads op where
+ * both products read the same dz -- SimpleRNN, LSTM, no recurrent dropout -- so a
+ * backend can read it once); only the recurrence
  * itself -- rnn_fwd / rnn_bwd, one op each -- walks the steps. rnn_fwd keeps what the
  * backward needs in `save`, whose first block is the state entering each step (hprev),
  * laid out (rows*T, u) for the dU GEMM. GRU with reset_after has a recurrent bias (row 1
@@ -550,21 +552,36 @@ static gc_status rnn_backward(gc_plan *p, plan_node *l, int64_t rows, uint64_t s
     gc_tensor dmz = gc_t2(gru ? l->priv[RNN_DM] : l->priv[RNN_DXW], dt, rows * T, Gu); /* d(hprev U [+ b_h]) */
     const int Gi = rnn_in_masks(l);
     if (Gi > 1) TRY(rnn_gate_dz(p, l, rows, &dz));
-    if (l->w[GC_W_RNN_KERNEL].trains && Gi > 1) {
-        TRY(rnn_gate_kernel_grad(p, l, rows));
-    } else if (l->w[GC_W_RNN_KERNEL].trains) { /* dW = x^T dz (x as the GEMM read it: with its dropout mask) */
-        gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
+    const int has_db = l->w[GC_W_RNN_BIAS].w && l->w[GC_W_RNN_BIAS].trains;
+    if (Gi <= 1 && !gru && l->d.rnn_cell != GC_RNN_GRU_RESET_BEFORE && !rnn_rdrop_on(l) &&
+        l->w[GC_W_RNN_KERNEL].trains && l->w[GC_W_RNN_RECURRENT].trains) {
+        /* SimpleRNN, LSTM (dm == dxw): dW = x^T dz, dU = hprev^T dz and db = sum dz in one op
+         * (x as the projection read it: with its dropout mask) */
         gc_tensor x = gc_t2(rnn_x(p, l, MODE_TRAIN), dt, rows * T, in);
+        gc_tensor hprev = gc_t2(l->priv[RNN_SAVE], dt, rows * T, u);
         gc_tensor dw = gc_t2(l->w[GC_W_RNN_KERNEL].dw, dt, in, Gu);
-        TRY(gc_plan_run(p, GC_OP_GEMM, &gp, &x, &dz, &nob, &dw, NULL, NULL));
-    }
-    if (l->w[GC_W_RNN_RECURRENT].trains) TRY(recurrent_grad(p, l, rows, &dmz));
-    if (l->w[GC_W_RNN_BIAS].w && l->w[GC_W_RNN_BIAS].trains) {
-        gc_tensor db = gc_t1(l->w[GC_W_RNN_BIAS].dw, dt, Gu);
-        TRY(gc_plan_run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dz, NULL, NULL, &db, NULL, NULL));
-        if (gru) {
-            gc_tensor dbh = gc_t1((char *)l->w[GC_W_RNN_BIAS].dw + (size_t)Gu * gc_dtype_size(dt), dt, Gu);
-            TRY(gc_plan_run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dmz, NULL, NULL, &dbh, NULL, NULL));
+        gc_tensor du = gc_t2(l->w[GC_W_RNN_RECURRENT].dw, dt, u, Gu);
+        gc_tensor db = has_db ? gc_t1(l->w[GC_W_RNN_BIAS].dw, dt, Gu) : gc_none();
+        const gc_tensor *wi[3] = {&x, &hprev, &dz};
+        gc_tensor *wo[3] = {&dw, &du, &db};
+        TRY(gc_plan_run_n(p, GC_OP_WEIGHT_GRADS, &(gc_no_params){0}, wi, 3, wo, 3));
+    } else {
+        if (l->w[GC_W_RNN_KERNEL].trains && Gi > 1) {
+            TRY(rnn_gate_kernel_grad(p, l, rows));
+        } else if (l->w[GC_W_RNN_KERNEL].trains) { /* dW = x^T dz (x as the GEMM read it: with its dropout mask) */
+            gc_gemm_params gp = {1, 0, 1.0f, 0.0f, GC_ACT_LINEAR, GC_IMPL_OWN};
+            gc_tensor x = gc_t2(rnn_x(p, l, MODE_TRAIN), dt, rows * T, in);
+            gc_tensor dw = gc_t2(l->w[GC_W_RNN_KERNEL].dw, dt, in, Gu);
+            TRY(gc_plan_run(p, GC_OP_GEMM, &gp, &x, &dz, &nob, &dw, NULL, NULL));
+        }
+        if (l->w[GC_W_RNN_RECURRENT].trains) TRY(recurrent_grad(p, l, rows, &dmz));
+        if (has_db) {
+            gc_tensor db = gc_t1(l->w[GC_W_RNN_BIAS].dw, dt, Gu);
+            TRY(gc_plan_run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dz, NULL, NULL, &db, NULL, NULL));
+            if (gru) {
+                gc_tensor dbh = gc_t1((char *)l->w[GC_W_RNN_BIAS].dw + (size_t)Gu * gc_dtype_size(dt), dt, Gu);
+                TRY(gc_plan_run(p, GC_OP_BIAS_GRAD, &(gc_no_params){0}, &dmz, NULL, NULL, &dbh, NULL, NULL));
+            }
         }
     }
     if (l->in_grad[0] && Gi > 1) {

@@ -404,6 +404,7 @@ static int parse_params(gc_op op, PyObject *d, const gc_backend *be, any_params 
         return p_float(d, "value", 0.0, &P->smask.value) ? -1 : 0;
     case GC_OP_MUL_BCAST:
     case GC_OP_REVERSE_SEQ:
+    case GC_OP_WEIGHT_GRADS:
     case GC_OP_MUL:
     case GC_OP_CONCAT:
     case GC_OP_BIAS_GRAD:

@@ -162,6 +162,10 @@ def op_of(entry, tf32=True, desc=None):
         k = a[0] if p.get("trans_a") else a[1]
         return costs.gemm(name, m, n, k, _dtype(entry), tf32, phase, bias=_t(entry, "inputs", 2) is not None,
                           trans_a=bool(p.get("trans_a")), trans_b=bool(p.get("trans_b")))
+    if op == "weight_grads":          # one call (a profile's): its products as one stacked GEMM
+        k, n = _shape(entry, "inputs", 2)
+        m = sum(_shape(entry, "outputs", i)[0] for i in (0, 1) if _t(entry, "outputs", i) is not None)
+        return costs.gemm(name, m, n, k, _dtype(entry), tf32, phase, trans_a=True)
     if op.startswith("conv2d_"):
         which = op[len("conv2d_"):]
         if which == "fwd":
@@ -191,6 +195,23 @@ def op_of(entry, tf32=True, desc=None):
                     f"{n} elements")
 
 
+def _split_weight_grads(entry):
+    """A traced weight_grads call as the calls it stands for -- gemm(x, g, trans_a) ->
+    dw, gemm(h, g, trans_a) -> du, bias_grad(g) -> db, those present -- which is what the
+    CUDA backend runs and what the calibration timed (the CPU's one stacked product over a
+    shared packing of g does the same FLOPs); any other call as it is."""
+    if entry["op"] != "weight_grads":
+        return [entry]
+    (x, h, g), (dw, du, db) = entry["inputs"], entry["outputs"]
+    base = {k: v for k, v in entry.items() if k not in ("op", "inputs", "outputs", "params")}
+    gemm = {"trans_a": 1, "trans_b": 0, "activation": "linear"}
+    parts = [dict(base, op="gemm", inputs=[a, g, None], outputs=[c], params=dict(gemm))
+             for a, c in ((x, dw), (h, du)) if a and c]
+    if db:
+        parts.append(dict(base, op="bias_grad", inputs=[g], outputs=[db], params={}))
+    return parts
+
+
 def trace_ops(trace, tf32=True, optimizer="adam", descs=None):
     """costs.Ops of a plan trace; the per-tensor optimizer calls become the one fused
     update the GPU backends launch. descs: the plan's node dicts (index = node)."""
@@ -200,7 +221,8 @@ def trace_ops(trace, tf32=True, optimizer="adam", descs=None):
             update += _numel(e["inputs"][0]["shape"])
             continue
         node = e["node"]
-        ops.append(op_of(e, tf32, descs[node] if descs and 0 <= node < len(descs) else None))
+        for part in _split_weight_grads(e):
+            ops.append(op_of(part, tf32, descs[node] if descs and 0 <= node < len(descs) else None))
     if update:
         kind = "rmsprop" if optimizer == "sgd_momentum" else optimizer
         ops.append(costs.optimizer_update(f"update/{optimizer}", update, kind))

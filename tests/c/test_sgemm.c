@@ -385,6 +385,96 @@ static void test_activation_range(void)
     }
 }
 
+/* gc_cpu_sgemm_shared_b: n products sharing B, each C bitwise equal to its own
+ * gc_cpu_sgemm (the stacking changes which thread computes a tile, not the order of any
+ * element's sums), every element written (C pre-filled with NaN where beta = 0), the
+ * column sums of B within a K-scaled bound of a double sum; and its argument errors. */
+static float *filled(int64_t n, float v)
+{
+    float *p = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        p[i] = isnan(v) ? v : frand();
+    return p;
+}
+
+static void shared_case(int n, const int64_t *M, const int *ta, int64_t N, int64_t K, int sums)
+{
+    gc_sgemm_args g[GC_SGEMM_SHARED_MAX], sep[GC_SGEMM_SHARED_MAX];
+    const gc_sgemm_args *gp[GC_SGEMM_SHARED_MAX];
+    float *B = filled(K * N, 0.0f), *A[GC_SGEMM_SHARED_MAX], *C[GC_SGEMM_SHARED_MAX], *R[GC_SGEMM_SHARED_MAX];
+    float *bias = filled(N, 0.0f);
+    for (int i = 0; i < n; i++) {
+        A[i] = filled(M[i] * K, 0.0f);
+        const float beta = i == 1 ? 0.5f : 0.0f; /* one problem accumulates */
+        C[i] = filled(M[i] * N, beta != 0.0f ? 0.0f : NAN);
+        R[i] = (float *)malloc((size_t)(M[i] * N > 0 ? M[i] * N : 1) * sizeof(float));
+        memcpy(R[i], C[i], (size_t)(M[i] * N) * sizeof(float));
+        const gc_sgemm_args t = {ta[i], 0, M[i], N, K, i == 2 ? -0.5f : 1.0f, beta, A[i], ta[i] ? M[i] : K,
+                                 B, N, C[i], N, i == 2 ? bias : NULL, i == 2 ? GC_ACT_TANH : GC_ACT_LINEAR};
+        g[i] = sep[i] = t;
+        sep[i].C = R[i];
+        gp[i] = &g[i];
+    }
+    float *cs = sums ? filled(N, NAN) : NULL;
+    checks++;
+    gc_status st = gc_cpu_sgemm_shared_b(gp, n, cs);
+    for (int i = 0; i < n && st == GC_OK; i++)
+        st = gc_cpu_sgemm(&sep[i]);
+    int bad = st != GC_OK;
+    for (int i = 0; i < n && !bad; i++)
+        bad = memcmp(C[i], R[i], (size_t)(M[i] * N) * sizeof(float)) != 0;
+    for (int64_t j = 0; cs && j < N && !bad; j++) {
+        double want = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; k++)
+            want += B[k * N + j], mag += fabs(B[k * N + j]);
+        bad = !(fabs(cs[j] - want) <= 1e-6 * sqrt((double)K + 1.0) * mag + 1e-30);
+    }
+    if (bad) {
+        failures++;
+        fprintf(stderr, "FAIL [%s] shared_b n=%d M0=%lld N=%lld K=%lld sums=%d: %s\n", variant_now, n,
+                (long long)M[0], (long long)N, (long long)K, sums,
+                st != GC_OK ? gc_last_error() : "differs from the separate products / sums");
+    }
+    for (int i = 0; i < n; i++)
+        free(A[i]), free(C[i]), free(R[i]);
+    free(B), free(bias), free(cs);
+}
+
+static void test_shared_b(int quick)
+{
+    static const int64_t Ms[][3] = {{256, 128, 0}, {1, 1, 1}, {13, 0, 40}, {0, 5, 7}, {37, 12, 25}};
+    static const int tas[][3] = {{1, 1, 1}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}, {0, 0, 1}};
+    static const int64_t NK[][2] = {{512, 640}, {1, 1}, {45, 300}, {33, 0}, {2500, 70}};
+    for (int s = 0; s < 5; s++)
+        for (int n = 1; n <= 3; n++) {
+            int64_t N = NK[s][0], K = NK[s][1];
+            if (quick && N * K > 40000) N = 40;
+            shared_case(n, Ms[s], tas[s], N, K, s != 2 || n != 2);
+        }
+    /* errors: problems that do not share B, column sums of a transposed B, no problems */
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, b2[4] = {1, 2, 3, 4}, c[4], c2[4], cs[2];
+    const gc_sgemm_args p0 = {0, 0, 2, 2, 2, 1.0f, 0.0f, a, 2, b, 2, c, 2, NULL, GC_ACT_LINEAR};
+    gc_sgemm_args p1 = p0;
+    p1.C = c2;
+    p1.B = b2;
+    const gc_sgemm_args *two[2] = {&p0, &p1};
+    gc_sgemm_args pt = p0;
+    pt.trans_b = 1;
+    const gc_sgemm_args *tr[1] = {&pt};
+    struct { const gc_sgemm_args *const *gs; int n; float *cs; const char *needle; } bad[] = {
+        {two, 2, NULL, "does not share"}, {tr, 1, cs, "trans_b"}, {two, 0, NULL, "problems"}};
+    for (int i = 0; i < 3; i++) {
+        checks++;
+        gc_clear_error();
+        const gc_status st = gc_cpu_sgemm_shared_b(bad[i].gs, bad[i].n, bad[i].cs);
+        if (st != GC_ERR_INVALID_ARG || !strstr(gc_last_error(), bad[i].needle)) {
+            failures++;
+            fprintf(stderr, "FAIL shared_b error %d: expected '%s', got %s '%s'\n", i, bad[i].needle,
+                    gc_status_name(st), gc_last_error());
+        }
+    }
+}
+
 static void run_variant(int quick)
 {
     /* M, N, K: degenerate, tiny, primes, K = 0, tall/skinny, several K blocks
@@ -446,6 +536,7 @@ static void run_variant(int quick)
     }
     test_activation_range();
     test_nested();
+    test_shared_b(quick);
 }
 
 int main(int argc, char **argv)
