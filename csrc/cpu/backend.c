@@ -8,12 +8,22 @@
  * front of the pointer handed out, holding the block's size, so release knows what to
  * subtract without a table; the header is one alignment unit, so the pointer keeps
  * its 64-byte alignment. The counter is lock-free (gc_mem_counter, gpucmp.h). */
+#define _DEFAULT_SOURCE /* madvise */
 #include "cpu_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #define CPU_HEADER ((size_t)64) /* a multiple of the alignment */
+/* Blocks of at least HUGE_MIN bytes are 2 MiB aligned and advised onto transparent huge
+ * pages, as NumPy does for its large arrays: the GEMM packs and the recurrences read
+ * them in short strided runs, and with 4 KiB pages those cost TLB misses. */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_MIN ((size_t)4 << 20)
 
 static gc_mem_counter cpu_mem;
 
@@ -24,7 +34,16 @@ static gc_status cpu_alloc(const gc_backend *be, size_t nbytes, void **out)
     if (rounded < nbytes || rounded > (size_t)INT64_MAX - CPU_HEADER - 64)
         return gc_fail(GC_ERR_NOMEM, "cpu: allocation of %zu bytes overflows", nbytes);
     size_t total = (rounded ? rounded : 64) + CPU_HEADER;
-    char *p = (char *)aligned_alloc(64, total);
+    char *p;
+    if (total >= HUGE_MIN && total <= SIZE_MAX - HUGE_PAGE) {
+        total = (total + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        p = (char *)aligned_alloc(HUGE_PAGE, total);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (p) (void)madvise(p, total, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
+#endif
+    } else {
+        p = (char *)aligned_alloc(64, total);
+    }
     if (!p) return gc_fail(GC_ERR_NOMEM, "cpu: cannot allocate %zu bytes of host memory", nbytes);
     memcpy(p, &total, sizeof total);
     gc_mem_add(&cpu_mem, (int64_t)total);
