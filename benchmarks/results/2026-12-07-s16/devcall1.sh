@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# session 16, call 1: tree = main with wip/smallc-dgrad.patch applied (the small-C data
+# session 16, call 1: tree = main (5f999a2: the weight_grads op) with wip/smallc-dgrad.patch applied (the small-C data
 # gradient; everything of session 15: BN mask_from_x, TF32 wgmma weight gradient, TMA
 # epilogue, the stem's pad folded into the max pool). Tests (small-C dgrad, pool pads, BN, conv ops, plan), memcheck,
 # ResNet-50 b256 all precisions side by side, every ResNet-50 conv pass against cuDNN.
 source "$(dirname "$0")/../device_call.sh"
 P="python3 -m pytest -q -p no:cacheprovider -m cuda"
-stamp "small-C data gradient; conv2d_bwd_data op matrix"
-timeout $(left 100) $P tests/test_cuda_fast_paths.py -k "small_c" tests/test_ops.py -k "small_c or conv2d_bwd_data" > $L/raw/t_smallc.txt 2>&1; tail -3 $L/raw/t_smallc.txt >> $L/checks.txt
+stamp "small-C data gradient; conv2d_bwd_data op matrix; weight_grads (5f999a2's CUDA composition), recurrent training vs the CPU"
+timeout $(left 100) $P tests/test_cuda_fast_paths.py -k "small_c" tests/test_ops.py -k "small_c or conv2d_bwd_data or weight_grads" > $L/raw/t_smallc.txt 2>&1; tail -3 $L/raw/t_smallc.txt >> $L/checks.txt
+timeout $(left 60) $P tests/test_keras_recurrent.py -k "training_step_matches_the_cpu" > $L/raw/t_rnn_train.txt 2>&1; tail -2 $L/raw/t_rnn_train.txt >> $L/checks.txt
 stamp "memcheck: small-C dgrad, maxpool pads, BN"
 timeout $(left 60) compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_fast_paths.py tests/test_ops.py -k "(small_c and bfloat16) or (maxpool2d_bwd and cuda and float32) or (batchnorm_bwd and cuda and bfloat16)" > $L/raw/memcheck.txt 2>&1; echo "memcheck rc=$?" >> $L/checks.txt; grep -E "ERROR SUMMARY|passed|failed" $L/raw/memcheck.txt | tail -3 >> $L/checks.txt
 stamp "every ResNet-50 conv pass against cuDNN: bf16, TF32"

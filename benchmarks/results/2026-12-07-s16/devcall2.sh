@@ -13,5 +13,7 @@ stamp "TF32 weight-gradient sweep (every ResNet-50 filter pass, each block shape
 timeout $(left 110) python3 benchmarks/sweep_wgrad.py --dtype tfloat32 > $L/sweep_tf32.txt 2>&1; echo "sweep rc=$?" >> $L/checks.txt
 stamp "seeds' CNN float32, batch 128 and 32: gpucmp, PyTorch graph"
 timeout $(left 90) python3 benchmarks/bench_cnn.py --devices cuda:0 --samples 60000 --repeats 3 --batch-sizes 128 32 --frameworks gpucmp torch-graph > $L/cnn.txt 2>&1; echo "cnn rc=$?" >> $L/checks.txt; tail -6 $L/cnn.txt >> $L/checks.txt
+stamp "recurrent layers fwd+bwd against PyTorch eager / graph (weight_grads on CUDA: no change expected)"
+timeout $(left 60) python3 benchmarks/bench_rnn_layer.py --devices cuda:0 --repeats 5 --steps 5 --rounds 2 --modes fwd+bwd > $L/rnn_layer.txt 2>&1; echo "rnn rc=$?" >> $L/checks.txt; tail -8 $L/rnn_layer.txt >> $L/checks.txt
 stamp "done"
 tar czf $L/raw.tgz -C $L raw && rm -rf $L/raw
