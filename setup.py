@@ -138,7 +138,8 @@ core = Extension(
     "gpucmp._core",
     sources=C_SOURCES,
     include_dirs=[rel("include"), rel("cpu"), numpy.get_include()],
-    depends=sorted(glob(rel("include", "*.h")) + glob(rel("cpu", "*.h")) + glob(rel("python", "*.h"))),
+    depends=sorted(glob(rel("include", "*.h")) + glob(rel("cpu", "*.h")) + glob(rel("cpu", "*.inc")) +
+                   glob(rel("python", "*.h"))),
     extra_compile_args=compile_args,
     extra_link_args=link_args,
 )
