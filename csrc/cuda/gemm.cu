@@ -307,6 +307,18 @@ extern "C" gc_status gc_cuda_op_gemm(const gc_backend *be, const gc_op_call *cal
  * them before the op existed -- the GEMM above twice, then bias_grad. The CPU's stacked
  * product pays off there because its packing of g is a pass over memory; here each
  * GEMM reads g through its own tiles anyway. */
+static gc_op_call call_of(gc_op op, const void *params, const gc_tensor *in0, const gc_tensor *in1, gc_tensor *out0)
+{
+    gc_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.params = params;
+    c.in[0] = in0;
+    c.in[1] = in1;
+    c.out[0] = out0;
+    return c;
+}
+
 extern "C" gc_status gc_cuda_op_weight_grads(const gc_backend *be, const gc_op_call *call)
 {
     const gc_tensor *x = call->in[0], *h = call->in[1], *g = call->in[2];
@@ -317,29 +329,17 @@ extern "C" gc_status gc_cuda_op_weight_grads(const gc_backend *be, const gc_op_c
     gp.alpha = 1.0f;
     gp.act = GC_ACT_LINEAR;
     gp.impl = GC_IMPL_OWN;
-    gc_op_call c;
-    memset(&c, 0, sizeof c);
-    c.op = GC_OP_GEMM;
-    c.params = &gp;
-    c.in[0] = x;
-    c.in[1] = g;
-    c.out[0] = dw;
+    gc_no_params none;
+    memset(&none, 0, sizeof none);
+    gc_op_call c = call_of(GC_OP_GEMM, &gp, x, g, dw);
     gc_status st = gc_cuda_op_gemm(be, &c);
     if (st == GC_OK && h && h->data) {
-        c.in[0] = h;
-        c.out[0] = du;
+        c = call_of(GC_OP_GEMM, &gp, h, g, du);
         st = gc_cuda_op_gemm(be, &c);
     }
     if (st == GC_OK && db && db->data) {
-        gc_no_params none;
-        memset(&none, 0, sizeof none);
-        gc_op_call b;
-        memset(&b, 0, sizeof b);
-        b.op = GC_OP_BIAS_GRAD;
-        b.params = &none;
-        b.in[0] = g;
-        b.out[0] = db;
-        st = gc_cuda_op_bias_grad(be, &b);
+        c = call_of(GC_OP_BIAS_GRAD, &none, g, NULL, db);
+        st = gc_cuda_op_bias_grad(be, &c);
     }
     return st;
 }
