@@ -374,7 +374,7 @@ int gc_rnn_save_blocks(gc_rnn_cell cell); /* S: blocks of (B, T, u) in `save`: 2
     X(SEQ_MASK, seq_mask, gc_seq_mask_params, 1, 1)                          \
     X(MUL_BCAST, mul_bcast, gc_no_params, 2, 1)                              \
     X(REVERSE_SEQ, reverse_seq, gc_no_params, 1, 1)                          \
-    /* recurrent weight gradients: {cpu/gemm.c, cuda/gemm.cu} */             \
+    /* recurrent weight gradients: {cpu/gemm.c, cuda/weight_grads.cu} */     \
     X(WEIGHT_GRADS, weight_grads, gc_no_params, 3, 3)
 
 typedef enum {
