@@ -14,6 +14,11 @@ relies on would be reached there only by chance. Here shapes are chosen to take 
   big enough for several pixel ranges and blocks, F below / at / above the 64-filter
   tile, padding and strides, and KH*KW*C = 63 / 64 (the 64-row template); also on every
   other kernel of cuda.conv2d.wgrad this device runs.
+- conv2d_bwd_data with few input channels (conv2d_smallc_dgrad.cu, which the automatic
+  choice must take for 16-bit and TF32 storage; exact float32 stays SIMT): the stem cut
+  down, odd pads and ragged tiles, strides (1, 2) / (2, 1) / (2, 2), one tap per class
+  (s == k), F not a multiple of 8 (element loads, two filter chunks); plain, accumulating,
+  and bitwise repeatable.
 - gemm, few 128 x 128 tiles (gemm_small.cu): every transpose case with N = 10 and
   K = 10 / 64 / 576, bias + relu, beta != 0 (and the seed CNN's Dense products), on the
   automatic path and every path of cuda.gemm.path the dtype may take (test_ops' list).
@@ -149,6 +154,56 @@ def test_conv_bwd_filter_small_k(case, dtype, g):
                 continue
         assert db2 is None, c.msg("db returned although with_bias=False")
         c.check("dw", dw2, want_w, k=rows, terms=terms_w)
+
+
+# ---------------------------------------------------------------- small-C data gradient
+SMALLC_DGRAD = [
+    dict(N=2, H=38, W=38, C=3, F=64, KH=7, KW=7, s=(2, 2), pad="valid"),   # the stem cut down
+    dict(N=1, H=45, W=50, C=3, F=64, KH=7, KW=7, s=(2, 2), pad="same"),    # odd pads, ragged tiles
+    dict(N=3, H=28, W=28, C=1, F=32, KH=3, KW=3, s=(1, 1), pad="valid"),   # seed CNN's 1st layer
+    dict(N=2, H=19, W=23, C=5, F=24, KH=5, KW=4, s=(1, 2), pad="same"),    # mixed strides
+    # a tile too large for the kernel's 48 KB (12 x 18 dy rows + 125 weight rows + 1, of 144
+    # bytes): auto and forced both run the SIMT kernel
+    dict(N=2, H=19, W=23, C=5, F=24, KH=5, KW=5, s=(1, 2), pad="same", takes=False),
+    dict(N=2, H=17, W=13, C=7, F=16, KH=2, KW=2, s=(2, 2), pad="valid"),   # s == k: one tap
+    dict(N=1, H=20, W=21, C=4, F=100, KH=3, KW=4, s=(2, 1), pad="same"),   # F % 8 != 0: 2 chunks
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g", SMALLC_DGRAD, ids=lambda g: f"C{g['C']}-F{g['F']}-k{g['KH']}x{g['KW']}-s{g['s']}"
+                         + ("" if g.get("takes", True) else "-too-big"))
+def test_conv_bwd_data_small_c(case, dtype, g):
+    """conv2d_smallc_dgrad.cu: the automatic choice takes it for 16-bit and TF32 (exact
+    float32 never: SIMT), plain and accumulating, bitwise repeatable; a shape beyond its
+    shared memory goes to the SIMT kernel, forced or not."""
+    c = case("conv2d_bwd_data", dtype)
+    xshape = (g["N"], g["H"], g["W"], g["C"])
+    w = c.normal((g["KH"], g["KW"], g["C"], g["F"]))
+    d = (1, 1)
+    yshape = ref.conv2d_output_shape(xshape, w.shape, g["s"], g["pad"], d)
+    dy = c.normal(yshape)
+    want = ref.conv2d_backward_data(dy, w, xshape, g["s"], g["pad"], d)
+    terms = ref.conv2d_backward_data(abs(dy), abs(w), xshape, g["s"], g["pad"], d)
+    base = c.normal(xshape)
+    exact = c.dtype == "float32" and not c.tf32
+    point = "cuda.conv2d.bwd_data"
+    kw = dict(strides=g["s"], padding=g["pad"], dilation_rate=d, **c.kw)
+    for variant in ("auto", "smallc"):
+        c.what = (f"x={xshape} kernel={w.shape} strides={g['s']} padding={g['pad']} variant={variant}")
+        with variants.forced(point, variant):
+            dx = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, **kw)
+            ran = variants.last(point)
+            dx2 = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, **kw)
+            dx_acc = ops.conv2d_backward_data(c.arg(dy), c.arg(w), xshape, accumulate_into=c.arg(base), **kw)
+            ran_acc = variants.last(point)
+        want_ran = "simt" if exact or not g.get("takes", True) else "smallc"
+        assert ran == want_ran and ran_acc == want_ran, c.msg(f"ran {ran!r} / {ran_acc!r}, want {want_ran!r}")
+        c.check("dx", dx, want, k=g["KH"] * g["KW"] * g["F"], terms=terms)
+        assert np.array_equal(np.asarray(dx).view(np.uint8), np.asarray(dx2).view(np.uint8)), \
+            c.msg("two runs differ")
+        c.what += " accumulate"
+        c.check("dx", dx_acc, base + want, k=g["KH"] * g["KW"] * g["F"] + 1, terms=abs(base) + terms)
 
 
 # ---------------------------------------------------------------- small GEMMs

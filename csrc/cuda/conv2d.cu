@@ -47,7 +47,9 @@
  * tiny channel counts go to the SIMT kernels for the backward passes, except where
  * KH*KW*C >= 48 (forward) / > 64 (weight gradient), e.g. ResNet's 7x7x3 stem: there
  * conv2d_smallc.cu's Tensor Core kernels run, whose K / M index is (kh, kw*C + c), one
- * contiguous run of x per kernel row. A 1x1 stride-1 unpadded convolution is a plain
+ * contiguous run of x per kernel row; and the data gradient with F >= 16 and strides
+ * 1-2, which conv2d_smallc_dgrad.cu's kernel takes (runs of 16 input pixels of one
+ * stride residue class as m16n8 GEMMs over the class's taps). A 1x1 stride-1 unpadded convolution is a plain
  * GEMM on the NHWC matrices: where the GEMM backend's own kernels are the faster ones
  * (big channel counts on Hopper, see conv2d_gemm.cu) every pass goes to gc_cuda_gemm;
  * elsewhere the implicit GEMM here runs it (with one tap the gather is a plain row
@@ -82,8 +84,9 @@
  * cuda.conv2d.fwd / .bwd_data / .wgrad. A forced kernel runs wherever it applies:
  * simt (the SIMT reference), mma (the Tensor Core implicit GEMM; for the data gradient
  * of a strided 1x1 layer its scatter form, reported "scatter"), direct (the small-C
- * forward), smallc (conv2d_smallc.cu, forward and weight gradient, any C; elsewhere as
- * auto without the GEMM route and the wgmma kernels), wgmma (conv2d_wgmma.cu /
+ * forward), smallc (conv2d_smallc.cu, forward and weight gradient, any C;
+ * conv2d_smallc_dgrad.cu, data gradient, C <= 8; elsewhere as auto without the GEMM
+ * route and the wgmma kernels), wgmma (conv2d_wgmma.cu /
  * conv2d_wgmma_wgrad.cu: their GC_ERR_UNSUPPORTED where they do not apply); a forced
  * kernel never takes the GEMM route. "gemm" and "conv" keep the automatic choice and
  * only steer the GEMM route of stride-1 unpadded 1x1 layers (conv2d_gemm.cu): always
@@ -110,6 +113,7 @@ static int bwd_data_path(void)
     case GC_V_BWDD_SIMT: return PATH_SIMT;
     case GC_V_BWDD_MMA: return PATH_MMA;
     case GC_V_BWDD_WGMMA: return PATH_WGMMA;
+    case GC_V_BWDD_SMALLC: return PATH_SMALLC;
     default: return PATH_AUTO;
     }
 }
@@ -1192,6 +1196,13 @@ static gc_status own_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_
     if (path == PATH_WGMMA) {
         gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_WGMMA);
         return gc_conv2d_wgmma_bwd_data(be, g, dt, dy, w, dx, 1, acc);
+    }
+    /* few input channels (the RGB stem): the per-residue-class Tensor Core kernel, which
+     * adds in place; tiny filter counts stay on the SIMT kernel */
+    if ((path == PATH_SMALLC || (path == PATH_AUTO && g->C < 8 && g->F >= 16)) && !use_simt(dt, path) &&
+        fits_int(g) && gc_conv2d_smallc_dgrad_applies(g)) {
+        gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_SMALLC);
+        return gc_conv2d_smallc_bwd_data(be, g, dt, dy, w, dx, acc);
     }
     gc_variant_ran(GC_VP_CUDA_CONV2D_BWD_DATA, GC_V_BWDD_SIMT);
     if (path == PATH_SIMT || !fits_int(g) || use_simt(dt, path) || (path != PATH_MMA && (g->C < 8 || g->F < 8)))

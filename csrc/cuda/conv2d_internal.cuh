@@ -122,6 +122,15 @@ gc_status gc_conv2d_smallc_fwd(const gc_backend *be, const gc_conv2d_geom *g, gc
 gc_status gc_conv2d_smallc_bwd_filter(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
                                       const void *x, const void *dy, void *dw, void *db);
 
+/* ---- conv2d_smallc_dgrad.cu: Tensor Core data gradient for few input channels (C <= 8,
+ * strides 1-2, dilation 1; the stem): per residue class of the input pixels, runs of 16
+ * pixels as m16n8 GEMMs over (tap, f), dy gathered from a shared-memory tile. _applies: 1
+ * when it takes the geometry. f16 / bf16, and f32 as TF32 (the caller decides). acc:
+ * dx += the gradient. No workspace. */
+int gc_conv2d_smallc_dgrad_applies(const gc_conv2d_geom *g);
+gc_status gc_conv2d_smallc_bwd_data(const gc_backend *be, const gc_conv2d_geom *g, gc_dtype dt,
+                                    const void *dy, const void *w, void *dx, int acc);
+
 /* ---- conv2d_gemm.cu: stride-1, unpadded 1x1 convolutions as plain GEMMs through
  * gc_cuda_gemm (gemm.cu). _wanted: 1 when pass (0 fwd, 1 bwd data, 2 bwd filter) of
  * this layer should take the route (validity, the pass's variant point -- "gemm", "conv"

@@ -65,7 +65,8 @@ extern "C" {
 
 #define GC_VARIANTS_CUDA_CONV2D_BWD_DATA(V, P) \
     V(P, AUTO, "auto", 0) V(P, SIMT, "simt", 0) V(P, MMA, "mma", 0) V(P, WGMMA, "wgmma", 0) \
-    V(P, GEMM, "gemm", 0) V(P, CONV, "conv", 0) V(P, SCATTER, "scatter", GC_VARIANT_REPORT_ONLY)
+    V(P, GEMM, "gemm", 0) V(P, CONV, "conv", 0) V(P, SCATTER, "scatter", GC_VARIANT_REPORT_ONLY) \
+    V(P, SMALLC, "smallc", 0)
 
 #define GC_VARIANTS_CUDA_CONV2D_WGRAD(V, P) \
     V(P, AUTO, "auto", 0) V(P, SIMT, "simt", 0) V(P, MMA, "mma", 0) V(P, SMALLC, "smallc", 0) \

@@ -26,7 +26,7 @@ CONV_CFLAGS := -std=c11 -O2 -I$(ROOT)/csrc/include
 
 CONV_CORE := status dtype geometry op_run validate oplist variants
 CONV_CORE_OBJ := $(addprefix $(CONV_OBJDIR)/core_,$(addsuffix .o,$(CONV_CORE)))
-CONV_CU := $(addprefix $(ROOT)/csrc/cuda/,conv2d.cu conv2d_simt.cu conv2d_vendor.cu conv2d_wgmma.cu conv2d_wgmma_wgrad.cu conv2d_wgmma_igemm.cu conv2d_smallc.cu \
+CONV_CU := $(addprefix $(ROOT)/csrc/cuda/,conv2d.cu conv2d_simt.cu conv2d_vendor.cu conv2d_wgmma.cu conv2d_wgmma_wgrad.cu conv2d_wgmma_igemm.cu conv2d_smallc.cu conv2d_smallc_dgrad.cu \
            conv2d_gemm.cu gemm.cu gemm_simt.cu gemm_small.cu gemm_mma.cu gemm_wgmma.cu gemm_vendor.cu tensor_map.cu \
            cudnn_lib.cu)
 CONV_CU_OBJ := $(patsubst $(ROOT)/csrc/cuda/%.cu,$(CONV_OBJDIR)/%.o,$(CONV_CU))

@@ -43,8 +43,9 @@
  * backend registers without a probe, so every variant may be forced and the kernels
  * refuse (GC_ERR_UNSUPPORTED) what they cannot run. A kernel family for all three passes
  * (the configs below): K_DIRECT is the forward's, its backward passes run SIMT; K_WGMMA
- * forces the forward and the data gradient; K_SMALLC the forward and the weight gradient,
- * the data gradient then runs the conv kernels' automatic choice ("conv"). */
+ * forces the forward and the data gradient; K_SMALLC all three passes (conv2d_smallc.cu,
+ * conv2d_smallc_dgrad.cu), each falling back to the automatic choice where it does not
+ * apply. */
 enum { K_AUTO, K_SIMT, K_MMA, K_DIRECT, K_WGMMA, K_SMALLC };
 
 static void force(gc_vp point, int value)
@@ -60,7 +61,7 @@ static void force_kernel(int k)
     static const int fwd[6] = {GC_V_FWD_AUTO, GC_V_FWD_SIMT, GC_V_FWD_MMA, GC_V_FWD_DIRECT, GC_V_FWD_WGMMA,
                                GC_V_FWD_SMALLC};
     static const int bwd[6] = {GC_V_BWDD_AUTO, GC_V_BWDD_SIMT, GC_V_BWDD_MMA, GC_V_BWDD_SIMT, GC_V_BWDD_WGMMA,
-                               GC_V_BWDD_CONV};
+                               GC_V_BWDD_SMALLC};
     static const int wgr[6] = {GC_V_WGRAD_AUTO, GC_V_WGRAD_SIMT, GC_V_WGRAD_MMA, GC_V_WGRAD_SIMT, GC_V_WGRAD_AUTO,
                                GC_V_WGRAD_SMALLC};
     force(GC_VP_CUDA_CONV2D_FWD, fwd[k]);
