@@ -5,7 +5,7 @@
  * TMA + mbarrier + wgmma kernel described in gemm_wgmma.cu (clusters of 2 along M
  * sharing B by multicast, 128 x 256 tiles, a 4-stage ring of 48 KB stages, two consumer
  * warpgroups of m64n256 wgmma, the fused epilogue from registers), and the host helpers
- * to launch it (wg_make_map_2d, wg_launch). For 16-bit C (auto: K <= 4608) the
+ * to launch it (wg_make_map_2d, wg_launch). For 16-bit C (where wg_epi_mode allows) the
  * epilogue goes through shared memory and TMA instead (wg_epi: each consumer stages its
  * half tile and one thread stores it -- or reduce-adds it, beta = 1 -- while the next
  * tile's mainloop starts; the ring gives up one 256-wide stage for the staging areas):
@@ -560,10 +560,10 @@ inline int wg_resident_clusters(const gc_backend *be, const void *kern, cudaLaun
  * for 16-bit C written as a dense matrix (not scattered), alpha 1, beta 0 with a linear
  * or relu act, or beta 1 with a linear one, C and its pitch 16-byte aligned, and a ring
  * of at least 3 stages beside the staging areas; cuda.gemm.wgmma_epi forces it where it
- * applies (tma) or never (regs); auto takes it up to 72 K-blocks a tile (K <= 4608: every
- * ResNet-50 forward and data-gradient GEMM, where it measured faster or level -- the
- * short-K ones most; longer K keeps the deeper ring of the register epilogue, not
- * measured against it). *stages and *smem: the
+ * applies (tma) or never (regs); auto takes it wherever it applies: it measured faster or
+ * level on every ResNet-50 forward and data-gradient GEMM (the short-K ones most) and
+ * on the square 4096 / 8192 products, whose long K had kept the register epilogue's
+ * deeper ring until both were timed (benchmarks/RESULTS.md). *stages and *smem: the
  * launch's ring depth and dynamic shared memory. */
 template <typename T, int AMODE, int BN>
 int wg_epi_mode(const gc_backend *be, const gc_gemm_epi_args &e, int64_t K, int *stages, int *smem)
@@ -576,7 +576,8 @@ int wg_epi_mode(const gc_backend *be, const gc_gemm_epi_args &e, int64_t K, int 
         return 0;
     if (((uintptr_t)e.C % 16) || ((e.ldc * (int64_t)sizeof(T)) % 16)) return 0;
     const int f = gc_variant_forced(GC_VP_CUDA_GEMM_WGMMA_EPI);
-    if (f == GC_V_WGEPI_REGS || (f == GC_V_WGEPI_AUTO && (K + 63) / 64 > 72)) return 0;
+    (void)K;
+    if (f == GC_V_WGEPI_REGS) return 0;
     const int stg = 2 * 64 * BN * (int)sizeof(T);
     const size_t optin = gc_cuda_smem_optin(be);
     int s = wg_cfg<BN>::STAGES;
