@@ -470,12 +470,13 @@ def test_conv_igemm_tma_epilogue(case, igemm, g):
 def test_gemm_wgmma_tma_epilogue(case, dtype):
     """The wgmma GEMM kernel's two epilogues (cuda.gemm.wgmma_epi forced) on ragged tiles
     (M, N not multiples of 128 / 256; N a multiple of 8 so C's rows are 16-byte aligned),
-    both B layouts, beta 0 with bias / relu and beta 1 (the TMA reduce-add): each against
-    the float64 oracle, and the forced epilogue is the one that ran."""
+    both B layouts, beta 0 with bias / relu and beta 1 (the TMA reduce-add), short and long
+    K: each against the float64 oracle, and the forced epilogue is the one that ran; auto
+    takes the TMA one at a long K too."""
     if "tma" not in variants.available("cuda.gemm.wgmma_epi"):
         pytest.skip("cuda.gemm.wgmma_epi=tma is not available here (needs sm_90a code on a 9.0 device)")
     c = case("gemm", dtype)
-    for m, n, k in [(300, 328, 192), (512, 256, 256), (130, 64, 1000), (1000, 520, 64)]:
+    for m, n, k in [(300, 328, 192), (512, 256, 256), (130, 64, 1000), (1000, 520, 64), (136, 264, 5000)]:
         for trans_b in (False, True):
             for beta, act, with_bias in [(0.0, "linear", False), (0.0, "relu", True), (1.0, "linear", True),
                                          (1.0, "linear", False)]:
@@ -491,6 +492,14 @@ def test_gemm_wgmma_tma_epilogue(case, dtype):
                         c.arg(a), c.arg(b), None if bias is None else c.arg(bias), None if cm is None else c.arg(cm),
                         trans_b=trans_b, beta=beta, activation=act, **c.kw))
                     c.check("c", out, want, k=k + 1, terms=terms)
+    a, b = c.normal((136, 5000)), c.normal((5000, 264))
+    c.what = "M=136 N=264 K=5000, epilogue auto"
+    with variants.forced("cuda.gemm.path", "wgmma"):
+        out = ops.gemm(c.arg(a), c.arg(b), **c.kw)
+        ran = variants.last("cuda.gemm.wgmma_epi")
+    assert ran == "tma", c.msg(f"auto ran the {ran!r} epilogue")
+    c.check("c", out, ref.gemm(a, b, None, None, False, False, 1.0, 0.0, "linear"), k=5000,
+            terms=ref.gemm(abs(a), abs(b), None, None, False, False, 1.0, 0.0))
 
 
 def test_conv_igemm_refusals(case, igemm):
