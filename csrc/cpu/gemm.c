@@ -2,8 +2,11 @@
  *
  * What it provides: gc_cpu_sgemm (the kernel other CPU ops call, conv2d included), the
  * run-time choice of micro-kernel (the variant point cpu.gemm.simd: its probe, and
- * gc_cpu_sgemm_variant / _force_variant over it) and the op table adapter
- * gc_cpu_op_gemm. The micro-kernels are in gemm_microkernels.c.
+ * gc_cpu_sgemm_variant / _force_variant over it), the op table adapters gc_cpu_op_gemm
+ * and gc_cpu_op_weight_grads, and gc_cpu_sgemm_shared_b: several products that share B
+ * run as one, stacked along M (each problem starting at a whole tile), so each block of B
+ * is packed once for all of them and its column sums come from those packed blocks. The
+ * micro-kernels are in gemm_microkernels.c.
  *
  * Design (BLIS / GotoBLAS blocking, row-major C, so tiles are vectorised along N):
  * - Threads: C is cut into a grid of per-thread rectangles, each thread packing its own
@@ -401,15 +404,6 @@ static inline void do_tile(const plan_t *p, const gc_sgemm_args *g, const float 
             kr->act(g->act, c + i * g->ldc, w);
 }
 
-/* C[m0:m1, n0:n1] on the calling thread, with its own packing buffers: bbuf holds a
- * kc x nc block of B, abuf one A micro-panel or, when the columns span several N
- * blocks, a block of p->mc_max rows of A.
- *
- * One N block (the common case of a layer with few outputs): each A micro-panel is
- * packed just before the sweep that uses it, so it is hot in L1, and the packing
- * streams A once. Several N blocks: A would be packed again for each of them, so a
- * block of A rows is packed once per K block into a buffer (L3) and each N block's
- * sweep reads its micro-panels from there. */
 /* The problem that stacked row r (a multiple of mr) belongs to, r's row in it (*row) and
  * the rows of that tile (*h: up to mr, fewer at the problem's end). */
 static const gc_sgemm_args *row_owner(const plan_t *p, int64_t r, int64_t *row, int *h)
@@ -443,6 +437,15 @@ static void add_colsums(const plan_t *p, const float *restrict bbuf, int64_t kc,
     }
 }
 
+/* C[m0:m1, n0:n1] on the calling thread, with its own packing buffers: bbuf holds a
+ * kc x nc block of B, abuf one A micro-panel or, when the columns span several N
+ * blocks, a block of p->mc_max rows of A.
+ *
+ * One N block (the common case of a layer with few outputs): each A micro-panel is
+ * packed just before the sweep that uses it, so it is hot in L1, and the packing
+ * streams A once. Several N blocks: A would be packed again for each of them, so a
+ * block of A rows is packed once per K block into a buffer (L3) and each N block's
+ * sweep reads its micro-panels from there. */
 static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                       float *restrict bbuf, float *restrict abuf, float *restrict tmp)
 {
