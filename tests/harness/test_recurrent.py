@@ -134,6 +134,23 @@ def test_workload_ops_carry_the_recurrence():
     assert v in costs.RNN_VARIANTS and source in ("build", "assumed")
 
 
+def test_weight_grads_is_costed_as_its_two_gemms_and_bias_grad():
+    """A recurrent layer's weight_grads call (dW = x^T dz, dU = hprev^T dz, db) is costed as
+    the GEMMs and bias_grad it stands for: the ops the calibration times, with their sizes."""
+    from gpucmp import keras
+    b, t, f, u = 4, 7, 5, 6
+    m = keras.models.Sequential([keras.layers.LSTM(u, input_shape=(t, f)), keras.layers.Dense(1)])
+    m.compile(optimizer="adam", loss="mse")
+    trace = describe.meta_plan(describe.model_descs(m), b, "mse", "adam", True).trace(b, True)
+    assert [e["op"] for e in trace].count("weight_grads") == 1
+    node = next(e["node"] for e in trace if e["op"] == "weight_grads")
+    ops = [o for o in describe.trace_ops(trace, tf32=False) if o.name.startswith(f"{node}:")]
+    gemms = sorted((o.extra["m"], o.extra["n"], o.extra["k"], o.extra["trans_a"]) for o in ops
+                   if o.kind == "gemm" and o.phase == "backward")
+    assert gemms == sorted([(u, 4 * u, b * t, True), (f, 4 * u, b * t, True)])
+    assert [o.flops for o in ops if o.name == f"{node}:bias_grad"] == [float(b * t * 4 * u)]
+
+
 def test_a_gru_reset_before_model_is_costed_with_its_four_launches_per_step():
     from gpucmp import keras
     m = keras.models.Sequential([keras.layers.GRU(16, reset_after=False, input_shape=(7, 5)),
