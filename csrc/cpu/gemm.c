@@ -356,8 +356,7 @@ static void pack_a(const gc_sgemm_args *g, int64_t ic, int h, int64_t pc, int64_
 /* ------------------------------------------------------------------ the blocked loop */
 
 typedef struct {
-    const gc_sgemm_args *g;      /* the first problem: B, K, N and the threading are its */
-    const gc_sgemm_args *const *gs; /* the n problems stacked along M (gc_cpu_sgemm_shared_b) */
+    const gc_sgemm_args *const *gs; /* the n problems stacked along M; B, K and N are gs[0]'s */
     int64_t off[GC_SGEMM_SHARED_MAX + 1]; /* problem i: stacked rows [off[i], off[i+1]), whole tiles */
     int n;
     float *colsum;               /* sum over k of op(B)[k, :], or NULL */
@@ -449,7 +448,7 @@ static void add_colsums(const plan_t *p, const float *restrict bbuf, int64_t kc,
 static void run_block(const plan_t *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                       float *restrict bbuf, float *restrict abuf, float *restrict tmp)
 {
-    const gc_sgemm_args *g0 = p->g;
+    const gc_sgemm_args *g0 = p->gs[0];
     const int mr = p->kr->mr, nr = p->kr->nr;
     const int64_t K = g0->K;
     /* the column sums of B come from the thread that packs B for the first rows */
@@ -621,7 +620,6 @@ static gc_status sgemm_stacked(const gc_sgemm_args *const *gs, int n, const gc_s
 {
     const gc_sgemm_args *g = gs[0];
     plan_t p;
-    p.g = g;
     p.gs = gs;
     p.n = n;
     p.kr = kr;

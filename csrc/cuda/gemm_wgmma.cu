@@ -21,7 +21,7 @@
  *     from shared memory into 128 fp32 accumulators per thread, keeps one wgmma group
  *     in flight, frees a stage as soon as the group that read it retires, and runs the
  *     fused epilogue (alpha, beta*C, bias, act, rounding; gemm.cuh) from registers
-  *     while the producer is already loading the next tile -- or, for 16-bit C, through
+ *     while the producer is already loading the next tile -- or, for 16-bit C, through
  *     shared memory and TMA stores (wgmma_gemm_kernel.cuh's wg_epi).
  * Shared-memory layout is the TMA 128-byte swizzle, which is the wgmma canonical
  * layout: K-major operands (A always; B when stored N x K) as rows of 128 bytes, 8-row

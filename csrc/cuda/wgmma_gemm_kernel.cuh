@@ -566,7 +566,7 @@ inline int wg_resident_clusters(const gc_backend *be, const void *kern, cudaLaun
  * deeper ring until both were timed (benchmarks/RESULTS.md). *stages and *smem: the
  * launch's ring depth and dynamic shared memory. */
 template <typename T, int AMODE, int BN>
-int wg_epi_mode(const gc_backend *be, const gc_gemm_epi_args &e, int64_t K, int *stages, int *smem)
+int wg_epi_mode(const gc_backend *be, const gc_gemm_epi_args &e, int *stages, int *smem)
 {
     *stages = wg_cfg<BN>::STAGES;
     *smem = wg_cfg<BN>::SMEM;
@@ -576,7 +576,6 @@ int wg_epi_mode(const gc_backend *be, const gc_gemm_epi_args &e, int64_t K, int 
         return 0;
     if (((uintptr_t)e.C % 16) || ((e.ldc * (int64_t)sizeof(T)) % 16)) return 0;
     const int f = gc_variant_forced(GC_VP_CUDA_GEMM_WGMMA_EPI);
-    (void)K;
     if (f == GC_V_WGEPI_REGS) return 0;
     const int stg = 2 * 64 * BN * (int)sizeof(T);
     const size_t optin = gc_cuda_smem_optin(be);
@@ -597,13 +596,13 @@ gc_status wg_launch(const gc_backend *be, const CUtensorMap &ta, const CUtensorM
     auto kern = gc_wgmma_gemm_kernel<T, KMAJ_B, AMODE, BN>;
     wg_epi ep;
     int smem = 0;
-    ep.mode = wg_epi_mode<T, AMODE, BN>(be, e, K, &ep.stages, &smem);
+    ep.mode = wg_epi_mode<T, AMODE, BN>(be, e, &ep.stages, &smem);
     CUtensorMap tc;
     memset(&tc, 0, sizeof tc);
     if (ep.mode && wg_make_map_2d(&tc, std::is_same<T, __half>::value ? GC_F16 : GC_BF16,
                                   e.C, e.N, e.M, e.ldc * (int64_t)sizeof(T), 64, 64)) {
         gc_clear_error(); /* no map: the register epilogue */
-        ep.mode = wg_epi_mode<T, WG_A_TILED_SCATTER, BN>(be, e, K, &ep.stages, &smem);
+        ep.mode = wg_epi_mode<T, WG_A_TILED_SCATTER, BN>(be, e, &ep.stages, &smem);
     }
     gc_variant_ran(GC_VP_CUDA_GEMM_WGMMA_EPI, ep.mode ? GC_V_WGEPI_TMA : GC_V_WGEPI_REGS);
     GC_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
