@@ -94,7 +94,9 @@ def test_recurrence_ops_under_sm86_limits():
 
 @pytest.mark.cuda
 def test_gemm_conv_and_training_under_sm86_limits():
-    """GEMM and convolution op cases (every forced path the tests force) and the CUDA
+    """GEMM and convolution op cases (every forced path the tests force), the small-C data
+    gradient's routing and forced cases, the recurrent weight gradients and the CUDA
     training tests, planned for an A4000."""
-    _pytest_under_sm86(["tests/test_ops.py", "-k", "gemm or dense or conv"])
+    _pytest_under_sm86(["tests/test_ops.py", "-k", "gemm or dense or conv or weight_grads"])
+    _pytest_under_sm86(["tests/test_cuda_fast_paths.py", "-k", "small_c"])
     _pytest_under_sm86(["tests/test_cuda_training.py"])
