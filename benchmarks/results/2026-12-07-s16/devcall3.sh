@@ -9,6 +9,8 @@ source "$(dirname "$0")/../device_call.sh"
 P="python3 -m pytest -q -p no:cacheprovider -m cuda"
 stamp "small-C data gradient (revised cases); the wgmma GEMM epilogues incl. auto at K = 5000; weight_grads"
 timeout $(left 90) $P tests/test_cuda_fast_paths.py tests/test_ops.py -k "small_c or tma_epilogue or weight_grads" > $L/raw/t_fast.txt 2>&1; tail -3 $L/raw/t_fast.txt >> $L/checks.txt
+stamp "the same under an A4000's limits (99 KB per block, 48 SMs): GEMM / conv / weight_grads op cases, small-C"
+timeout $(left 150) $P tests/test_cuda_sm86_limits.py -k gemm_conv > $L/raw/t_sm86.txt 2>&1; tail -3 $L/raw/t_sm86.txt >> $L/checks.txt
 stamp "GEMM 4096 / 8192 bf16 / fp16 under auto (expect the TMA epilogue's figures of session 16)"
 timeout $(left 40) python3 benchmarks/bench_gemm.py --no-cpu --gpu-sizes 4096 8192 --dtypes bfloat16 float16 --repeats 10 > $L/gemm_auto.txt 2>&1; echo "gemm rc=$?" >> $L/checks.txt
 stamp "recurrent layers fwd and fwd+bwd: gpucmp, gpucmp through cuDNN, PyTorch eager / graph"
