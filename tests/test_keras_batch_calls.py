@@ -259,6 +259,44 @@ def test_bad_inputs_after_a_good_call_raise_and_leave_the_weights():
     assert not _same(w0, m.get_weights())
 
 
+def test_the_plan_refuses_nan_and_inf_in_a_batch_itself():
+    """Repeated calls leave the NaN / Inf check to the plan (stage.c checks while copying the
+    batch in): the plan must refuse a bad value anywhere -- first, last, either side of the
+    check's 4096-value chunks -- in an input or the labels, before any of the step runs."""
+    from gpucmp import _core
+    rng = np.random.default_rng()
+    n, width = 2053, 7                       # 14,371 values: 3 whole chunks and a tail
+    keras.utils.set_random_seed(5)
+    m = keras.Sequential([keras.Input((width,)), L.Dense(3, activation="relu"), L.Dense(1, activation="sigmoid")])
+    m.compile(optimizer="adam", loss="binary_crossentropy")
+    x = rng.standard_normal((n, width)).astype(np.float32)
+    y = (rng.random((n, 1)) < 0.5).astype(np.float32)
+    m.train_on_batch(x, y)
+    plan = m._train_plan(n, m._train_config(y.shape), [x])
+    hp = m.optimizer.hparams()
+    w0 = _weights(m)
+    for where in (0, 4095, 4096, 8191, 8192, int(rng.integers(0, x.size)), x.size - 1):
+        for value in (np.nan, np.inf, -np.inf):
+            bad = x.copy()
+            bad.reshape(-1)[where] = value
+            with pytest.raises(_core.NonFiniteError, match="input 0 contains NaN or Inf"):
+                plan.train_step(bad, y, hp, 0)
+            with pytest.raises(_core.NonFiniteError, match="input 0"):
+                plan.predict(bad)
+    bad_y = y.copy()
+    bad_y[int(rng.integers(0, n)), 0] = np.nan
+    with pytest.raises(_core.NonFiniteError, match="label array contains NaN or Inf"):
+        plan.train_step(x, bad_y, hp, 0)
+    with pytest.raises(_core.NonFiniteError, match="label array"):
+        plan.eval_step(x, bad_y)
+    assert issubclass(_core.NonFiniteError, ValueError)
+    assert _same(w0, m.get_weights())
+    big = np.full_like(x, np.finfo(np.float32).max)
+    plan.predict(big)                        # the largest finite float32 is not refused
+    m.train_on_batch(x, y)
+    assert not _same(w0, m.get_weights())
+
+
 def test_large_finite_float32_values_pass_and_inf_does_not():
     m = _mlp(10, out_act="linear")
     x = np.full((4, 5), 3e30, np.float32)
@@ -356,6 +394,7 @@ def test_the_staged_upload_path_on_the_cpu():
              "test_predict_and_predict_on_batch_follow_new_inputs_and_return_owned_arrays",
              "test_gan_pattern_frozen_discriminator_stays_bit_identical",
              "test_bad_inputs_after_a_good_call_raise_and_leave_the_weights",
+             "test_the_plan_refuses_nan_and_inf_in_a_batch_itself",
              "test_embedding_ids_outside_the_table_raise_after_good_calls"]
     env = dict(os.environ, GPUCMP_PLAN_STAGE="1")
     here = os.path.abspath(__file__)

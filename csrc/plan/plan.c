@@ -544,13 +544,14 @@ gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y,
     TRY(gc_plan_stage_begin(p));
     for (int k = 0; k < p->n_inputs; k++) {
         const plan_node *in = &p->L[p->input_node[k]];
-        TRY(gc_plan_stage_put(p, in->out, x[k], (size_t)(rows * in->out_numel) * sizeof(float)));
+        char what[32];
+        snprintf(what, sizeof what, "input %d", k);
+        TRY(gc_plan_stage_put_floats(p, in->out, x[k], (size_t)(rows * in->out_numel), what));
     }
-    if (y) {
-        size_t per = p->sparse ? (size_t)p->rows_per_sample * sizeof(int32_t)
-                               : (size_t)p->out_numel * sizeof(float);
-        TRY(gc_plan_stage_put(p, p->y, y, (size_t)rows * per));
-    }
+    if (y && p->sparse)
+        TRY(gc_plan_stage_put(p, p->y, y, (size_t)rows * (size_t)p->rows_per_sample * sizeof(int32_t)));
+    else if (y)
+        TRY(gc_plan_stage_put_floats(p, p->y, (const float *)y, (size_t)rows * (size_t)p->out_numel, "the label array"));
     return GC_OK;
 }
 

@@ -292,7 +292,8 @@ gc_status gc_plan_device_work(gc_plan *p, int64_t rows, const gc_opt_hparams *hp
 gc_status gc_plan_capture(gc_plan *p, gc_status (*work)(gc_plan *, int64_t, const gc_opt_hparams *), int64_t rows,
                           const gc_opt_hparams *hp, void **graph);
 /* host arrays into the input nodes' buffers and the label buffer (nothing when checking),
- * through the stage: the copies are queued, done by the call's result read */
+ * through the stage: the copies are queued, done by the call's result read; float inputs
+ * and labels with a NaN / Inf are refused (GC_ERR_NONFINITE) */
 gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y, int64_t rows);
 
 /* ------------------------------------------------------------------ host staging (stage.c)
@@ -301,6 +302,9 @@ gc_status gc_plan_upload_batch(gc_plan *p, const float *const *x, const void *y,
  * download: a result read, which frees the stage; stage_free: at destroy. */
 gc_status gc_plan_stage_begin(gc_plan *p);
 gc_status gc_plan_stage_put(gc_plan *p, void *dst, const void *src, size_t nbytes);
+/* put of n float32 values checked finite in the same pass: GC_ERR_NONFINITE ("plan:
+ * <what> contains NaN or Inf") before anything is copied or queued for them */
+gc_status gc_plan_stage_put_floats(gc_plan *p, void *dst, const float *src, size_t n, const char *what);
 gc_status gc_plan_download(gc_plan *p, void *host_dst, const void *src, size_t nbytes);
 void gc_plan_stage_free(gc_plan *p);
 /* the errors captured ops recorded without reading them (gpucmp.h graph_errors): read 0

@@ -10,6 +10,12 @@
  * for max_batch rows of every input and the labels plus the per-step values, each put in
  * its own 64-byte aligned slot.
  *
+ * Float inputs and labels are checked for NaN / Inf on their way in
+ * (gc_plan_stage_put_floats: in the same pass as the copy into the stage, or a pass of its
+ * own where nothing is staged), before anything of the call is queued for them, so a bad
+ * batch is refused with GC_ERR_NONFINITE and no weight moves; the Keras front end leaves
+ * its own per-call check of repeated calls to this one (a pass over the batch saved).
+ *
  * The reuse rule: a queued copy may read its slot until the stream is next waited for.
  * gc_plan_stage_begin, before the first put of a call, waits for the stream when copies
  * of an earlier call may still be reading the buffer; every step path ends with a result
@@ -26,6 +32,7 @@
  * logic on the CPU build, where upload_async is a memcpy. */
 #include "plan_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +99,48 @@ gc_status gc_plan_stage_put(gc_plan *p, void *dst, const void *src, size_t nbyte
     memcpy(slot, src, nbytes);
     p->stage_off += SLOT(nbytes);
     p->stage_busy = 1; /* set before queuing: a failed queue may still have started */
+    return be->upload_async(be, dst, slot, nbytes);
+}
+
+/* 1 when one of the n floats is NaN or +-Inf (exponent all ones); plain integer code that
+ * -O3 vectorises, so the pass costs about what reading the floats costs */
+static int any_nonfinite(const float *x, size_t n)
+{
+    const uint32_t *u = (const uint32_t *)x; /* the build has -fno-strict-aliasing */
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        const size_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+        uint32_t bad = 0;
+        for (size_t i = i0; i < i1; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+        if (bad) return 1;
+    }
+    return 0;
+}
+
+/* the same test while copying (the stage's copy of a float input): one pass over x */
+static int copy_nonfinite(float *restrict dst, const float *restrict x, size_t n)
+{
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t *d = (uint32_t *)dst;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        d[i] = u[i];
+        bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad != 0;
+}
+
+gc_status gc_plan_stage_put_floats(gc_plan *p, void *dst, const float *src, size_t n, const char *what)
+{
+    const gc_backend *be = p->be;
+    const size_t nbytes = n * sizeof(float);
+    if (p->stage_state <= 0 || !nbytes || p->stage_off + SLOT(nbytes) > p->stage_bytes) {
+        if (any_nonfinite(src, n)) return gc_fail(GC_ERR_NONFINITE, "plan: %s contains NaN or Inf", what);
+        return be->upload(be, dst, src, nbytes);
+    }
+    char *slot = (char *)p->stage + p->stage_off;
+    if (copy_nonfinite((float *)slot, src, n)) return gc_fail(GC_ERR_NONFINITE, "plan: %s contains NaN or Inf", what);
+    p->stage_off += SLOT(nbytes);
+    p->stage_busy = 1;
     return be->upload_async(be, dst, slot, nbytes);
 }
 

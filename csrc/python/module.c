@@ -34,12 +34,16 @@ extern gc_status gc_cuda_register_all(void);
 
 /* ------------------------------------------------------------------ errors */
 
+/* NonFiniteError (a ValueError): a NaN / Inf in a plan's input or labels, which the Keras
+ * front end turns into its own message naming the element */
+static PyObject *nonfinite_error;
+
 PyObject *gc_py_raise(gc_status s)
 {
     PyObject *type;
     switch (s) {
-    case GC_ERR_INVALID_ARG:
-    case GC_ERR_NONFINITE: type = PyExc_ValueError; break;
+    case GC_ERR_INVALID_ARG: type = PyExc_ValueError; break;
+    case GC_ERR_NONFINITE: type = nonfinite_error ? nonfinite_error : PyExc_ValueError; break;
     case GC_ERR_DTYPE: type = PyExc_TypeError; break;
     case GC_ERR_NOMEM: type = PyExc_MemoryError; break;
     case GC_ERR_UNSUPPORTED: type = PyExc_NotImplementedError; break;
@@ -1870,8 +1874,12 @@ PyMODINIT_FUNC PyInit__core(void)
     if (!m) return NULL;
     Py_INCREF(&BufferType);
     Py_INCREF(&PlanType);
-    if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0 ||
-        PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
+    nonfinite_error = PyErr_NewExceptionWithDoc("gpucmp._core.NonFiniteError",
+                                                "NaN or Inf in an array the call refuses them in", PyExc_ValueError,
+                                                NULL);
+    if (!nonfinite_error || PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0 ||
+        PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0 ||
+        PyModule_AddObjectRef(m, "NonFiniteError", nonfinite_error) < 0) {
         Py_DECREF(m);
         return NULL;
     }

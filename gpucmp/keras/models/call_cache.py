@@ -7,8 +7,10 @@ and dtype -- goes the full way (split_inputs, the shape checks, lowering facts, 
 config, plan lookup) and stores what it resolved in an `Entry`: the plan, the training
 config, how each input part and the labels are reshaped, the dropout seeder. A later call
 of that signature runs `Entry.inputs` / `Entry.labels`: the float32 conversion where the
-dtype needs one, the NaN/Inf check, the class-id range check of sparse labels -- the
-checks on VALUES, every call, with the same messages as the full path.
+dtype needs one and the class-id range check of sparse labels -- the checks on VALUES,
+every call, with the same messages as the full path. The NaN/Inf check of such a call is
+the plan's, made while it copies the batch in (`Entry.run` turns its refusal into the full
+path's message), which saves a pass over the batch per call.
 
 Why it is built this way: the GAN loop calls predict and train_on_batch thousands of times
 with one signature on tiny models, where the structural checks cost more than the step.
@@ -20,6 +22,7 @@ so an entry never outlives the plan or configuration it holds.
 """
 import numpy as np
 
+from ... import _core
 from . import data_adapter as data
 
 MAX_ENTRIES = 64      # signatures per model; a model called with ever new shapes stops caching
@@ -51,16 +54,29 @@ class Entry:
         self.plan, self.parts, self.cfg, self.out_shape = plan, parts, cfg, out_shape
         self.y_shape, self.sparse, self.loss, self.seeder = y_shape, sparse, loss, seeder
 
-    def inputs(self, x):
-        """The float32 C-contiguous input arrays of this call, checked finite."""
+    def inputs(self, x, check=True):
+        """The float32 C-contiguous input arrays of this call, checked finite (check=False:
+        by the plan, see run)."""
         arrays = [x] if type(x) is np.ndarray else x
-        return [data.as_float32(a.reshape(-1, 1) if flat else a, what)
+        return [data.as_float32(a.reshape(-1, 1) if flat else a, what, check)
                 for a, (what, flat) in zip(arrays, self.parts)]
 
-    def labels(self, y):
+    def labels(self, y, check=True):
         if self.sparse:
             return data.prepare_y(y, self.loss, self.out_shape, "y")
-        return data.as_float32(y.reshape(self.y_shape) if self.y_shape is not None else y, "y")
+        return data.as_float32(y.reshape(self.y_shape) if self.y_shape is not None else y, "y", check)
+
+    def run(self, call, x, y=None):
+        """call() (a Plan call on arrays from inputs / labels with check=False): a NaN / Inf
+        the plan found while copying the batch in is reported as the full check reports it,
+        naming the element (the plan refuses the batch before any of its work runs)."""
+        try:
+            return call()
+        except _core.NonFiniteError:
+            self.inputs(x)
+            if y is not None:
+                self.labels(y)
+            raise
 
 
 def input_parts(x, xs, n_inputs):

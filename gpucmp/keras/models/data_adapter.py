@@ -82,14 +82,16 @@ def all_finite(out):
     return bool(np.isfinite(out).all())
 
 
-def as_float32(arr, what):
-    """C-contiguous float32 copy/view, checked finite (NaN/Inf -> ValueError naming the position)."""
+def as_float32(arr, what, check=True):
+    """C-contiguous float32 copy/view, checked finite (NaN/Inf -> ValueError naming the position).
+    check=False leaves the check to the plan, which makes it while copying the batch in
+    (Plan calls raise _core.NonFiniteError; the caller then checks here for the message)."""
     if arr.dtype == np.float32 and arr.flags.c_contiguous:
         out = arr                  # no cast: nothing can overflow, no errstate needed
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             out = np.ascontiguousarray(arr, dtype=np.float32)
-    if not all_finite(out):
+    if check and not all_finite(out):
         finite = np.isfinite(out)
         pos = np.unravel_index(int(np.argmin(finite.reshape(-1))), out.shape)
         value = arr[pos] if arr.shape == out.shape else out[pos]

@@ -502,13 +502,17 @@ class Trainer:
             _unsupported(steps=steps)
         batch_size = data.check_positive_int(batch_size, "batch_size", 32)
         verbose_level = _verbose(verbose)
-        entry, xs = self._predict_args("predict", x, batch_size)
+        entry, xs, cached = self._predict_args("predict", x, batch_size)
         plan = entry.plan
         n = len(xs[0])
         if n <= batch_size and callbacks is None and not verbose_level:
             # one batch, nothing watching: the plan's output array is the result (Plan.predict
             # allocates it per call, so it is the caller's own)
-            return self._in_output_dtype(plan.predict(lowering.plan_x(xs)))
+            def one():
+                return plan.predict(lowering.plan_x(xs))
+            return self._in_output_dtype(entry.run(one, x) if cached else one())
+        if cached:
+            xs = entry.inputs(x)          # the batches below are plain calls: checked here
         n_steps = -(-n // batch_size)
         out = None if n_steps == 1 else np.empty((n,) + tuple(entry.out_shape[1:]), np.float32)
         cbs, _ = callbacks_mod.configure(callbacks, self, verbose_level,
@@ -528,13 +532,14 @@ class Trainer:
         return self._in_output_dtype(out)
 
     def _predict_args(self, kind, x, batch_size=None):
-        """(entry, xs) of a predict / predict_on_batch call: its signature's cached entry
-        and the value-checked inputs, or the full checks (stored for the next call)."""
+        """(entry, xs, cached) of a predict / predict_on_batch call: its signature's cached
+        entry and the inputs (cached: NaN / Inf left to the plan, as _batch_args), or the
+        full checks (stored for the next call)."""
         sig = call_cache.signature(x)
         key = (kind, sig, batch_size) if sig is not None else None
         entry = self._calls.get(key)
         if entry is not None:
-            return entry, entry.inputs(x)
+            return entry, entry.inputs(x, check=False), True
         xs = self._prepare_x(x)
         rows = len(xs[0]) if batch_size is None else min(batch_size, len(xs[0]))
         entry = call_cache.Entry(self._infer_plan(rows, xs), None, out_shape=self._output_shape_for(xs))
@@ -542,7 +547,7 @@ class Trainer:
             entry.parts = call_cache.input_parts(x, xs, len(self._input_names()))
             if entry.parts is not None:
                 self._calls.put(key, entry)
-        return entry, xs
+        return entry, xs, False
 
     def _in_output_dtype(self, out):
         """float32 results in the dtype Keras gives the model's output (exact: the plan
@@ -567,10 +572,12 @@ class Trainer:
         self._assert_compiled("train_on_batch")
         if sample_weight is not None or class_weight is not None:
             _unsupported(sample_weight=sample_weight, class_weight=class_weight)
-        entry, xs, y_arr = self._batch_args("train", x, y)
+        entry, xs, y_arr, cached = self._batch_args("train", x, y)
         opt = self.optimizer
-        stats = _applied(opt, entry.plan.train_step(lowering.plan_x(xs), y_arr, opt.hparams(),
-                                                    entry.seeder()))
+
+        def step():
+            return entry.plan.train_step(lowering.plan_x(xs), y_arr, opt.hparams(), entry.seeder())
+        stats = _applied(opt, entry.run(step, x, y) if cached else step())
         opt.built = True
         return self._batch_result(stats, len(y_arr), entry.cfg, reset_metrics, return_dict)
 
@@ -579,13 +586,17 @@ class Trainer:
         self._assert_compiled("test_on_batch")
         if sample_weight is not None:
             _unsupported(sample_weight=sample_weight)
-        entry, xs, y_arr = self._batch_args("test", x, y)
-        stats = entry.plan.eval_step(lowering.plan_x(xs), y_arr)
+        entry, xs, y_arr, cached = self._batch_args("test", x, y)
+
+        def step():
+            return entry.plan.eval_step(lowering.plan_x(xs), y_arr)
+        stats = entry.run(step, x, y) if cached else step()
         return self._batch_result(stats, len(y_arr), entry.cfg, reset_metrics, return_dict)
 
     def _batch_args(self, kind, x, y):
-        """(entry, xs, y) of a train_on_batch / test_on_batch call: its signature's cached
-        entry and the value-checked arrays, or the full checks (stored for the next call)."""
+        """(entry, xs, y, cached) of a train_on_batch / test_on_batch call: its signature's
+        cached entry and the arrays (cached: their NaN / Inf check left to the plan, so the
+        call goes through entry.run), or the full checks (stored for the next call)."""
         key = None
         if type(y) is np.ndarray:
             sig = call_cache.signature(x)
@@ -593,7 +604,7 @@ class Trainer:
                 key = (kind, sig, (y.shape, y.dtype))
         entry = self._calls.get(key)
         if entry is not None:
-            return entry, entry.inputs(x), entry.labels(y)
+            return entry, entry.inputs(x, check=False), entry.labels(y, check=False), True
         xs, y_arr, cfg = self._prepare_xy(x, y)
         out_shape = self._output_shape_for(xs)
         entry = call_cache.Entry(self._train_plan(len(y_arr), cfg, xs), None, cfg, out_shape,
@@ -604,7 +615,7 @@ class Trainer:
             entry.parts = call_cache.input_parts(x, xs, len(self._input_names()))
             if entry.parts is not None:
                 self._calls.put(key, entry)
-        return entry, xs, y_arr
+        return entry, xs, y_arr, False
 
     def _batch_result(self, stats, rows, cfg, reset, return_dict):
         if reset or self._batch_sums is None or self._batch_sums[0] is not cfg.key:
@@ -627,8 +638,11 @@ class Trainer:
 
     def predict_on_batch(self, x):
         """The outputs of one batch: the plan's own output array (allocated per call)."""
-        entry, xs = self._predict_args("predict_on_batch", x)
-        return self._in_output_dtype(entry.plan.predict(lowering.plan_x(xs)))
+        entry, xs, cached = self._predict_args("predict_on_batch", x)
+
+        def one():
+            return entry.plan.predict(lowering.plan_x(xs))
+        return self._in_output_dtype(entry.run(one, x) if cached else one())
 
 
 # Rows of the training set resident on the device at once; None: as many as fit. A
