@@ -149,6 +149,24 @@ def test_a_failing_replica_stops_the_others_and_the_model_stays_usable():
     assert np.isfinite(m.evaluate(x, y, verbose=0))
 
 
+def test_a_nan_in_one_replicas_shard_is_refused_by_train_on_batch():
+    """Repeated train_on_batch calls leave the NaN / Inf check to the plans (stage.c): the
+    replica whose shard holds the NaN refuses it, the others stop, nothing is applied, the
+    front end names the element, and the next good call trains."""
+    x, y = data(12, seed=6)
+    m = in_strategy(MirroredStrategy(["cpu", "cpu", "cpu"]), dense_model)
+    m.train_on_batch(x, y)
+    before = [w.copy() for w in m.get_weights()]
+    bad = x.copy()
+    bad[9, 3] = np.inf                         # the third replica's shard (rows 8-11)
+    with pytest.raises(ValueError, match=r"x contains NaN or Inf.*x\[9, 3\] = inf"):
+        m.train_on_batch(bad, y)
+    for a, b in zip(before, m.get_weights()):
+        assert np.array_equal(a, b)
+    m.train_on_batch(x, y)
+    assert not all(np.array_equal(a, b) for a, b in zip(before, m.get_weights()))
+
+
 def test_mixed_float16_with_loss_scaling_matches_one_replica():
     x, y = data(32, seed=4)
 
