@@ -1427,8 +1427,10 @@ gc_status gc_plan_create(const gc_backend *be, const gc_layer_desc *nodes, int n
     p->mem_what = "step_fixed";
     if (s == GC_OK && p->training) { /* the fixed buffers a captured step reads */
         s = gc_plan_alloc(p, max_batch, GC_F32, &p->idx_step);
-        if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn);
-        if (s == GC_OK) s = gc_plan_alloc(p, 2, GC_F32, &p->dyn_seed);
+        /* {lr, t} and, 64 bytes on, the seed: one block, so that a staged step puts both
+         * with one copy (step_graph.c) */
+        if (s == GC_OK) s = gc_plan_alloc(p, GC_PLAN_DYN_SEED_OFF / 4 + 2, GC_F32, &p->dyn);
+        if (s == GC_OK) p->dyn_seed = (char *)p->dyn + GC_PLAN_DYN_SEED_OFF;
         if (s == GC_OK) s = gc_plan_alloc(p, GC_PLAN_ACC_FLOATS, GC_F32, &p->acc);
     }
     p->graphs_on = !p->no_graphs; /* training steps and full-size predicts */

@@ -35,6 +35,8 @@ typedef struct gc_plan gc_plan;
  * step graph copies the loss-scale state so that one read brings both back */
 #define GC_PLAN_ACC_TOTALS (1 + GC_METRIC_COUNT)
 #define GC_PLAN_ACC_FLOATS (GC_PLAN_ACC_TOTALS + 2)
+/* where the dropout seed sits in the block of {lr, t} (plan.c, step_graph.c) */
+#define GC_PLAN_DYN_SEED_OFF 64
 
 /* What a layer kind provides. `check` validates the descriptor against its inputs'
  * shapes (in_shapes[k], in_nds[k]) at creation; `weights` fills the element count of
@@ -156,7 +158,7 @@ struct gc_plan {
     int64_t idx_cap, steps_cap, seed_cap;
     void *idx_step;              /* this step's rows (int32, max_batch) */
     void *dyn;                   /* float {lr, t} the optimizer kernels read */
-    void *dyn_seed;              /* uint64 the dropout kernels read */
+    void *dyn_seed;              /* uint64 the dropout kernels read: dyn + GC_PLAN_DYN_SEED_OFF */
     void *acc;                   /* float[GC_PLAN_ACC_FLOATS]: loss total, one per metric bit,
                                     then the step graph's copy of the loss-scale state */
     int device_mode;             /* gather on device, dynamic params, totals on device */

@@ -41,7 +41,7 @@
 
 static size_t stage_size(const gc_plan *p)
 {
-    size_t need = 2 * SLOT(16); /* {lr, t} and the seed */
+    size_t need = 2 * SLOT(16); /* {lr, t} and the seed (put as one block of SLOT(16) + 8 bytes) */
     if (p->training && p->train.loss_scaling) need += SLOT(2 * sizeof(float)); /* {scale, good steps} */
     for (int k = 0; k < p->n_inputs; k++)
         need += SLOT((size_t)(p->max_batch * p->L[p->input_node[k]].out_numel) * sizeof(float));

@@ -22,8 +22,8 @@
  * Embedding ids outside the table, which captured ops record without reading back, are
  * read back after each replay (gc_plan_graph_errors), after the totals.
  *
- * Synchronisation: the batch, the labels and {lr, t} and the seed go up through the plan's
- * staging buffer (stage.c) with copies that only queue, the totals are zeroed and the
+ * Synchronisation: the batch, the labels and {lr, t} with the seed (one block, one copy)
+ * go up through the plan's staging buffer (stage.c) with copies that only queue, the totals are zeroed and the
  * graph launched on the same stream, and the one wait of the call is the read of the
  * totals (an embedding plan's error read after it finds the stream idle). That read also
  * frees the staging buffer for the next call, which is what makes refilling it safe. */
@@ -105,10 +105,12 @@ gc_status gc_plan_batch_graph_step(gc_plan *p, const float *const *x, const void
     if (ls && !(hp->loss_scale > 0.0f && isfinite(hp->loss_scale) && hp->loss_scale_good >= 0.0f))
         return gc_fail(GC_ERR_INVALID_ARG, "plan: loss scale %g with %g good steps; need a finite scale > 0",
                        (double)hp->loss_scale, (double)hp->loss_scale_good);
+    unsigned char vals[GC_PLAN_DYN_SEED_OFF + sizeof seed] = {0}; /* {lr, t} .. seed, as in the block */
+    memcpy(vals, dyn, sizeof dyn);
+    memcpy(vals + GC_PLAN_DYN_SEED_OFF, &seed, sizeof seed);
     gc_status s = gc_plan_upload_batch(p, x, y, rows);
     p->device_mode = 1;
-    if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn, dyn, sizeof dyn);
-    if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn_seed, &seed, sizeof seed);
+    if (s == GC_OK) s = gc_plan_stage_put(p, p->dyn, vals, sizeof vals); /* one copy for both */
     if (s == GC_OK && ls) {
         const float state[2] = {hp->loss_scale, hp->loss_scale_good};
         s = gc_plan_stage_put(p, p->ls_state, state, sizeof state);
