@@ -36,6 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #define GC_PLAN_STAGE_MAX ((size_t)64 << 20)
 #define SLOT(n) (((size_t)(n) + 63u) & ~(size_t)63u)
 
@@ -102,31 +106,63 @@ gc_status gc_plan_stage_put(gc_plan *p, void *dst, const void *src, size_t nbyte
     return be->upload_async(be, dst, slot, nbytes);
 }
 
-/* 1 when one of the n floats is NaN or +-Inf (exponent all ones); plain integer code that
- * -O3 vectorises, so the pass costs about what reading the floats costs */
-static int any_nonfinite(const float *x, size_t n)
+/* Whether one of the n floats at x is NaN or +-Inf (exponent all ones), copying them to
+ * dst on the way when dst is not NULL: the stage's copy of a float input is the check's
+ * pass. AVX2 where the CPU has it (32-byte loads, four vectors a step: as fast as the
+ * memcpy it replaces; the -O3 SSE2 loop below it was 20-40% slower), else plain integer
+ * code that -O3 vectorises. The library is built without -march: a target attribute and
+ * a run-time probe, as the GEMM's micro-kernels. */
+static int scan_generic(uint32_t *restrict d, const uint32_t *restrict u, size_t n)
 {
-    const uint32_t *u = (const uint32_t *)x; /* the build has -fno-strict-aliasing */
-    for (size_t i0 = 0; i0 < n; i0 += 4096) {
-        const size_t i1 = n - i0 < 4096 ? n : i0 + 4096;
-        uint32_t bad = 0;
-        for (size_t i = i0; i < i1; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
-        if (bad) return 1;
-    }
-    return 0;
+    uint32_t bad = 0;
+    if (d)
+        for (size_t i = 0; i < n; i++) {
+            d[i] = u[i];
+            bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+        }
+    else
+        for (size_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    return bad != 0;
 }
 
-/* the same test while copying (the stage's copy of a float input): one pass over x */
-static int copy_nonfinite(float *restrict dst, const float *restrict x, size_t n)
+#if defined(__x86_64__) || defined(__i386__)
+#define STAGE_X86 1
+__attribute__((target("avx2"))) static int scan_avx2(uint32_t *restrict d, const uint32_t *restrict u, size_t n)
 {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t *d = (uint32_t *)dst;
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        d[i] = u[i];
-        bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    const __m256i e = _mm256_set1_epi32(0x7f800000);
+    __m256i acc = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_si256((const __m256i *)(u + i + 8 * k));
+            if (d) _mm256_storeu_si256((__m256i *)(d + i + 8 * k), v[k]);
+            acc = _mm256_or_si256(acc, _mm256_cmpeq_epi32(_mm256_and_si256(v[k], e), e));
+        }
     }
-    return bad != 0;
+    const int tail = scan_generic(d ? d + i : NULL, u + i, n - i); /* copies the tail too */
+    return tail || !_mm256_testz_si256(acc, acc);
+}
+
+static int have_avx2(void)
+{
+    static int v = -1; /* the same answer from every thread: a benign race */
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") != 0;
+    }
+    return v;
+}
+#endif
+
+static int scan_nonfinite(float *dst, const float *x, size_t n)
+{
+    uint32_t *d = (uint32_t *)dst; /* the build has -fno-strict-aliasing */
+    const uint32_t *u = (const uint32_t *)x;
+#ifdef STAGE_X86
+    if (have_avx2()) return scan_avx2(d, u, n);
+#endif
+    return scan_generic(d, u, n);
 }
 
 gc_status gc_plan_stage_put_floats(gc_plan *p, void *dst, const float *src, size_t n, const char *what)
@@ -134,11 +170,11 @@ gc_status gc_plan_stage_put_floats(gc_plan *p, void *dst, const float *src, size
     const gc_backend *be = p->be;
     const size_t nbytes = n * sizeof(float);
     if (p->stage_state <= 0 || !nbytes || p->stage_off + SLOT(nbytes) > p->stage_bytes) {
-        if (any_nonfinite(src, n)) return gc_fail(GC_ERR_NONFINITE, "plan: %s contains NaN or Inf", what);
+        if (scan_nonfinite(NULL, src, n)) return gc_fail(GC_ERR_NONFINITE, "plan: %s contains NaN or Inf", what);
         return be->upload(be, dst, src, nbytes);
     }
     char *slot = (char *)p->stage + p->stage_off;
-    if (copy_nonfinite((float *)slot, src, n)) return gc_fail(GC_ERR_NONFINITE, "plan: %s contains NaN or Inf", what);
+    if (scan_nonfinite((float *)slot, src, n)) return gc_fail(GC_ERR_NONFINITE, "plan: %s contains NaN or Inf", what);
     p->stage_off += SLOT(nbytes);
     p->stage_busy = 1;
     return be->upload_async(be, dst, slot, nbytes);
