@@ -244,6 +244,9 @@ def test_bad_inputs_after_a_good_call_raise_and_leave_the_weights():
         m.train_on_batch(bad, y)
     with pytest.raises(ValueError, match=r"x contains NaN or Inf.*x\[3, 2\] = nan"):
         m.predict_on_batch(bad)
+    m.predict(x, batch_size=4, verbose=0)              # a cached signature of several batches
+    with pytest.raises(ValueError, match=r"x contains NaN or Inf.*x\[3, 2\] = nan"):
+        m.predict(bad, batch_size=4, verbose=0)
     bad_y = y.copy()
     bad_y[7, 0] = np.nan
     with pytest.raises(ValueError, match=r"y contains NaN or Inf.*y\[7, 0\] = nan"):
