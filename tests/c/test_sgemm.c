@@ -442,10 +442,12 @@ static void shared_case(int n, const int64_t *M, const int *ta, int64_t N, int64
 
 static void test_shared_b(int quick)
 {
-    static const int64_t Ms[][3] = {{256, 128, 0}, {1, 1, 1}, {13, 0, 40}, {0, 5, 7}, {37, 12, 25}};
-    static const int tas[][3] = {{1, 1, 1}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}, {0, 0, 1}};
-    static const int64_t NK[][2] = {{512, 640}, {1, 1}, {45, 300}, {33, 0}, {2500, 70}};
-    for (int s = 0; s < 5; s++)
+    static const int64_t Ms[][3] = {{256, 128, 0}, {1, 1, 1}, {13, 0, 40}, {0, 5, 7}, {37, 12, 25},
+                                    {40, 24, 0}};
+    static const int tas[][3] = {{1, 1, 1}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}, {0, 0, 1}, {1, 1, 1}};
+    /* the last: a recurrent layer's weight gradients, K (batch x steps) long against C */
+    static const int64_t NK[][2] = {{512, 640}, {1, 1}, {45, 300}, {33, 0}, {2500, 70}, {96, 2333}};
+    for (int s = 0; s < 6; s++)
         for (int n = 1; n <= 3; n++) {
             int64_t N = NK[s][0], K = NK[s][1];
             if (quick && N * K > 40000) N = 40;
@@ -484,6 +486,7 @@ static void run_variant(int quick)
         {13, 17, 19}, {37, 53, 71},  {64, 64, 64},  {12, 32, 5},   {6, 16, 8},
         {100, 33, 0}, {0, 5, 5},     {5, 0, 5},     {3, 100, 513}, {25, 47, 257},
         {11, 67, 29}, {49, 31, 300}, {4, 1100, 17}, {73, 9, 1},
+        {37, 45, 1700}, /* K long against C: K blocks of about 2 kc, a short last one */
     };
     static const int64_t large[][3] = {
         {1000, 3, 500}, {3, 1000, 500},  {129, 257, 300}, {200, 2100, 40},
