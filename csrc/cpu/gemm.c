@@ -223,14 +223,36 @@ static void free_floats(float *p)
 #define GC_ALWAYS_INLINE static inline
 #endif
 
-/* d[k*w + i] = s[k*ld + i] for i < h, 0 for h <= i < w. */
+/* Panels ahead that pack_t and pack_n prefetch: a panel of a large A takes as long to pack
+ * (from DRAM) as it takes to compute, unless its lines were requested earlier. */
+#ifndef PACK_PF_PANELS
+#define PACK_PF_PANELS 2
+#endif
+
+/* d[k*w + i] = s[k*ld + i] for i < h, 0 for h <= i < w. With pf > 0 (full panels only),
+ * each row's copy also prefetches that row's w floats pf floats on: the panel packed
+ * PACK_PF_PANELS later. Each panel reads only w floats (one or two lines) of every row,
+ * a strided pattern the hardware prefetchers do not run ahead of, so without this a
+ * long-K product whose operands come from DRAM waits on every row (weight gradients
+ * of narrow layers: N = 64, twice as many panels per FLOP as square products). */
 GC_ALWAYS_INLINE void pack_n_w(const float *restrict s, int64_t ld, int h, int64_t kc,
-                               float *restrict d, const int w)
+                               float *restrict d, const int w, int64_t pf)
 {
     if (h == w) { /* w is a constant here: a fixed-size, vectorised copy */
-        for (int64_t k = 0; k < kc; k++)
-            for (int i = 0; i < w; i++)
-                d[k * w + i] = s[k * ld + i];
+        if (pf)
+            for (int64_t k = 0; k < kc; k++) {
+                const float *p = s + k * ld + pf;
+                __builtin_prefetch(p, 0, 3);
+                if (w > 16)
+                    __builtin_prefetch(p + 16, 0, 3);
+                __builtin_prefetch(p + w - 1, 0, 3);
+                for (int i = 0; i < w; i++)
+                    d[k * w + i] = s[k * ld + i];
+            }
+        else
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < w; i++)
+                    d[k * w + i] = s[k * ld + i];
         return;
     }
     for (int64_t k = 0; k < kc; k++) {
@@ -240,12 +262,6 @@ GC_ALWAYS_INLINE void pack_n_w(const float *restrict s, int64_t ld, int h, int64
             d[k * w + i] = 0.0f;
     }
 }
-
-/* Panels ahead that pack_t prefetches: a panel of a large A takes as long to pack
- * (from DRAM) as it takes to compute, unless its lines were requested earlier. */
-#ifndef PACK_PF_PANELS
-#define PACK_PF_PANELS 2
-#endif
 
 /* d[k*w + i] = s[i*ld + k] for i < h, 0 for h <= i < w. While it reads, it prefetches
  * the same lines of the panel PACK_PF_PANELS ahead (rows s + PACK_PF_PANELS*w*ld on),
@@ -309,9 +325,10 @@ GC_ALWAYS_INLINE void pack_t_w(const float *restrict s, int64_t ld, int h, int64
     default: fn(__VA_ARGS__, w); break;                                                  \
     }
 
-static void pack_n(const float *s, int64_t ld, int h, int64_t kc, float *d, int w)
+#define PACK_N_W(s, ld, h, kc, d, pf, w) pack_n_w(s, ld, h, kc, d, w, pf)
+static void pack_n(const float *s, int64_t ld, int h, int64_t kc, float *d, int w, int64_t pf)
 {
-    GC_PACK_DISPATCH(pack_n_w, w, s, ld, h, kc, d)
+    GC_PACK_DISPATCH(PACK_N_W, w, s, ld, h, kc, d, pf)
 }
 
 #define PACK_T_W(s, ld, h, kc, d, hpf, w) pack_t_w(s, ld, h, kc, d, w, hpf)
@@ -335,7 +352,8 @@ static void pack_b(const gc_sgemm_args *g, int64_t pc, int64_t kc, int64_t jc, i
     for (int64_t j0 = 0; j0 < nc; j0 += nr) {
         const int w = (int)min64(nr, nc - j0);
         if (!g->trans_b) /* B is K x N */
-            pack_n(g->B + pc * g->ldb + jc + j0, g->ldb, w, kc, dst + j0 * kc, nr);
+            pack_n(g->B + pc * g->ldb + jc + j0, g->ldb, w, kc, dst + j0 * kc, nr,
+                   j0 + (int64_t)(PACK_PF_PANELS + 1) * nr <= nc ? (int64_t)PACK_PF_PANELS * nr : 0);
         else /* B is N x K */
             pack_t(g->B + (jc + j0) * g->ldb + pc, g->ldb, w, kc, dst + j0 * kc, nr,
                    rows_ahead(j0, nc, nr));
@@ -347,8 +365,9 @@ static void pack_b(const gc_sgemm_args *g, int64_t pc, int64_t kc, int64_t jc, i
 static void pack_a(const gc_sgemm_args *g, int64_t ic, int h, int64_t pc, int64_t kc, int mr,
                    int64_t m_end, float *dst)
 {
-    if (g->trans_a) /* A is K x M */
-        pack_n(g->A + pc * g->lda + ic, g->lda, h, kc, dst, mr);
+    if (g->trans_a) /* A is K x M: prefetch the panel PACK_PF_PANELS on, when it is whole */
+        pack_n(g->A + pc * g->lda + ic, g->lda, h, kc, dst, mr,
+               ic + (int64_t)(PACK_PF_PANELS + 1) * mr <= m_end ? (int64_t)PACK_PF_PANELS * mr : 0);
     else /* A is M x K */
         pack_t(g->A + ic * g->lda + pc, g->lda, h, kc, dst, mr, rows_ahead(ic, m_end, mr));
 }
