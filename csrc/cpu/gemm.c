@@ -13,7 +13,8 @@
  *   operands: no two threads write one element, no barriers, and each packed B block
  *   sits in its own core's L2. One thread below ~2^18 multiply-adds per thread, and
  *   inside an enclosing OpenMP region.
- * - Blocking: per K block (kc = 256) and N block (nc from the L2 size), the kc x nc block
+ * - Blocking: per K block (kc = 256; about 2 kc when K is long against a thread's share of
+ *   C, so C is reread half as often) and N block (nc from the L2 size), the kc x nc block
  *   of op(B) is packed into nr-wide panels that stay in L2; each mr x kc micro-panel of
  *   op(A) stays in L1 while the micro-kernel sweeps the B panels, streaming them from
  *   L2. A is packed right before each sweep when a thread's columns are one N block
@@ -21,8 +22,9 @@
  *   (up to ~4 MiB) that all N blocks reuse.
  * - Packing absorbs the transposes, so the four trans cases run one kernel, and zero-
  *   pads the edges, so tails of any size are exact (partial tiles go through a small
- *   buffer). It prefetches the rows it will pack two panels later, since a large A
- *   comes from DRAM in runs too short for the hardware prefetchers.
+ *   buffer). It prefetches what it will pack two panels later (both operands, both
+ *   layouts), since a large operand comes from DRAM in runs too short for the hardware
+ *   prefetchers.
  * - Epilogue: alpha and beta at the store of each K block (beta on the first only, and
  *   beta == 0 never reads C); bias and the activation once, after the last K block,
  *   while the tile is in L1, so it costs no extra pass over C. Accumulation is float32.
