@@ -4,21 +4,24 @@ projection shortcut, global average pooling) trained on the real handwritten dig
 stated below, and its BatchNormalization must behave as in training vs inference:
 evaluate() uses the moving statistics the training accumulated.
 
-Stated accuracy: measured on this repository's CI-like machine (2 cores), 8 epochs,
-batch 64, Adam 2e-3, seed 0: 0.938 test accuracy on 2026-12-01 (0.96 on the training
-set), 0.880 and 0.915 on 2026-12-03 (before and after Adam's moment factors became
-Keras 3's float32(1 - beta): a 1e-5 change of one constant moves the result by 3
-points, so the spread is that of the training run, not of a defect; the plan's buffer
-reuse gives the same bits as GPUCMP_PLAN_REUSE=0). The bar is set at 0.85 (chance is
-0.10). BatchNormalization uses momentum 0.9: with Keras' default 0.99
-the moving statistics are still far from the data after a few hundred steps, and
+Recipe: 8 epochs, batch 64, Adam 2e-3 cut to 2e-4 for the last two epochs (a
+LearningRateScheduler), seed 0. BatchNormalization uses momentum 0.9: with Keras' default
+0.99 the moving statistics are still far from the data after a few hundred steps, and
 evaluation sits near chance -- in real Keras (JAX) as well: 0.10 after 3 epochs, which is
-what gpucmp gives too.
+what gpucmp gives too. The learning-rate cut is what makes the moving statistics (an
+average over the last ~10 batches) describe the final weights: at a constant 2e-3 the
+weights still move fast at the end, and inference accuracy swung with the last bits of
+the arithmetic -- 0.880 / 0.915 / 0.938 across changes of one Adam constant (2026-12-03),
+and 0.726 for seed 0 (0.949 and 0.941 for seeds 1 and 2) once the CPU GEMM's K blocking
+for long weight-gradient products changed its summation order (2026-12-07), while the
+training loss was the same to 1%. With the cut, seeds 0-3 gave 0.953-0.966 before and
+after that GEMM change (this repository's CI-like machine, 2 cores, 2026-12-07). The bar
+is set at 0.90 (chance is 0.10).
 """
 import numpy as np
 import pytest
 
-SMALL_RESNET_TEST_ACCURACY = 0.85
+SMALL_RESNET_TEST_ACCURACY = 0.90
 
 
 def small_resnet(keras):
@@ -63,7 +66,8 @@ def test_small_resnet_trains_on_real_digits():
     bn = [l for l in model.layers if type(l).__name__ == "BatchNormalization"]
     assert len(bn) == 6
     before = [w.copy() for w in bn[0].get_weights()[2:]]
-    hist = model.fit(x_train, y_train, epochs=8, batch_size=64, verbose=0)
+    cut = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 2e-3 if epoch < 6 else 2e-4)
+    hist = model.fit(x_train, y_train, epochs=8, batch_size=64, verbose=0, callbacks=[cut])
     assert hist.history["loss"][-1] < hist.history["loss"][0]
     after = bn[0].get_weights()[2:]
     assert not np.allclose(before[0], after[0]) and not np.allclose(before[1], after[1])  # statistics moved
