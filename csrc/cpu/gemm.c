@@ -650,35 +650,30 @@ static gc_status sgemm_stacked(const gc_sgemm_args *const *gs, int n, const gc_s
     for (int i = 0; i < n; i++)
         p.off[i + 1] = p.off[i] + ceil_div(gs[i]->M, mr) * mr;
     const int64_t M = p.off[n], N = g->N, K = g->K;
-    const int nt = threads_for(M, N, K, ceil_div(M, mr) * ceil_div(N, nr));
+    const int64_t mtiles = M / mr, ntiles = ceil_div(N, nr); /* M is stacked in whole tiles */
+    const int nt = threads_for(M, N, K, mtiles * ntiles);
     int pm = 1, pn = 1;
     if (nt > 1)
         pick_grid(nt, M, N, K, &p, &pm, &pn);
+    /* a thread's share of C: rows and columns */
+    const int64_t m_thr = ceil_div(mtiles, pm) * mr, n_thr = ceil_div(ntiles, pn) * nr;
     /* K blocks of about kc, equal so the last is not a sliver; up to 1.5 kc in one block
      * (K = 288 of a 3x3x32 convolution), since each extra block rereads C. When K is long
      * against a thread's share of C (weight gradients: K is the batch, C the weights),
      * blocks of about 2 kc: C is reread half as often, and the A micro-panel (mr x 2 kc)
      * still fits L1; square products keep kc, whose B block reuse is what they need. */
-    int64_t kcb = kc;
-    {
-        const int64_t m_thr = ceil_div(ceil_div(M, mr), pm) * mr, n_thr = ceil_div(ceil_div(N, nr), pn) * nr;
-        if (K >= 8 * (m_thr > n_thr ? m_thr : n_thr) && K > 3 * kc)
-            kcb = 2 * (int64_t)kc;
-    }
+    const int64_t kcb = K >= 8 * (m_thr > n_thr ? m_thr : n_thr) && K > 3 * kc ? 2 * (int64_t)kc : kc;
     p.kc_blk = K <= kcb + kcb / 2 ? K : ceil_div(K, ceil_div(K, kcb));
     /* N block: the packed B block (kcb x nc) takes 3/4 of the L2, the rest is for the
      * A micro-panels and C tiles passing through */
     const int64_t nc_l2 = l2_bytes() * 3 / 4 / (kcb * (int64_t)sizeof(float)) / nr * nr;
     p.nc_max = nc_l2 < 4 * nr ? 4 * nr : nc_l2 > 4096 ? 4096 : nc_l2;
     { /* balance the N blocks over each thread's columns, in multiples of nr */
-        const int64_t n_thr = ceil_div(ceil_div(N, nr), pn) * nr;
         const int64_t nb = ceil_div(n_thr, p.nc_max);
         p.nc_max = ceil_div(ceil_div(n_thr, nb), nr) * nr;
     }
-    const int64_t mtiles = M / mr, ntiles = ceil_div(N, nr);
     /* A block (used when a thread spans several N blocks): the thread's rows, in equal
      * blocks of at most about 4 MiB of packed A (a share of L3) */
-    const int64_t m_thr = ceil_div(mtiles, pm) * mr, n_thr = ceil_div(ntiles, pn) * nr;
     {
         const int64_t cap = ((int64_t)4 << 20) / ((int64_t)sizeof(float) * p.kc_blk);
         const int64_t nb = ceil_div(m_thr, cap < mr ? mr : cap);
